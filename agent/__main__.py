@@ -1,0 +1,92 @@
+"""`python -m agent` (or the zipapp): run the agent and print JSON lines on stdout.
+
+Each line is an event: `progress` while it works, then one `document` (fleet-agent/1).
+Logs and tracebacks go to stderr, so stdout stays machine-readable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List, Optional
+
+from agent import __version__
+from agent.collect import SourceError, collect
+from agent.harness import Config as HarnessConfig
+
+
+def _emit(event: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event, sort_keys=True, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="fleet-agent",
+        description="Fingerprint this host's NVIDIA GPUs and print fleet-agent/1 JSON lines.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    fp = sub.add_parser("fingerprint", help="fingerprint every GPU (read-only by default)")
+    fp.add_argument("--source", metavar="FILE",
+                    help="an NVML recording, nvidia-smi -q text or -q -x XML instead of the driver")
+    fp.add_argument("--record", metavar="FILE",
+                    help="also write what NVML answered as an nvml-recording/1 file")
+    fp.add_argument("--probe-writes", action="store_true",
+                    help="write each setting's current value back and record the driver's answer")
+    fp.add_argument("--no-torch", action="store_true",
+                    help="do not look for torch and the CUDA runtime")
+    bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness")
+    bench.add_argument("--dtype", choices=("bf16", "fp16", "tf32", "fp32"), default="bf16")
+    bench.add_argument("--size", type=int, default=8192, help="M = N = K (default 8192)")
+    bench.add_argument("-m", type=int, help="M, overriding --size")
+    bench.add_argument("-n", type=int, help="N, overriding --size")
+    bench.add_argument("-k", type=int, help="K, overriding --size")
+    bench.add_argument("--pause-ms", type=float,
+                       help="burst mode: pause this long between timed runs")
+    bench.add_argument("--warm-l2", action="store_true", help="do not flush the L2 between runs")
+    bench.add_argument("--sequential", action="store_true",
+                       help="one GPU at a time instead of all at once")
+    bench.add_argument("--gpus", help="comma-separated NVML indexes to benchmark")
+    bench.add_argument("--measure-s", type=float, default=4.0)
+    bench.add_argument("--max-warmup-s", type=float, default=30.0)
+    bench.add_argument("--lock-clocks", type=int, metavar="MHZ",
+                       help="lock the SM clock during the run "
+                            "(changes a GPU setting; reset after)")
+    bench.add_argument("--cpu", action="store_true",
+                       help="run the harness on the CPU with torch (for tests; use small sizes)")
+    args = parser.parse_args(argv)
+    config: Optional[HarnessConfig] = None
+    if args.command == "bench":
+        config = HarnessConfig(
+            dtype=args.dtype,
+            m=args.m or args.size, n=args.n or args.size, k=args.k or args.size,
+            mode="burst" if args.pause_ms is not None else "sustained",
+            pause_ms=args.pause_ms if args.pause_ms is not None else 0.0,
+            warm_l2=args.warm_l2,
+            sequential=args.sequential,
+            gpus=[int(g) for g in args.gpus.split(",")] if args.gpus else None,
+            device="cpu" if args.cpu else "cuda",
+            measure_s=args.measure_s,
+            max_warmup_s=args.max_warmup_s,
+            lock_clocks_mhz=args.lock_clocks,
+        )
+    try:
+        document = collect(
+            source_path=getattr(args, "source", None),
+            probe_writes=getattr(args, "probe_writes", False),
+            record_path=getattr(args, "record", None),
+            probe_torch=not getattr(args, "no_torch", False),
+            emit=_emit,
+            bench=config,
+        )
+    except SourceError as exc:
+        sys.stderr.write(f"fleet-agent: {exc}\n")
+        return 2
+    _emit({"event": "document", "document": document})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Gather one host's document: host facts, then every GPU's fingerprint.
+
+The GPU source is chosen in this order: a file the user named (recording or nvidia-smi
+output), the recording named by FLEET_NVML_REPLAY, the live driver, and, when NVML cannot
+be loaded, `nvidia-smi -q -x`. With none of them the document says there is no NVIDIA GPU
+and why, and still carries the host facts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from agent import DOCUMENT_FORMAT, __version__, host, smi
+from agent.fingerprint import fingerprint_gpu, read_system
+from agent.harness import Config as HarnessConfig
+from agent.nvml import (
+    REPLAY_ENV,
+    LiveNvml,
+    Nvml,
+    NvmlError,
+    NvmlUnavailable,
+    RecordingNvml,
+    ReplayNvml,
+)
+
+Emit = Callable[[Dict[str, Any]], None]
+
+
+class SourceError(Exception):
+    """The named GPU source cannot be read; the message says which file and why."""
+
+
+def _source_kind(recording: Dict[str, Any]) -> str:
+    note = str(recording.get("source", ""))
+    if note.startswith("converted from nvidia-smi -q -x"):
+        return "nvidia-smi-xml"
+    if note.startswith("converted from nvidia-smi -q"):
+        return "nvidia-smi-text"
+    return "recording"
+
+
+def open_source(path: Optional[str]) -> Tuple[Optional[Nvml], Dict[str, Any]]:
+    """The NVML backend to read, and a description of where its answers come from."""
+    if path is None and os.environ.get(REPLAY_ENV):
+        path = os.environ[REPLAY_ENV]
+    if path is not None:
+        try:
+            recording = smi.recording_from_file(path)
+            nvml: Nvml = ReplayNvml(recording, origin=path)
+        except (OSError, ValueError) as exc:
+            raise SourceError(str(exc)) from exc
+        return nvml, {"kind": _source_kind(recording), "path": path,
+                      "note": str(recording.get("source", ""))[:500],
+                      "context": recording.get("context") or {}}
+    try:
+        return LiveNvml(), {"kind": "nvml", "path": None, "note": "live driver", "context": {}}
+    except NvmlUnavailable as exc:
+        nvml_reason = str(exc)
+    try:
+        xml = smi.run_nvidia_smi_xml()
+    except (OSError, ValueError, RuntimeError) as exc:
+        return None, {"kind": "none", "path": None, "context": {},
+                      "note": f"{nvml_reason}; nvidia-smi -q -x failed: {exc}"}
+    if xml is None:
+        return None, {"kind": "none", "path": None, "context": {},
+                      "note": f"{nvml_reason}; no nvidia-smi on PATH"}
+    recording = smi.recording_from_xml(xml, origin="nvidia-smi -q -x")
+    return ReplayNvml(recording, origin="nvidia-smi -q -x"), {
+        "kind": "nvidia-smi-xml", "path": None, "context": {},
+        "note": f"NVML unavailable ({nvml_reason}); read nvidia-smi -q -x instead"}
+
+
+def _benchmark(
+    cfg: HarnessConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
+    progress: Callable[..., None],
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    from agent import harness
+
+    progress("benchmark", f"benchmarking {cfg.dtype} {cfg.m}x{cfg.n}x{cfg.k} ({cfg.mode})")
+    try:
+        return harness.run(cfg, gpus, nvml, lambda message: progress("benchmark", message))
+    except harness.HarnessError as exc:
+        return [], [{"stage": "benchmark", "message": f"{exc}; fingerprinted only"}]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def collect(
+    source_path: Optional[str] = None,
+    probe_writes: bool = False,
+    record_path: Optional[str] = None,
+    probe_torch: bool = True,
+    emit: Optional[Emit] = None,
+    bench: Optional[HarnessConfig] = None,
+) -> Dict[str, Any]:
+    started = time.monotonic()
+
+    def progress(stage: str, message: str, **extra: Any) -> None:
+        if emit is not None:
+            emit({"event": "progress", "stage": stage, "message": message,
+                  "elapsed_s": round(time.monotonic() - started, 3), **extra})
+
+    errors: List[Dict[str, Any]] = []
+    benchmarks: List[Dict[str, Any]] = []
+    progress("gpu", "opening the GPU source")
+    nvml, source = open_source(source_path)
+    progress("host", "reading host facts")
+    # A recording or nvidia-smi file describes another machine: the host facts are then
+    # those of the machine that read it (source.kind says so), and torch there is moot.
+    replaying = source["kind"] not in ("nvml", "none") and source_path is not None
+    facts = host.collect_host_facts(probe_torch=probe_torch and not replaying)
+    context = source.pop("context")
+    # Replayed verdicts must be those of the user the recording was made as, not ours.
+    euid = int(context["euid"]) if "euid" in context else os.geteuid()
+    system: Optional[Dict[str, Any]] = None
+    gpus: List[Dict[str, Any]] = []
+    if nvml is not None:
+        recorder: Optional[RecordingNvml] = None
+        if record_path is not None:
+            note = (f"recorded by fleet agent {__version__} on {facts.get('hostname')} "
+                    f"at {_now()}; no setting changed")
+            recorder = RecordingNvml(nvml, note)
+            recorder.recording["context"] = {"euid": euid}
+            nvml = recorder
+        try:
+            system = read_system(nvml)
+            count = int(system["gpu_count"])
+            for index in range(count):
+                progress("gpu", f"fingerprinting GPU {index + 1} of {count}", gpu=index)
+                try:
+                    gpus.append(fingerprint_gpu(nvml, index, system, euid, probe_writes))
+                except NvmlError as exc:
+                    errors.append({"stage": "fingerprint", "gpu": index, "message": str(exc)})
+            if bench is not None:
+                # Telemetry under load must not overwrite the idle answers being recorded.
+                live = recorder.inner if recorder is not None else nvml
+                benchmarks, failures = _benchmark(bench, gpus, live, progress)
+                errors += failures
+        finally:
+            nvml.close()
+        if recorder is not None:
+            with open(record_path or "", "w", encoding="utf-8") as fh:
+                json.dump(recorder.recording, fh, indent=1, sort_keys=True)
+                fh.write("\n")
+            progress("record", f"wrote NVML recording {record_path}")
+    if nvml is None and bench is not None:
+        if bench.device == "cpu":
+            benchmarks, failures = _benchmark(bench, [], None, progress)
+            errors += failures
+        else:
+            errors.append({"stage": "benchmark", "message": "no NVIDIA GPU: nothing to benchmark"})
+    return {
+        "format": DOCUMENT_FORMAT,
+        "agent_version": __version__,
+        "collected_at": _now(),
+        "source": source,
+        "no_gpu_reason": source["note"] if nvml is None else None,
+        "probe_writes": probe_writes,
+        "host": facts,
+        "system": system,
+        "gpus": gpus,
+        "benchmarks": benchmarks,
+        "errors": errors,
+    }

@@ -1,0 +1,542 @@
+"""The standard harness: an M×N×K matmul number that survives a skeptic.
+
+Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
+- random inputs from a fixed seed, never zeros (zeros ran 13% faster on an H200 here);
+- a correctness gate against a float64 reference on a slice of rows, before timing;
+- CUDA events recorded on the kernel's own stream, the L2 flushed before every timed run
+  (a buffer of at least twice the L2) unless warm-cache mode is asked for;
+- warm-up in windows until throughput, SM clock and power stop drifting, or a cap;
+- timed runs back to back (sustained, the default: what a training job sees) or with a
+  pause between them (burst); the host synchronises once per batch, on the batch's last
+  stop event, while the next batch is already queued, so the GPU never idles;
+- NVML telemetry sampled through the measurement window and stored with the result;
+- median, trimmed mean, min, max, CV and a 95% interval of the median; TFLOP/s from
+  2·M·N·K over the median; provenance of everything that changes the kernel.
+
+torch is imported here and nowhere else in the agent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from agent import stats, steady, telemetry
+from agent.nvml import Handle, Nvml, NvmlError
+
+HARNESS_VERSION = "1.0.0"
+TIMING_METHOD = "cuda-events-per-run"
+# Max relative error (max |C - ref| / max |ref|) against float64 on the same inputs. The
+# output's own rounding dominates: bf16 keeps 8 bits (0.4% per element), fp16 11 bits,
+# tf32 rounds the inputs to 10 bits.
+TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "tf32": 5e-3, "fp32": 1e-4}
+# Environment variables that change which kernel runs or how it is set up.
+KERNEL_ENV_PREFIXES = (
+    "CUBLAS", "CUBLASLT", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32", "TORCH_BLAS",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF",
+    "DISABLE_ADDMM_CUDA_LT", "TORCH_CUDNN",
+)
+MIN_FLUSH_BYTES = 64 * 1024 * 1024
+
+Progress = Callable[[str], None]
+
+
+class HarnessError(Exception):
+    """The harness cannot run here (no torch, no device, bad options)."""
+
+
+@dataclass
+class Config:
+    dtype: str = "bf16"
+    m: int = 8192
+    n: int = 8192
+    k: int = 8192
+    mode: str = "sustained"  # or "burst"
+    pause_ms: float = 50.0  # burst mode only
+    warm_l2: bool = False
+    sequential: bool = False
+    gpus: Optional[List[int]] = None
+    device: str = "cuda"  # "cpu" runs the same code path without a GPU (tests)
+    seed: int = 20261122
+    check_rows: int = 64
+    # On the lent H100s a card starting cool wandered between 672 and 707 TFLOP/s for about
+    # 20 s of load before settling, and a settled card still hops between 15 MHz clock bins
+    # every few hundred ms, so 0.5 s window medians jump by 1%. Windows of 1 s, each reduced
+    # to a 10%-trimmed mean (a time average across bins), 4 of which must agree and 6 show
+    # no trend (bench/RESULTS.md, "Harness").
+    window_s: float = 1.0
+    steady_windows: int = 4
+    trend_windows: int = 6
+    steady_tolerance: float = 0.005  # throughput; clocks and power get wider bands
+    clock_tolerance: float = 0.02  # 15 MHz bins near 1400 MHz are 1.1% apart
+    power_tolerance: float = 0.03
+    max_warmup_s: float = 30.0
+    measure_s: float = 4.0
+    max_runs: int = 20000
+    lock_clocks_mhz: Optional[int] = None
+    flush_bytes: Optional[int] = None  # default: max(2 x L2, 64 MiB)
+
+    def validate(self) -> None:
+        if self.dtype not in TOLERANCE:
+            raise HarnessError(f"dtype {self.dtype!r}: choose one of {', '.join(TOLERANCE)}")
+        if self.mode not in ("sustained", "burst"):
+            raise HarnessError(f"mode {self.mode!r}: choose sustained or burst")
+        if min(self.m, self.n, self.k) < 1:
+            raise HarnessError("M, N and K must be positive")
+        if self.check_rows < 1:
+            raise HarnessError("check_rows must be at least 1")
+
+
+@dataclass
+class GpuTarget:
+    index: int  # torch's device index (or 0 on the CPU)
+    nvml_index: Optional[int]
+    uuid: Optional[str]
+    nvml: Optional[Nvml] = None
+    handle: Optional[Handle] = None
+
+
+@dataclass
+class Coordinator:
+    """Lets concurrent GPUs start measuring together once all of them are steady."""
+
+    expected: int
+    _steady: Set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _go: threading.Event = field(default_factory=threading.Event)
+
+    def report(self, index: int, is_steady: bool, gave_up: bool) -> None:
+        with self._lock:
+            if is_steady or gave_up:
+                self._steady.add(index)
+            if len(self._steady) >= self.expected:
+                self._go.set()
+
+    def ready(self) -> bool:
+        return self._go.is_set()
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except Exception as exc:  # a broken install raises more than ImportError
+        raise HarnessError(f"torch is not importable: {exc}") from exc
+    return torch
+
+
+def kernel_environment(torch: Any) -> Dict[str, str]:
+    env = {k: v[:256] for k, v in sorted(os.environ.items())
+           if k.startswith(KERNEL_ENV_PREFIXES)}
+    matmul = torch.backends.cuda.matmul
+    env["torch.backends.cuda.matmul.allow_tf32"] = str(matmul.allow_tf32)
+    env["torch.float32_matmul_precision"] = str(torch.get_float32_matmul_precision())
+    for flag in ("allow_bf16_reduced_precision_reduction",
+                 "allow_fp16_reduced_precision_reduction"):
+        if hasattr(matmul, flag):
+            env[f"torch.backends.cuda.matmul.{flag}"] = str(getattr(matmul, flag))
+    return env
+
+
+def cublas_version() -> Optional[str]:
+    """cuBLASLt's own version, from the library this process actually loaded."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as fh:
+            paths = {line.split()[-1] for line in fh if "libcublasLt" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.cublasLtGetVersion.restype = ctypes.c_size_t
+            raw = int(lib.cublasLtGetVersion())
+        except (OSError, AttributeError):
+            continue
+        # 130001 -> 13.0.1; cuBLAS encodes major*10000 + minor*100 + patch.
+        return f"{raw // 10000}.{(raw % 10000) // 100}.{raw % 100}"
+    return None
+
+
+class Runner:
+    """One device's inputs, flush buffer and timed-run primitives."""
+
+    def __init__(self, torch: Any, cfg: Config, target: GpuTarget) -> None:
+        self.torch = torch
+        self.cfg = cfg
+        self.target = target
+        self.cuda = cfg.device == "cuda"
+        self.device = torch.device(f"cuda:{target.index}" if self.cuda else "cpu")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16,
+                 "tf32": torch.float32, "fp32": torch.float32}[cfg.dtype]
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        # Inputs scaled so that sums over K stay O(1) in every dtype.
+        scale = 1.0 / (cfg.k ** 0.25)
+        with self._on_stream():
+            a = torch.randn(cfg.m, cfg.k, generator=gen, device=self.device)
+            b = torch.randn(cfg.k, cfg.n, generator=gen, device=self.device)
+            self.a, self.b = (a * scale).to(dtype), (b * scale).to(dtype)
+            self.c = torch.empty(cfg.m, cfg.n, dtype=dtype, device=self.device)
+        self.l2_bytes = self._l2_bytes()
+        self.flush: Any = None
+        if not cfg.warm_l2:
+            size = cfg.flush_bytes or max(2 * (self.l2_bytes or 0), MIN_FLUSH_BYTES)
+            self.flush = torch.empty(size, dtype=torch.uint8, device=self.device)
+
+    def _on_stream(self) -> Any:
+        if self.stream is None:
+            import contextlib
+
+            return contextlib.nullcontext()
+        return self.torch.cuda.stream(self.stream)
+
+    def _l2_bytes(self) -> Optional[int]:
+        if not self.cuda:
+            return None
+        props = self.torch.cuda.get_device_properties(self.device)
+        value = getattr(props, "L2_cache_size", None)
+        return int(value) if value else None
+
+    def check(self) -> Tuple[float, int]:
+        """Max relative error of one product against float64 on a fixed slice of rows."""
+        torch = self.torch
+        with self._on_stream():
+            self.c.fill_(float("nan"))  # an unwritten element must fail the gate
+            torch.matmul(self.a, self.b, out=self.c)
+            gen = torch.Generator().manual_seed(self.cfg.seed + 1)
+            rows = torch.randperm(self.cfg.m, generator=gen)[: self.cfg.check_rows].to(self.device)
+            ref = self.a.index_select(0, rows).double() @ self.b.double()
+            got = self.c.index_select(0, rows).double()
+            scale = ref.abs().max()
+            err = ((got - ref).abs().max() / scale).item() if scale.item() > 0 else float("inf")
+        if self.stream is not None:
+            self.stream.synchronize()
+        if err != err:  # NaN: an element was never written or overflowed
+            err = float("inf")
+        return err, int(rows.numel())
+
+    def _one(self, start: Any, stop: Any) -> None:
+        if self.flush is not None:
+            self.flush.zero_()
+        start.record(self.stream)
+        self.torch.matmul(self.a, self.b, out=self.c)
+        stop.record(self.stream)
+
+    def launch(self, runs: int) -> List[Tuple[Any, Any]]:
+        """Queue `runs` timed runs; nothing waits for them here."""
+        torch = self.torch
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(runs)]
+        with self._on_stream():
+            for start, stop in pairs:
+                self._one(start, stop)
+        return pairs
+
+    @staticmethod
+    def collect(pairs: Sequence[Tuple[Any, Any]]) -> List[float]:
+        pairs[-1][1].synchronize()  # the one wait: on the last stop event
+        return [float(start.elapsed_time(stop)) for start, stop in pairs]
+
+    def cpu_runs(self, runs: int) -> List[float]:
+        times: List[float] = []
+        for _ in range(runs):
+            if self.flush is not None:
+                self.flush.zero_()
+            t0 = time.perf_counter()
+            self.torch.matmul(self.a, self.b, out=self.c)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
+
+    def timed(self, runs: int) -> List[float]:
+        """`runs` back-to-back runs, waited for: used in warm-up windows."""
+        if not self.cuda:
+            return self.cpu_runs(runs)
+        return self.collect(self.launch(runs))
+
+    def burst_run(self, pause_s: float) -> float:
+        time.sleep(pause_s)
+        if not self.cuda:
+            return self.cpu_runs(1)[0]
+        return self.collect(self.launch(1))[0]
+
+
+def _other_processes(target: GpuTarget) -> List[int]:
+    if target.nvml is None or target.handle is None:
+        return []
+    pids: List[int] = []
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            pids += [int(p.get("pid", -1)) for p in target.nvml.call(target.handle, fn) or []]
+        except NvmlError:
+            continue
+    return sorted({p for p in pids if p != os.getpid()})
+
+
+def _utilization(target: GpuTarget) -> Optional[int]:
+    if target.nvml is None or target.handle is None:
+        return None
+    try:
+        return int(target.nvml.call(target.handle, "nvmlDeviceGetUtilizationRates")["gpu"])
+    except (NvmlError, KeyError, TypeError):
+        return None
+
+
+def lock_clocks(target: GpuTarget, mhz: int) -> Dict[str, Any]:
+    """Ask the driver to lock the SM clock; say whether it refused. Opt-in only."""
+    if target.nvml is None or target.handle is None:
+        return {"requested_mhz": mhz, "applied": False, "error": "no NVML handle"}
+    try:
+        target.nvml.call(target.handle, "nvmlDeviceSetGpuLockedClocks", mhz, mhz)
+    except NvmlError as exc:
+        return {"requested_mhz": mhz, "applied": False, "error": exc.name}
+    return {"requested_mhz": mhz, "applied": True, "error": None}
+
+
+def unlock_clocks(target: GpuTarget) -> Optional[str]:
+    """Undo `lock_clocks`. NVML has no getter for locked clocks, so the state before is
+    taken to be unlocked (the default); the reset's own answer is recorded."""
+    if target.nvml is None or target.handle is None:
+        return None
+    try:
+        target.nvml.call(target.handle, "nvmlDeviceResetGpuLockedClocks")
+    except NvmlError as exc:
+        return exc.name
+    return None
+
+
+def measure(
+    torch: Any,
+    cfg: Config,
+    target: GpuTarget,
+    coordinator: Coordinator,
+    gpus_in_run: int,
+    progress: Progress,
+) -> Dict[str, Any]:
+    wall0 = time.perf_counter()
+    busy_before = _other_processes(target)
+    util_before = _utilization(target)
+    lock: Optional[Dict[str, Any]] = None
+    sampler = telemetry.Sampler(target.nvml, target.handle)
+    sampler.start()
+    try:
+        if cfg.lock_clocks_mhz is not None:
+            lock = lock_clocks(target, cfg.lock_clocks_mhz)
+        runner = Runner(torch, cfg, target)
+        err, rows_checked = runner.check()
+        progress(f"GPU {target.index}: correctness max relative error {err:.2e}")
+
+        # Warm-up: windows of about window_s until steady (and, when concurrent, until
+        # every GPU is), or the cap.
+        first = runner.timed(3)
+        per_run_ms = max(sorted(first)[1], 1e-3)
+        window_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + 0.05)))
+        burst_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + cfg.pause_ms)))
+        windows: List[float] = []
+        errors: List[float] = []
+        clocks: List[Optional[float]] = []
+        power: List[Optional[float]] = []
+        warm0 = time.perf_counter()
+        is_steady = gave_up = False
+        while True:
+            t0 = time.perf_counter()
+            if cfg.mode == "burst":
+                # Burst's steady state is the card at burst's duty cycle, not under load.
+                window = [runner.burst_run(cfg.pause_ms / 1e3) for _ in range(burst_runs)]
+            else:
+                window = runner.timed(window_runs)
+            seen = telemetry.window_medians(sampler.between(t0, time.perf_counter()))
+            windows.append(stats.trimmed_mean(window))
+            errors.append(stats.relative_standard_error(window))
+            clocks.append(seen["sm_clock_mhz"])
+            power.append(seen["power_w"])
+            # A window of few runs (burst mode: ~20 a second) cannot resolve 0.5%: widen
+            # the band to three standard errors of a window's mean where that is larger.
+            band = min(1.0, max(cfg.steady_tolerance,
+                                3.0 * statistics.median(errors[-cfg.steady_windows:])))
+            is_steady = (
+                steady.is_steady(windows, band, cfg.steady_windows, cfg.trend_windows)
+                and steady.is_steady(clocks, cfg.clock_tolerance, cfg.steady_windows,
+                                     cfg.trend_windows)
+                and steady.is_steady(power, cfg.power_tolerance, cfg.steady_windows,
+                                     cfg.trend_windows)
+            )
+            gave_up = time.perf_counter() - warm0 >= cfg.max_warmup_s
+            coordinator.report(target.index, is_steady, gave_up)
+            if (is_steady or gave_up) and coordinator.ready():
+                break
+            if gave_up and time.perf_counter() - warm0 >= 2 * cfg.max_warmup_s:
+                break  # another GPU never settled either: stop waiting for it
+        warmup_s = time.perf_counter() - warm0
+        progress(f"GPU {target.index}: {'steady' if is_steady else 'NOT steady'} after "
+                 f"{warmup_s:.1f} s ({len(windows)} windows); measuring")
+
+        samples: List[float] = []
+        m0 = time.perf_counter()
+        if cfg.mode == "burst":
+            while time.perf_counter() - m0 < cfg.measure_s and len(samples) < cfg.max_runs:
+                samples.append(runner.burst_run(cfg.pause_ms / 1e3))
+        elif not runner.cuda:
+            while time.perf_counter() - m0 < cfg.measure_s and len(samples) < cfg.max_runs:
+                samples += runner.cpu_runs(window_runs)
+        else:
+            batch = max(3, window_runs // 2)
+            pending = runner.launch(batch)
+            while True:
+                done = time.perf_counter() - m0 >= cfg.measure_s
+                full = len(samples) + 2 * batch > cfg.max_runs
+                queued = None if (done or full) else runner.launch(batch)
+                samples += runner.collect(pending)
+                if queued is None:
+                    break
+                pending = queued
+        m1 = time.perf_counter()
+        window_samples = sampler.between(m0, m1)
+    finally:
+        sampler.stop()
+        unlock_error = unlock_clocks(target) if lock and lock.get("applied") else None
+    busy_after = _other_processes(target)
+    summary = stats.summarise(samples)
+    tele = telemetry.summarise(window_samples)
+    tolerance = TOLERANCE[cfg.dtype]
+    contention: List[str] = []
+    if busy_before or busy_after:
+        contention.append(f"other processes on the GPU: {sorted(set(busy_before + busy_after))}")
+    if util_before is not None and util_before > 5:
+        contention.append(f"GPU utilization {util_before}% before the run started")
+    props = torch.cuda.get_device_properties(runner.device) if runner.cuda else None
+    if lock is not None and unlock_error is not None:
+        lock["unlock_error"] = unlock_error
+    return {
+        "gpu_index": target.nvml_index if target.nvml_index is not None else target.index,
+        "gpu_uuid": target.uuid,
+        "harness_version": HARNESS_VERSION,
+        "timing_method": TIMING_METHOD if runner.cuda else "cpu-perf-counter-per-run",
+        "mode": cfg.mode,
+        "pause_ms": cfg.pause_ms if cfg.mode == "burst" else 0.0,
+        "cache": "warm" if cfg.warm_l2 else "cold",
+        "concurrency": "sequential" if cfg.sequential or gpus_in_run == 1 else "concurrent",
+        "gpus_in_run": gpus_in_run,
+        "dtype": cfg.dtype,
+        "m": cfg.m, "n": cfg.n, "k": cfg.k,
+        "tflops": stats.tflops(cfg.m, cfg.n, cfg.k, summary["median_ms"]),
+        "stats": summary,
+        "warmup": {"steady": is_steady, "seconds": round(warmup_s, 3), "windows": len(windows),
+                   "band": round(band, 6),
+                   "window_trimmed_means_ms": [round(w, 6) for w in windows]},
+        "correctness": {"max_rel_error": err if err != float("inf") else None,
+                        "tolerance": tolerance, "rows_checked": rows_checked,
+                        "passed": err <= tolerance},
+        "flags": {
+            "power_capped": telemetry.share_with(window_samples, telemetry.POWER_CAP) > 0.1,
+            "thermal_throttled": telemetry.share_with(window_samples, telemetry.THERMAL) > 0,
+            "hw_slowdown": telemetry.share_with(window_samples, telemetry.HW_SLOWDOWN) > 0,
+            "contended": bool(contention),
+            "not_steady": not is_steady,
+            "correctness_failed": not err <= tolerance,
+            "clocks_locked": bool(lock and lock.get("applied")),
+        },
+        "contention": contention,
+        "clock_lock": lock,
+        "telemetry": tele,
+        "telemetry_series": telemetry.downsample(window_samples, m0),
+        "samples_ms": [round(s, 6) for s in samples],
+        "provenance": {
+            "torch_version": str(torch.__version__),
+            "cuda_runtime_version": torch.version.cuda,
+            "cublas_version": cublas_version() if runner.cuda else None,
+            "device_name": props.name if props is not None else "cpu",
+            "sm_count": int(props.multi_processor_count) if props is not None else None,
+            "l2_bytes": runner.l2_bytes,
+            "flush_bytes": int(runner.flush.numel()) if runner.flush is not None else 0,
+            "inputs": f"randn(seed={cfg.seed}) * K^-0.25, cast to {cfg.dtype}",
+            "env": kernel_environment(torch),
+        },
+        "wall_s": round(time.perf_counter() - wall0, 3),
+    }
+
+
+def _configure_precision(torch: Any, dtype: str) -> None:
+    # fp32 means the CUDA cores (no TF32); tf32 asks for the tensor cores' TF32 mode.
+    allow = dtype == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.set_float32_matmul_precision("high" if allow else "highest")
+
+
+def _match_targets(torch: Any, cfg: Config, gpus: Sequence[Dict[str, Any]],
+                   nvml: Optional[Nvml]) -> List[GpuTarget]:
+    """Torch's device order may differ from NVML's (CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES):
+    match them by UUID, then PCI bus id."""
+    if cfg.device != "cuda":
+        return [GpuTarget(0, None, None)]
+    if not torch.cuda.is_available():
+        raise HarnessError("torch sees no CUDA device (torch.cuda.is_available() is False)")
+    by_uuid = {g.get("uuid"): g for g in gpus if g.get("uuid")}
+    by_bus = {str(g.get("pci_bus_id") or "").lower()[-12:]: g for g in gpus}
+    targets: List[GpuTarget] = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        uuid = getattr(props, "uuid", None)
+        uuid_text = f"GPU-{uuid}" if uuid is not None else None
+        match = by_uuid.get(uuid_text)
+        if match is None and hasattr(props, "pci_bus_id"):
+            bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            match = by_bus.get(bus.lower()[-12:])
+        nvml_index = match.get("index") if match else None
+        if cfg.gpus is not None and (nvml_index if nvml_index is not None else index) \
+                not in cfg.gpus:
+            continue
+        target = GpuTarget(index, nvml_index, (match or {}).get("uuid") or uuid_text)
+        if nvml is not None and nvml_index is not None:
+            target.nvml = nvml
+            target.handle = nvml.device(int(nvml_index))
+        targets.append(target)
+    if not targets:
+        raise HarnessError(f"no GPU matches --gpus {cfg.gpus}")
+    return targets
+
+
+def run(
+    cfg: Config,
+    gpus: Sequence[Dict[str, Any]],
+    nvml: Optional[Nvml],
+    progress: Progress,
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """Benchmark the selected GPUs; returns (results, errors)."""
+    cfg.validate()
+    torch = _import_torch()
+    _configure_precision(torch, cfg.dtype)
+    targets = _match_targets(torch, cfg, gpus, nvml)
+    results: List[Dict[str, Any]] = []
+    errors: List[Dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def one(target: GpuTarget, coordinator: Coordinator, count: int) -> None:
+        try:
+            result = measure(torch, cfg, target, coordinator, count, progress)
+        except Exception as exc:  # one GPU's failure must not lose the others' results
+            with lock:
+                errors.append({"stage": "benchmark", "gpu": target.nvml_index,
+                               "message": f"{type(exc).__name__}: {exc}"[:4000]})
+            coordinator.report(target.index, True, True)
+            return
+        with lock:
+            results.append(result)
+
+    if cfg.sequential or len(targets) == 1:
+        for target in targets:
+            one(target, Coordinator(1), 1)
+    else:
+        coordinator = Coordinator(len(targets))
+        threads = [threading.Thread(target=one, args=(t, coordinator, len(targets)),
+                                    name=f"fleet-gpu{t.index}") for t in targets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    results.sort(key=lambda r: int(r["gpu_index"]))
+    return results, errors

@@ -1,0 +1,293 @@
+"""NVML access through one narrow interface: live, recorded or replayed.
+
+Every NVML question the agent asks goes through `Nvml.call(handle, fn, *args)`, so the
+same fingerprint code runs against a live driver, writes a recording while it does, or
+replays a recording (`nvml-recording/1`, see DESIGN.md) on a machine with no GPU.
+
+Recording keys are the pynvml function name, then the arguments after the handle in
+parentheses (NVML constants by name, numbers as numbers, no spaces). A value is what
+pynvml returned, structs as objects of their fields, or {"nvml_error": NAME}. A child
+handle (a MIG device) is recorded as {"nvml_handle": {...its own calls...}}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any, Dict, List, Optional, Union
+
+RECORDING_FORMAT = "nvml-recording/1"
+REPLAY_ENV = "FLEET_NVML_REPLAY"
+
+Arg = Union[str, int]
+
+
+class NvmlError(Exception):
+    """An NVML call failed; `name` is the NVML_ERROR_* constant's name."""
+
+    def __init__(self, name: str, call: str = "") -> None:
+        super().__init__(f"{call}: {name}" if call else name)
+        self.name = name
+        self.call = call
+
+
+class NvmlUnavailable(Exception):
+    """NVML itself cannot be used here (no library, no driver, no pynvml)."""
+
+
+def call_key(fn: str, args: "tuple[Arg, ...]") -> str:
+    if not args:
+        return fn
+    return fn + "(" + ",".join(str(a) for a in args) + ")"
+
+
+def to_plain(value: Any) -> Any:
+    """pynvml's answer as JSON data: ctypes structs become objects of their fields."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    fields = getattr(value, "_fields_", None)
+    if fields is not None:
+        out: Dict[str, Any] = {}
+        for field in fields:
+            name = field[0]
+            # pynvml's printable structs decode char arrays through __getattr__.
+            out[name] = to_plain(getattr(value, name))
+        return out
+    if hasattr(value, "value"):  # a bare ctypes scalar
+        return to_plain(value.value)
+    if hasattr(value, "__dict__"):
+        # pynvml's nvmlFriendlyObject (process lists, for one): attributes, no _fields_.
+        return {str(k): to_plain(v) for k, v in vars(value).items() if not k.startswith("_")}
+    try:
+        return [to_plain(v) for v in value]
+    except TypeError:
+        return str(value)
+
+
+class Handle:
+    """A device as the agent sees it: an index path and whatever the backend needs."""
+
+    def __init__(self, label: str, native: Any, store: Optional[Dict[str, Any]] = None):
+        self.label = label  # "0", or "0/mig1" for a MIG device of GPU 0
+        self.native = native
+        self.store = store  # where a recorder writes this handle's answers
+
+
+class Nvml:
+    """The interface: system calls, device handles and per-handle calls."""
+
+    source = "nvml"
+
+    def system(self, fn: str, *args: Arg) -> Any:
+        raise NotImplementedError
+
+    def device_count(self) -> int:
+        return int(self.system("nvmlDeviceGetCount"))
+
+    def device(self, index: int) -> Handle:
+        raise NotImplementedError
+
+    def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        """A handle that an NVML call hands back, such as a MIG device's."""
+        raise NotImplementedError
+
+    def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _error_names(pynvml: Any) -> Dict[int, str]:
+    return {
+        getattr(pynvml, n): n
+        for n in dir(pynvml)
+        if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)
+    }
+
+
+class LiveNvml(Nvml):
+    """The driver, through NVIDIA's pynvml (nvidia-ml-py)."""
+
+    source = "nvml"
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise NvmlUnavailable(f"pynvml is not importable: {exc}") from exc
+        self._p: Any = pynvml
+        self._errors = _error_names(pynvml)
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(
+                f"nvmlInit failed: {self._errors.get(exc.value, exc.value)}"
+            ) from exc
+        except OSError as exc:  # some pynvml builds let a dlopen failure through
+            raise NvmlUnavailable(f"libnvidia-ml could not be loaded: {exc}") from exc
+
+    def _resolve(self, arg: Arg) -> Any:
+        if isinstance(arg, str):
+            return getattr(self._p, arg)
+        return arg
+
+    def _invoke(self, native: Any, fn: str, args: "tuple[Arg, ...]") -> Any:
+        func = getattr(self._p, fn, None)
+        key = call_key(fn, args)
+        if func is None:
+            raise NvmlError("NVML_ERROR_FUNCTION_NOT_FOUND", key)
+        real_args = [self._resolve(a) for a in args]
+        if native is not None:
+            real_args.insert(0, native)
+        try:
+            return func(*real_args)
+        except self._p.NVMLError as exc:
+            raise NvmlError(self._errors.get(exc.value, f"NVML_ERROR_{exc.value}"), key) from None
+
+    def system(self, fn: str, *args: Arg) -> Any:
+        return to_plain(self._invoke(None, fn, args))
+
+    def device(self, index: int) -> Handle:
+        native = self._invoke(None, "nvmlDeviceGetHandleByIndex", (index,))
+        return Handle(str(index), native)
+
+    def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        native = self._invoke(handle.native, fn, args)
+        return Handle(f"{handle.label}/{call_key(fn, args)}", native)
+
+    def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        return to_plain(self._invoke(handle.native, fn, args))
+
+    def close(self) -> None:
+        with contextlib.suppress(self._p.NVMLError):
+            self._p.nvmlShutdown()
+
+
+def _answer(store: Dict[str, Any], key: str) -> Any:
+    if key not in store:
+        # What an old driver without the entry point says.
+        raise NvmlError("NVML_ERROR_FUNCTION_NOT_FOUND", key)
+    value = store[key]
+    if isinstance(value, dict) and set(value) == {"nvml_error"}:
+        raise NvmlError(str(value["nvml_error"]), key)
+    return value
+
+
+class ReplayNvml(Nvml):
+    """Answers from a recording, as the machine it was made on answered."""
+
+    source = "replay"
+
+    def __init__(self, recording: Dict[str, Any], origin: str = "") -> None:
+        if recording.get("format") != RECORDING_FORMAT:
+            raise ValueError(
+                f"{origin or 'recording'}: format is {recording.get('format')!r}, "
+                f"expected {RECORDING_FORMAT!r}"
+            )
+        self.recording = recording
+        self.origin = origin
+        self._system: Dict[str, Any] = recording.get("system") or {}
+        self._devices: List[Dict[str, Any]] = recording.get("devices") or []
+
+    @classmethod
+    def from_file(cls, path: str) -> "ReplayNvml":
+        with open(path, encoding="utf-8") as fh:
+            try:
+                data = json.load(fh)
+            except ValueError as exc:
+                raise ValueError(f"{path}: not JSON ({exc})") from exc
+        return cls(data, origin=path)
+
+    def system(self, fn: str, *args: Arg) -> Any:
+        return _answer(self._system, call_key(fn, args))
+
+    def device_count(self) -> int:
+        try:
+            return int(self.system("nvmlDeviceGetCount"))
+        except NvmlError:
+            return len(self._devices)
+
+    def device(self, index: int) -> Handle:
+        if index >= len(self._devices):
+            raise NvmlError("NVML_ERROR_INVALID_ARGUMENT", f"nvmlDeviceGetHandleByIndex({index})")
+        return Handle(str(index), self._devices[index])
+
+    def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        key = call_key(fn, args)
+        value = _answer(handle.native, key)
+        if not (isinstance(value, dict) and isinstance(value.get("nvml_handle"), dict)):
+            raise ValueError(f"{self.origin}: {key} is not a recorded handle")
+        return Handle(f"{handle.label}/{key}", value["nvml_handle"])
+
+    def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        return _answer(handle.native, call_key(fn, args))
+
+
+class RecordingNvml(Nvml):
+    """Passes calls to another backend and writes down every answer it got."""
+
+    def __init__(self, inner: Nvml, source_note: str) -> None:
+        self.inner = inner
+        self.source = inner.source
+        self.recording: Dict[str, Any] = {
+            "format": RECORDING_FORMAT,
+            "source": source_note,
+            "system": {},
+            "devices": [],
+        }
+
+    @staticmethod
+    def _note(store: Dict[str, Any], key: str, func: Any) -> Any:
+        try:
+            value = func()
+        except NvmlError as exc:
+            store[key] = {"nvml_error": exc.name}
+            raise
+        store[key] = value
+        return value
+
+    def system(self, fn: str, *args: Arg) -> Any:
+        store = self.recording["system"]
+        return self._note(store, call_key(fn, args), lambda: self.inner.system(fn, *args))
+
+    def device(self, index: int) -> Handle:
+        inner = self.inner.device(index)
+        devices: List[Dict[str, Any]] = self.recording["devices"]
+        while len(devices) <= index:
+            devices.append({})
+        return Handle(inner.label, inner, devices[index])
+
+    def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        assert handle.store is not None
+        key = call_key(fn, args)
+        try:
+            inner = self.inner.child(handle.native, fn, *args)
+        except NvmlError as exc:
+            handle.store[key] = {"nvml_error": exc.name}
+            raise
+        store: Dict[str, Any] = {}
+        handle.store[key] = {"nvml_handle": store}
+        return Handle(inner.label, inner, store)
+
+    def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        assert handle.store is not None
+        return self._note(
+            handle.store, call_key(fn, args), lambda: self.inner.call(handle.native, fn, *args)
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def open_nvml() -> Nvml:
+    """The recording named by FLEET_NVML_REPLAY, else the live driver."""
+    replay = os.environ.get(REPLAY_ENV)
+    if replay:
+        return ReplayNvml.from_file(replay)
+    return LiveNvml()

@@ -1,0 +1,175 @@
+"""How trustworthy is the harness's number? Run on the device tool (a real GPU).
+
+In one call, on M=N=K (8192 by default) bf16, five times each and interleaved: fleet's
+harness, `triton.testing.do_bench` (median) and `torch.utils.benchmark` (blocked
+autorange). Then a long steady-state reference: back-to-back CUDA-graph replays for
+--reference-s seconds, of which the last half counts. Prints a table (method, median
+TFLOP/s, spread across repeats, wall time per repeat) and writes everything as JSON.
+
+    python3 bench/harness_fidelity.py --out $OUT/fidelity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent import harness
+from agent.fingerprint import fingerprint_gpu, read_system
+from agent.nvml import LiveNvml
+
+
+def flops(size: int) -> float:
+    return 2.0 * size**3
+
+
+def inputs(torch: Any, size: int) -> tuple[Any, Any, Any]:
+    """The harness's own inputs: on a power-capped card the data's values change the power
+    per FLOP, so every method must multiply the same matrices."""
+    cfg = harness.Config(m=size, n=size, k=size, warm_l2=True)
+    runner = harness.Runner(torch, cfg, harness.GpuTarget(0, None, None))
+    return runner.a, runner.b, runner.c
+
+
+def run_harness(torch: Any, size: int, gpus: list[dict[str, Any]], nvml: Any) -> dict[str, Any]:
+    cfg = harness.Config(m=size, n=size, k=size, gpus=[0])
+    t0 = time.perf_counter()
+    results, errors = harness.run(cfg, gpus, nvml, lambda message: None)
+    wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(errors)
+    r = results[0]
+    return {"tflops": r["tflops"], "wall_s": wall, "steady": r["warmup"]["steady"],
+            "warmup_s": r["warmup"]["seconds"], "runs": r["stats"]["runs"],
+            "window_trimmed_means_ms": r["warmup"]["window_trimmed_means_ms"],
+            "cv": r["stats"]["cv"], "telemetry": r["telemetry"], "flags": r["flags"],
+            "correctness": r["correctness"]}
+
+
+def run_do_bench(torch: Any, size: int) -> dict[str, Any]:
+    import triton.testing
+
+    a, b, c = inputs(torch, size)
+    t0 = time.perf_counter()
+    ms = triton.testing.do_bench(lambda: torch.matmul(a, b, out=c), return_mode="median")
+    wall = time.perf_counter() - t0
+    return {"tflops": flops(size) / (ms * 1e-3) / 1e12, "wall_s": wall}
+
+
+def run_torch_benchmark(torch: Any, size: int) -> dict[str, Any]:
+    import torch.utils.benchmark as tub
+
+    a, b, c = inputs(torch, size)
+    timer = tub.Timer(stmt="torch.matmul(a, b, out=c)", globals={"torch": torch, "a": a,
+                                                                "b": b, "c": c})
+    t0 = time.perf_counter()
+    measurement = timer.blocked_autorange()
+    wall = time.perf_counter() - t0
+    return {"tflops": flops(size) / measurement.median / 1e12, "wall_s": wall}
+
+
+def reference(torch: Any, size: int, seconds: float) -> dict[str, Any]:
+    """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last half of
+    the time counts."""
+    a, b, c = inputs(torch, size)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            torch.matmul(a, b, out=c)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    per_graph = 10
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(per_graph):
+            torch.matmul(a, b, out=c)
+    times: list[tuple[float, float]] = []
+    t0 = time.perf_counter()
+    with torch.cuda.stream(stream):
+        while time.perf_counter() - t0 < seconds:
+            pairs = []
+            for _ in range(20):
+                start = torch.cuda.Event(enable_timing=True)
+                stop = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                graph.replay()
+                stop.record(stream)
+                pairs.append((start, stop))
+            pairs[-1][1].synchronize()
+            now = time.perf_counter() - t0
+            times += [(now, s.elapsed_time(e) / per_graph) for s, e in pairs]
+    late = [ms for when, ms in times if when >= seconds / 2]
+    med = statistics.median(late)
+    # Per 5 s of the whole run, to show when it settled.
+    trace = []
+    for lo in range(0, int(seconds), 5):
+        chunk = [ms for when, ms in times if lo <= when < lo + 5]
+        if chunk:
+            trace.append(round(flops(size) / (statistics.median(chunk) * 1e-3) / 1e12, 1))
+    return {"tflops": flops(size) / (med * 1e-3) / 1e12, "replays": len(late),
+            "seconds": seconds, "per_5s": trace}
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--reference-s", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    import torch
+
+    nvml = LiveNvml()
+    system = read_system(nvml)
+    gpus = [fingerprint_gpu(nvml, i, system, euid=0) for i in range(system["gpu_count"])]
+    methods = {"fleet harness": run_harness, "triton do_bench": run_do_bench,
+               "torch.utils.benchmark": run_torch_benchmark}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in methods}
+    for repeat in range(args.repeats):
+        for name, func in methods.items():
+            result = (func(torch, args.size, gpus, nvml) if func is run_harness
+                      else func(torch, args.size))
+            runs[name].append(result)
+            extra = ""
+            if "steady" in result:
+                tele = result["telemetry"]
+                extra = (f" steady={result['steady']} warm-up {result['warmup_s']:.1f} s, "
+                         f"SM {tele['sm_clock_mhz_median']} MHz, {tele['power_w_median']} W, "
+                         f"{tele['temperature_c_max']} C")
+            print(f"repeat {repeat + 1} {name}: {result['tflops']:.1f} TFLOP/s "
+                  f"({result['wall_s']:.1f} s){extra}", flush=True)
+    ref = reference(torch, args.size, args.reference_s)
+    print(f"reference: {ref['tflops']:.1f} TFLOP/s over {ref['replays']} graph replays; "
+          f"per 5 s: {ref['per_5s']}", flush=True)
+    table = []
+    for name, results in runs.items():
+        values = [r["tflops"] for r in results]
+        med = statistics.median(values)
+        table.append({"method": name, "median_tflops": med, "spread": spread(values),
+                      "vs_reference": med / ref["tflops"] - 1,
+                      "wall_s_median": statistics.median(r["wall_s"] for r in results),
+                      "values": values})
+    args.out.write_text(json.dumps({"size": args.size, "device": gpus[0]["name"],
+                                    "driver": system["driver_version"],
+                                    "torch": torch.__version__, "reference": ref,
+                                    "table": table, "runs": runs}, indent=1))
+    print(f"\n{'method':24} {'median TFLOP/s':>15} {'spread':>8} {'vs ref':>8} {'wall s':>7}")
+    for row in table:
+        print(f"{row['method']:24} {row['median_tflops']:15.1f} {row['spread'] * 100:7.2f}% "
+              f"{row['vs_reference'] * 100:+7.2f}% {row['wall_s_median']:7.1f}")
+    print(f"{'reference (graph, late)':24} {ref['tflops']:15.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""How fast does the store take documents in, and answer the report's main query?
+
+Ingests 100,000 benchmark results with 200 raw samples each, as fleet-agent/1 documents
+of --gpus GPUs (one result per GPU: 12,500 documents of 8 GPUs by default), into a new
+SQLite file and a new PostgreSQL database. Timed per document from its JSON text to
+committed rows, as `fleet ingest` does it: validation by the model, canonical JSON and
+hash, one transaction. Generating the documents is not timed. Then the report's main
+query (per provider and variant, the median of per-GPU medians) over all of it.
+
+    python bench/store_ingest.py --gpus 8 --workers 1
+    python bench/store_ingest.py --gpus 1 --workers 2 --postgresql postgresql://postgres@127.0.0.1/postgres
+    python bench/store_ingest.py --compare-samples   # packed float64 against JSON text
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import orjson
+import psycopg
+
+from fleet.store.database import open_engine, resolve
+from fleet.store.ingest import Ingest, Origin, RunInfo, parse_text, prepare
+from fleet.store.models import pack_floats
+from fleet.store.query import ResultFilter, list_results, summarise_variants
+from fleet.store.schema import upgrade
+from tests.store import factory
+
+PROVIDERS = ("lambda", "coreweave", "aws", "gcp")
+VARIANTS = tuple(factory.VARIANTS)
+SPEED = {"lambda": 1.0, "coreweave": 0.97, "aws": 0.93, "gcp": 0.99}
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+class Documents:
+    """Distinct, valid documents, cheaply: a validated template per variant, with new
+    hostnames, UUIDs, times and samples (and statistics computed from them) per copy."""
+
+    def __init__(self, gpus: int, samples: int, hosts: int) -> None:
+        self.gpus, self.samples, self.hosts = gpus, samples, hosts
+        self.templates = {v: factory.document(gpus=gpus, variant=v, runs=samples)
+                          for v in VARIANTS}
+
+    def make(self, number: int) -> tuple[str, bytes]:
+        rng = random.Random(number)
+        host = number % self.hosts
+        provider = PROVIDERS[host % len(PROVIDERS)]
+        variant = VARIANTS[host % len(VARIANTS)]
+        template = self.templates[variant]
+        name = f"{provider}-{host:05d}"
+        doc = dict(template)
+        doc["collected_at"] = (START + dt.timedelta(minutes=number)).isoformat()
+        doc["host"] = dict(template["host"], hostname=name)
+        doc["gpus"] = [dict(gpu, uuid=factory.gpu_uuid(name, gpu["index"]))
+                       for gpu in template["gpus"]]
+        peak = factory.VARIANTS[variant]["peak"] * 0.9 * SPEED[provider]
+        results = []
+        for gpu in doc["gpus"]:
+            result = dict(template["benchmarks"][gpu["index"]], gpu_uuid=gpu["uuid"])
+            flops = 2.0 * result["m"] * result["n"] * result["k"]
+            median = flops / (peak * (1 + rng.gauss(0, 0.02)) * 1e12) * 1e3
+            values = factory.samples(rng, median, self.samples)
+            stats = factory.summary(values)
+            result.update(samples_ms=values, stats=stats,
+                          tflops=flops / (stats["median_ms"] * 1e-3) / 1e12)
+            results.append(result)
+        doc["benchmarks"] = results
+        return provider, orjson.dumps(doc)
+
+
+def _ingest(args: tuple[str, int, int, int, int, int, Any]) -> dict[str, float]:
+    url, worker, workers, count, gpus, samples, barrier = args
+    try:
+        documents = Documents(gpus, samples, hosts=1000)
+        mine = [documents.make(n) for n in range(worker, count, workers)]
+    except BaseException:
+        barrier.abort()  # or the others, and the parent, wait for this worker forever
+        raise
+    engine = open_engine(resolve(url))
+    timing = {"validate": 0.0, "prepare": 0.0, "store": 0.0}
+    barrier.wait()
+    begin, cpu = time.perf_counter(), time.process_time()
+    with Ingest(engine, RunInfo(sweep="bench")) as ingest:
+        for provider, text in mine:
+            t0 = time.perf_counter()
+            document = parse_text(text, "bench")
+            t1 = time.perf_counter()
+            prepared = prepare(document, "bench")
+            t2 = time.perf_counter()
+            ingest.store_prepared(prepared, Origin(provider))
+            t3 = time.perf_counter()
+            timing["validate"] += t1 - t0
+            timing["prepare"] += t2 - t1
+            timing["store"] += t3 - t2
+    timing["wall"] = time.perf_counter() - begin
+    # The development machine is shared: CPU time says what this process cost, whatever
+    # else ran beside it (the database server's own work is not in it).
+    timing["cpu"] = time.process_time() - cpu
+    timing["documents"] = len(mine)
+    timing["bytes"] = sum(len(text) for _, text in mine)
+    engine.dispose()
+    return timing
+
+
+def run(url: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    engine = open_engine(resolve(url))
+    upgrade(engine)
+    engine.dispose()
+    count = args.results // args.gpus
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Manager().Barrier(args.workers + 1)
+    with context.Pool(args.workers) as pool:
+        pending = pool.map_async(_ingest, [(url, w, args.workers, count, args.gpus,
+                                            args.samples, barrier)
+                                           for w in range(args.workers)])
+        load_before = os.getloadavg()[0]
+        barrier.wait()
+        begin = time.perf_counter()
+        timings = pending.get()
+        wall = time.perf_counter() - begin
+        load_after = os.getloadavg()[0]
+    documents = sum(t["documents"] for t in timings)
+    per_doc = {key: 1e3 * sum(t[key] for t in timings) / documents
+               for key in ("validate", "prepare", "store")}
+    engine = open_engine(resolve(url))
+    query_times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        summary = summarise_variants(engine, ResultFilter())
+        query_times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    filtered = list_results(engine, ResultFilter(provider="aws", variant=VARIANTS[0],
+                                                 since=START + dt.timedelta(days=5)), 100)
+    filtered_s = time.perf_counter() - t0
+    engine.dispose()
+    result = {
+        "backend": label, "workers": args.workers, "gpus_per_document": args.gpus,
+        "documents": documents, "results": documents * args.gpus,
+        "samples_per_result": args.samples,
+        "document_kib": sum(t["bytes"] for t in timings) / documents / 1024,
+        "wall_s": wall, "documents_per_s": documents / wall,
+        "results_per_s": documents * args.gpus / wall,
+        "ingest_cpu_s": sum(t["cpu"] for t in timings),
+        "documents_per_cpu_s": documents / sum(t["cpu"] for t in timings),
+        "load_average": [load_before, load_after],
+        "ms_per_document": per_doc,
+        "main_query_s": query_times, "main_query_groups": len(summary),
+        "main_query_gpus": sum(s.gpus for s in summary),
+        "filtered_list_s": filtered_s, "filtered_rows": len(filtered),
+    }
+    print(f"{label:10s} {args.workers} worker(s), {documents} documents of {args.gpus} GPU(s) "
+          f"({result['document_kib']:.0f} KiB): {wall:.1f} s, "
+          f"{result['documents_per_s']:.0f} documents/s, {result['results_per_s']:.0f} "
+          f"results/s; per document: validate {per_doc['validate']:.2f} ms, prepare "
+          f"{per_doc['prepare']:.2f} ms, store {per_doc['store']:.2f} ms; "
+          f"{result['documents_per_cpu_s']:.0f} documents per CPU-second of ingest; "
+          f"load average {load_before:.1f} -> {load_after:.1f}", flush=True)
+    print(f"{label:10s} main query over {documents * args.gpus} results: "
+          f"{', '.join(f'{t:.2f}' for t in query_times)} s ({len(summary)} groups, "
+          f"{result['main_query_gpus']} GPUs); filtered list: {filtered_s:.3f} s", flush=True)
+    return result
+
+
+def compare_samples(results: int, samples: int) -> dict[str, Any]:
+    """Packed float64 against JSON text for the raw samples column, on SQLite."""
+    rng = random.Random(0)
+    rows = [[1.6 * (1 + rng.gauss(0, 0.01)) for _ in range(samples)] for _ in range(results)]
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, encode in (("float64", pack_floats),
+                              ("json", lambda v: json.dumps(v, separators=(",", ":")))):
+            t0 = time.perf_counter()
+            encoded = [encode(v) for v in rows]
+            t1 = time.perf_counter()
+            conn = sqlite3.connect(os.path.join(tmp, f"{label}.db"), isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, samples)")
+            conn.execute("BEGIN")
+            conn.executemany("INSERT INTO s (samples) VALUES (?)", ((e,) for e in encoded))
+            conn.execute("COMMIT")
+            t2 = time.perf_counter()
+            decoded = [row[0] for row in conn.execute("SELECT samples FROM s")]
+            t3 = time.perf_counter()
+            (json.loads if label == "json" else lambda b: b)(decoded[0])
+            conn.close()
+            size = sum(len(e) for e in encoded)
+            out[label] = {"encode_s": t1 - t0, "insert_s": t2 - t1, "read_s": t3 - t2,
+                          "mib": size / 2**20}
+            print(f"samples as {label:8s}: encode {t1 - t0:.2f} s, insert {t2 - t1:.2f} s, "
+                  f"read {t3 - t2:.2f} s, {size / 2**20:.0f} MiB for {results} results",
+                  flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=int, default=100_000)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs (results) per document")
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=1, help="ingesting processes")
+    parser.add_argument("--sqlite", help="SQLite file to create (default: a temporary one)")
+    parser.add_argument("--postgresql", metavar="ADMIN_URL",
+                        help="a server where a scratch database is created and dropped")
+    parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--compare-samples", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                               "cpus": os.cpu_count(), "runs": []}
+    if args.compare_samples:
+        figures["samples"] = compare_samples(args.results, args.samples)
+    else:
+        if not args.no_sqlite:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = args.sqlite or os.path.join(tmp, "bench.db")
+                figures["runs"].append(run(f"sqlite:///{path}", "SQLite", args))
+                figures["runs"][-1]["db_mib"] = os.path.getsize(path) / 2**20
+        if args.postgresql:
+            name = f"fleet_bench_{os.getpid()}"
+            with psycopg.connect(args.postgresql, autocommit=True) as admin:
+                admin.execute(f'CREATE DATABASE "{name}"')
+            try:
+                url = args.postgresql.rsplit("/", 1)[0] + f"/{name}"
+                figures["runs"].append(run(url, "PostgreSQL", args))
+            finally:
+                with psycopg.connect(args.postgresql, autocommit=True) as admin:
+                    admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Terminal views of fleet's data, with rich. Every string from a host is shown as text."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from fleet.document import AgentDocument, BenchmarkResult, Gpu
+from fleet.sanitize import safe
+
+VERDICT_STYLE = {"yes": "green", "no": "red", "unknown": "yellow"}
+
+
+def _t(text: str, style: str = "") -> Text:
+    """Text from a host: never markup, control characters made visible."""
+    return Text(safe(text), style=style)
+
+
+def _v(value: object, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        value = f"{value:g}"
+    return f"{value}{unit}"
+
+
+def _power(gpu: Gpu) -> str:
+    if gpu.power_limit_w is None:
+        return "-"
+    text = f"{gpu.power_limit_w:g} W"
+    if gpu.power_limit_min_w is not None and gpu.power_limit_max_w is not None:
+        text += f" ({gpu.power_limit_min_w:g}-{gpu.power_limit_max_w:g})"
+    return text
+
+
+def _variant(gpu: Gpu) -> Text:
+    variant = gpu.variant
+    if variant.form_factor == "unknown":
+        return _t(f"unknown ({variant.pci_device_id or 'no PCI id'})", style="yellow")
+    return _t(variant.label or f"{variant.family} {variant.form_factor}")
+
+
+def host_line(document: AgentDocument) -> Text:
+    h = document.host
+    if document.source.kind not in ("nvml", "none") and document.source.path:
+        return _t(f"GPUs read from {document.source.path} (such a file holds no host facts)")
+    where = h.platform + (f" ({h.hypervisor})" if h.hypervisor else "")
+    where += f" container={h.container}" if h.container else ""
+    return _t(
+        f"{h.hostname or '?'}: {h.os or '?'}, kernel {h.kernel or '?'}, "
+        f"{h.cpu_count or '?'} x {h.cpu_model or '?'}, {_v(h.memory_total_mib, ' MiB')} RAM, "
+        f"{where}; Python {h.python_version or '?'}, torch {h.torch_version or '-'}, "
+        f"CUDA runtime {h.cuda_runtime_version or '-'}"
+    )
+
+
+def gpu_table(document: AgentDocument) -> Table:
+    table = Table(title=f"GPUs ({document.source.kind}"
+                  + (f": {escape(document.source.path)})" if document.source.path else ")"))
+    for column in ("#", "name", "variant", "virt", "driver / CUDA", "power limit", "max SM"):
+        table.add_column(column, overflow="fold")
+    for gpu in document.gpus:
+        table.add_row(
+            _t(str(gpu.index)),
+            _t(gpu.name or "-"),
+            _variant(gpu),
+            _t(_v(gpu.virtualization_mode)),
+            _t(f"{_v(gpu.driver_version)} / {_v(gpu.cuda_driver_version)}"),
+            _t(_power(gpu)),
+            _t(_v(gpu.max_sm_clock_mhz, " MHz")),
+        )
+    return table
+
+
+def config_table(document: AgentDocument) -> Table:
+    table = Table(title="Configuration")
+    for column in ("#", "memory", "ECC", "MIG", "persist", "compute", "PCIe", "NVLink",
+                   "clocks events"):
+        table.add_column(column, overflow="fold")
+    for gpu in document.gpus:
+        mig = _v(gpu.mig_enabled)
+        if gpu.mig_devices:
+            mig += " " + ",".join(d.profile or "?" for d in gpu.mig_devices)
+        table.add_row(
+            _t(str(gpu.index)),
+            _t(_v(gpu.memory_total_mib, " MiB")),
+            _t(_v(gpu.ecc_enabled)),
+            _t(mig),
+            _t(_v(gpu.persistence_mode)),
+            _t(_v(gpu.compute_mode)),
+            _t(f"gen{_v(gpu.pcie_gen_current)} x{_v(gpu.pcie_width_current)}"),
+            _t(f"{gpu.nvlink_links_active}/{gpu.nvlink_links_total}"),
+            _t(", ".join(gpu.clocks_event_reason_names or []) or "-"),
+        )
+    return table
+
+
+SETTING_HEADERS = {
+    "application_clocks": "app clocks",
+    "locked_gpu_clocks": "lock SM",
+    "locked_memory_clocks": "lock mem",
+    "power_limit": "power",
+    "persistence_mode": "persist",
+    "compute_mode": "compute",
+    "ecc": "ECC",
+}
+
+
+def capability_table(document: AgentDocument) -> Table:
+    table = Table(title="May the tenant change it?")
+    table.add_column("#")
+    for header in SETTING_HEADERS.values():
+        table.add_column(header)
+    for gpu in document.gpus:
+        cells: list[Text] = []
+        for setting in SETTING_HEADERS:
+            cap = getattr(gpu.capabilities, setting)
+            label = cap.verdict + ("*" if cap.method == "probed" else "")
+            cells.append(_t(label, style=VERDICT_STYLE[cap.verdict]))
+        table.add_row(str(gpu.index), *cells)
+    return table
+
+
+def evidence_lines(document: AgentDocument) -> Text:
+    text = Text()
+    for gpu in document.gpus:
+        for setting in SETTING_HEADERS:
+            cap = getattr(gpu.capabilities, setting)
+            text.append(f"GPU {gpu.index} {setting}: ", style="bold")
+            text.append(cap.verdict, style=VERDICT_STYLE[cap.verdict])
+            text.append(f" ({cap.method}) " + safe("; ".join(cap.evidence)) + "\n")
+    return text
+
+
+def render_fingerprint(document: AgentDocument, verbose: bool = False) -> Group:
+    parts: list[Table | Text] = [host_line(document)]
+    if not document.gpus:
+        parts.append(_t(f"No NVIDIA GPU: {document.no_gpu_reason or 'none found'}",
+                          style="yellow"))
+    else:
+        parts += [gpu_table(document), config_table(document), capability_table(document)]
+        if verbose:
+            parts.append(evidence_lines(document))
+        else:
+            parts.append(_t("* = probed with --probe-writes; --verbose shows the evidence",
+                              style="dim"))
+    for failure in document.errors:
+        parts.append(_t(f"error ({failure.stage}): {failure.message}", style="red"))
+    return Group(*parts)
+
+
+def _flags(result: BenchmarkResult) -> Text:
+    raised = [name for name, on in result.flags.model_dump().items() if on]
+    style = "red" if {"correctness_failed", "contended", "not_steady"} & set(raised) else "yellow"
+    return _t(", ".join(raised) or "-", style=style if raised else "")
+
+
+def bench_table(document: AgentDocument) -> Table:
+    by_index = {gpu.index: gpu for gpu in document.gpus}
+    table = Table(title="Standard harness")
+    for column in ("#", "GPU", "problem", "TFLOP/s", "95% CI", "% peak", "CV", "runs",
+                   "warm-up", "SM MHz", "power W", "capped", "flags"):
+        table.add_column(column, overflow="fold")
+    for r in document.benchmarks:
+        gpu = by_index.get(r.gpu_index)
+        flops = 2.0 * r.m * r.n * r.k / 1e9  # GFLOP, so GFLOP / ms = TFLOP/s
+        low, high = flops / r.stats.ci95_high_ms, flops / r.stats.ci95_low_ms
+        peak = None
+        if gpu is not None and gpu.variant.datasheet is not None:
+            peak = gpu.variant.datasheet.peak_tflops.get(r.dtype)
+        capped = r.telemetry.reason_shares.get("sw_power_cap")
+        table.add_row(
+            str(r.gpu_index),
+            _t(gpu.variant.label or gpu.name or "-") if gpu else _t(r.provenance.device_name
+                                                                         or "-"),
+            f"{r.dtype} {r.m}x{r.n}x{r.k} {r.mode}, {r.cache} L2, {r.concurrency}",
+            f"{r.tflops:.1f}",
+            f"{low:.1f}-{high:.1f}",
+            f"{100 * r.tflops / peak:.1f}%" if peak else "-",
+            f"{100 * r.stats.cv:.2f}%",
+            str(r.stats.runs),
+            f"{r.warmup.seconds:.1f} s" + ("" if r.warmup.steady else " (never steady)"),
+            _t(_v(r.telemetry.sm_clock_mhz_median)),
+            _t(_v(r.telemetry.power_w_median)),
+            "-" if capped is None else f"{100 * capped:.0f}%",
+            _flags(r),
+        )
+    return table
+
+
+def print_bench(console: Console, document: AgentDocument) -> None:
+    console.print(host_line(document))
+    if document.benchmarks:
+        console.print(bench_table(document))
+    for failure in document.errors:
+        console.print(_t(f"error ({failure.stage}): {failure.message}", style="red"))
+
+
+def print_fingerprint(console: Console, document: AgentDocument, verbose: bool) -> None:
+    console.print(render_fingerprint(document, verbose))

@@ -1,0 +1,356 @@
+"""The agent document (`fleet-agent/1`): the one shape that crosses from host to controller.
+
+Everything an agent sends is validated by these models before anything reads or stores
+it. A host is not trusted: unknown fields are refused, strings and lists are bounded,
+numbers must be finite, and the version must be one this controller understands.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from fleet.errors import AgentError
+
+DOCUMENT_FORMAT = "fleet-agent/1"
+
+Text = Annotated[str, StringConstraints(max_length=512)]
+LongText = Annotated[str, StringConstraints(max_length=4096)]
+Name = Annotated[str, StringConstraints(max_length=128)]
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+MHz = Annotated[int, Field(ge=0, le=100_000)]
+Watts = Annotated[float, Field(ge=0, le=100_000)]
+Verdict = Literal["yes", "no", "unknown"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class ClockRange(Strict):
+    count: Count
+    min_mhz: MHz
+    max_mhz: MHz
+
+
+class Datasheet(Strict):
+    default_power_w: Watts | None
+    max_sm_clock_mhz: MHz | None
+    memory_bandwidth_gbs: Annotated[float, Field(ge=0, le=1e6)] | None
+    peak_tflops: dict[Name, Annotated[float, Field(ge=0, le=1e6)] | None] = Field(max_length=16)
+    source: LongText
+
+
+class VgpuProfile(Strict):
+    profile: Name
+    board: Name
+    mig_slices: Count | None
+    framebuffer_gb: Count
+    series: Name
+    series_meaning: Name | None
+    physical_label: Name | None
+
+
+class Variant(Strict):
+    family: Name | None
+    memory_gb: Count | None
+    form_factor: Literal["SXM", "PCIe", "NVL", "vGPU", "unknown"]
+    label: Name | None
+    matched_by: Literal["pci_id", "name", "vgpu_profile", "unknown"]
+    pci_device_id: Name | None
+    vgpu_profile: VgpuProfile | None = None
+    datasheet: Datasheet | None = None
+    note: Text | None = None
+
+
+class Probe(Strict):
+    call: Text
+    result: Name
+
+
+class Capability(Strict):
+    verdict: Verdict
+    method: Literal["inferred", "probed"]
+    evidence: list[Text] = Field(max_length=16)
+    probe: Probe | None
+
+
+class Capabilities(Strict):
+    application_clocks: Capability
+    locked_gpu_clocks: Capability
+    locked_memory_clocks: Capability
+    power_limit: Capability
+    persistence_mode: Capability
+    compute_mode: Capability
+    ecc: Capability
+
+
+class MigDevice(Strict):
+    index: Count
+    name: Name | None
+    profile: Name | None
+    uuid: Name | None
+    memory_total_mib: Count | None
+    sm_count: Count | None
+    gpu_instance_id: Count | None
+    compute_instance_id: Count | None
+
+
+class GpuProcess(Strict):
+    pid: Annotated[int, Field(ge=-1, le=2**32)]
+    used_memory_mib: Count | None
+    kind: Literal["compute", "graphics"]
+
+
+class Gpu(Strict):
+    """One GPU's fingerprint, as `agent.fingerprint.fingerprint_gpu` builds it."""
+
+    index: Annotated[int, Field(ge=0, le=1024)]
+    name: Name | None
+    uuid: Name | None
+    serial: Name | None
+    board_part_number: Name | None
+    vbios_version: Name | None
+    inforom_image_version: Name | None
+    gsp_firmware_version: Name | None
+    pci_bus_id: Name | None
+    pci_device_id: Name | None
+    pci_subsystem_id: Name | None
+    architecture: Name | None
+    cuda_compute_capability: Name | None
+    driver_version: Name | None
+    cuda_driver_version: Name | None
+    memory_total_mib: Count | None
+    memory_used_mib: Count | None
+    cuda_cores: Count | None
+    sm_count: Count | None
+    power_limit_w: Watts | None
+    power_limit_default_w: Watts | None
+    power_limit_enforced_w: Watts | None
+    power_limit_min_w: Watts | None
+    power_limit_max_w: Watts | None
+    power_draw_w: Watts | None
+    persistence_mode: bool | None
+    compute_mode: Name | None
+    ecc_enabled: bool | None
+    ecc_pending: bool | None
+    mig_enabled: bool | None
+    mig_pending: bool | None
+    mig_devices: list[MigDevice] = Field(max_length=64)
+    virtualization_mode: Literal["none", "passthrough", "vgpu", "host"] | None
+    pcie_gen_current: Count | None
+    pcie_gen_max: Count | None
+    pcie_width_current: Count | None
+    pcie_width_max: Count | None
+    nvlink_links_active: Annotated[int, Field(ge=0, le=64)]
+    nvlink_links_total: Annotated[int, Field(ge=0, le=64)]
+    clocks_event_reasons: Count | None
+    clocks_event_reason_names: list[Name] | None = Field(max_length=64)
+    temperature_c: Annotated[int, Field(ge=-100, le=300)] | None
+    performance_state: Name | None
+    utilization_gpu_pct: Annotated[int, Field(ge=0, le=100)] | None
+    processes: list[GpuProcess] = Field(max_length=4096)
+    sm_clock_mhz: MHz | None
+    mem_clock_mhz: MHz | None
+    max_sm_clock_mhz: MHz | None
+    max_mem_clock_mhz: MHz | None
+    app_sm_clock_target_mhz: MHz | None
+    app_sm_clock_default_mhz: MHz | None
+    app_mem_clock_target_mhz: MHz | None
+    app_mem_clock_default_mhz: MHz | None
+    boost_sm_clock_max_mhz: MHz | None
+    supported_memory_clocks: ClockRange | None
+    supported_graphics_clocks: ClockRange | None
+    supported_clock_table: dict[Name, list[MHz]] | None = Field(max_length=64)
+    variant: Variant
+    capabilities: Capabilities
+    unavailable: dict[Text, Name] = Field(max_length=1024)
+
+
+class Source(Strict):
+    kind: Literal["nvml", "recording", "nvidia-smi-xml", "nvidia-smi-text", "none"]
+    path: LongText | None
+    note: LongText
+
+
+class System(Strict):
+    driver_version: Name | None
+    cuda_driver_version: Name | None
+    nvml_version: Name | None
+    gpu_count: Annotated[int, Field(ge=0, le=1024)]
+    unavailable: dict[Text, Name] = Field(max_length=64)
+
+
+class AgentFailure(Strict):
+    stage: Name
+    message: LongText
+    gpu: Annotated[int, Field(ge=0, le=1024)] | None = None
+
+
+class Host(Strict):
+    hostname: Name | None
+    os: Text | None
+    os_id: Name | None
+    kernel: Text | None
+    arch: Name | None
+    cpu_model: Text | None
+    cpu_count: Count | None
+    memory_total_mib: Count | None
+    platform: Literal["bare-metal", "vm", "container", "vm+container", "unknown"]
+    hypervisor: Name | None
+    container: Name | None
+    virtualization_evidence: list[Text] = Field(max_length=64)
+    python_version: Name | None
+    python_executable: Text | None
+    torch_version: Name | None
+    cuda_runtime_version: Name | None
+    cudnn_version: Name | None
+    cublas_version: Name | None
+    torch_error: LongText | None
+    is_root: bool
+    user: Name | None
+
+
+Ms = Annotated[float, Field(ge=0, le=1e7)]
+Seconds = Annotated[float, Field(ge=0, le=1e6)]
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class Statistics(Strict):
+    """Per-run kernel times in milliseconds; the 95% interval is that of the median."""
+
+    runs: Annotated[int, Field(ge=1, le=1_000_000)]
+    median_ms: Ms
+    trimmed_mean_ms: Ms
+    mean_ms: Ms
+    min_ms: Ms
+    max_ms: Ms
+    stdev_ms: Ms
+    cv: Annotated[float, Field(ge=0, le=100)]
+    ci95_low_ms: Ms
+    ci95_high_ms: Ms
+
+
+class Warmup(Strict):
+    steady: bool
+    seconds: Seconds
+    windows: Count
+    # The relative band the windows had to agree within: 0.5%, or three standard errors
+    # of a window's mean when its few runs cannot resolve 0.5% (burst mode).
+    band: Annotated[float, Field(ge=0, le=1e6)]
+    # Each warm-up window's 10%-trimmed mean run time: what steadiness was judged on.
+    window_trimmed_means_ms: list[Ms] = Field(max_length=1000)
+
+
+class Correctness(Strict):
+    max_rel_error: Annotated[float, Field(ge=0)] | None
+    tolerance: Annotated[float, Field(ge=0, le=1)]
+    rows_checked: Count
+    passed: bool
+
+
+class Flags(Strict):
+    power_capped: bool
+    thermal_throttled: bool
+    hw_slowdown: bool
+    contended: bool
+    not_steady: bool
+    correctness_failed: bool
+    clocks_locked: bool
+
+
+class TelemetrySummary(Strict):
+    samples: Count
+    sm_clock_mhz_median: Annotated[float, Field(ge=0, le=1e5)] | None
+    mem_clock_mhz_median: Annotated[float, Field(ge=0, le=1e5)] | None
+    power_w_median: Watts | None
+    temperature_c_max: Annotated[float, Field(ge=-100, le=300)] | None
+    reason_shares: dict[Name, Share] = Field(max_length=32)
+
+
+class Provenance(Strict):
+    torch_version: Name | None
+    cuda_runtime_version: Name | None
+    cublas_version: Name | None
+    device_name: Name | None
+    sm_count: Count | None
+    l2_bytes: Count | None
+    flush_bytes: Count
+    inputs: Text
+    env: dict[Name, Text] = Field(max_length=64)
+
+
+class ClockLock(Strict):
+    requested_mhz: MHz
+    applied: bool
+    error: Name | None
+    unlock_error: Name | None = None
+
+
+class BenchmarkResult(Strict):
+    """One GPU's measurement of one matmul configuration by the standard harness."""
+
+    gpu_index: Annotated[int, Field(ge=0, le=1024)]
+    gpu_uuid: Name | None
+    harness_version: Name
+    timing_method: Name
+    mode: Literal["sustained", "burst"]
+    pause_ms: Ms
+    cache: Literal["cold", "warm"]
+    concurrency: Literal["concurrent", "sequential"]
+    gpus_in_run: Annotated[int, Field(ge=1, le=1024)]
+    dtype: Literal["bf16", "fp16", "tf32", "fp32"]
+    m: Annotated[int, Field(ge=1, le=1 << 20)]
+    n: Annotated[int, Field(ge=1, le=1 << 20)]
+    k: Annotated[int, Field(ge=1, le=1 << 20)]
+    tflops: Annotated[float, Field(ge=0, le=1e6)]
+    stats: Statistics
+    warmup: Warmup
+    correctness: Correctness
+    flags: Flags
+    contention: list[Text] = Field(max_length=16)
+    clock_lock: ClockLock | None
+    telemetry: TelemetrySummary
+    # Downsampled: [seconds since start, SM MHz, memory MHz, watts, deg C, reasons bitmask].
+    telemetry_series: list[Annotated[list[float], Field(min_length=6, max_length=6)]] = Field(
+        max_length=2000)
+    samples_ms: list[Ms] = Field(max_length=100_000)
+    provenance: Provenance
+    wall_s: Seconds
+
+
+class AgentDocument(Strict):
+    format: Literal["fleet-agent/1"]
+    agent_version: Name
+    collected_at: Name
+    source: Source
+    no_gpu_reason: LongText | None
+    probe_writes: bool
+    host: Host
+    system: System | None
+    gpus: list[Gpu] = Field(max_length=256)
+    benchmarks: list[BenchmarkResult] = Field(max_length=4096)
+    errors: list[AgentFailure] = Field(max_length=1024)
+
+
+def parse_document(data: Any, origin: str) -> AgentDocument:
+    """Validate an agent document, or raise AgentError naming the first bad fields."""
+    if isinstance(data, dict) and data.get("format") not in (None, DOCUMENT_FORMAT):
+        raise AgentError(
+            f"{origin}: document format {str(data.get('format'))[:40]!r} is not "
+            f"{DOCUMENT_FORMAT!r}; run the agent that ships with this controller"
+        )
+    try:
+        return AgentDocument.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        )
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise AgentError(f"{origin}: invalid agent document: {problems}{more}") from None
+
+
+def document_schema() -> dict[str, Any]:
+    return AgentDocument.model_json_schema()

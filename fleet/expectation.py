@@ -1,0 +1,105 @@
+"""Did we get what was listed? The inventory's `expect` against the agent's fingerprint."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from fleet.document import AgentDocument, Gpu
+from fleet.inventory import Expect
+
+# A card sold as "80GB" shows 79.6 GiB to NVML (81559 MiB); a 40GB card would be half.
+MEMORY_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Verdict:
+    problems: tuple[str, ...]  # each a way the host differs from its listing
+    unchecked: tuple[str, ...]  # what the host did not let us check
+
+    @property
+    def matches(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self.problems:
+            return "MISMATCH: " + "; ".join(self.problems)
+        return "match" + (f" ({'; '.join(self.unchecked)})" if self.unchecked else "")
+
+
+def normal_label(label: str) -> str:
+    """"H100 SXM5 80GB", "h100-sxm5-80gb" and "H100_SXM5_80GB" are one label."""
+    return re.sub(r"[\s_\-]+", "", label).lower()
+
+
+def _indexes(gpus: list[Gpu]) -> str:
+    numbers = [g.index for g in gpus]
+    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"GPUs {numbers[0]}-{numbers[-1]}"
+    return ("GPU " if len(numbers) == 1 else "GPUs ") + ", ".join(map(str, numbers))
+
+
+def _differing(gpus: list[Gpu], found: dict[int, str | None], listed: str, what: str,
+               normal: bool = True) -> list[str]:
+    groups: dict[str, list[Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        value = found[gpu.index]
+        same = value is not None and (
+            normal_label(value) == normal_label(listed) if normal else value == listed)
+        if not same:
+            groups[value or "unknown"].append(gpu)
+    return [f"listed {what} {listed}, found {value} on {_indexes(members)}"
+            for value, members in groups.items()]
+
+
+def _memory_gb(gpu: Gpu) -> float | None:
+    if gpu.variant.memory_gb is not None:
+        return float(gpu.variant.memory_gb)
+    if gpu.memory_total_mib is not None:
+        return gpu.memory_total_mib / 1024  # listings' GB are GiB in practice
+    return None
+
+
+def check_expectation(expect: Expect | None, document: AgentDocument) -> Verdict | None:
+    """None when nothing was listed; else every difference, named by GPU."""
+    if expect is None:
+        return None
+    gpus = list(document.gpus)
+    problems: list[str] = []
+    unchecked: list[str] = []
+    if not gpus:
+        reason = document.no_gpu_reason or "none found"
+        return Verdict((f"listed GPUs, found no NVIDIA GPU ({reason[:120]})",), ())
+    if expect.gpu_count is not None and len(gpus) != expect.gpu_count:
+        problems.append(f"listed {expect.gpu_count} GPUs, found {len(gpus)}")
+    if expect.variant is not None:
+        problems += _differing(gpus, {g.index: g.variant.label for g in gpus},
+                               expect.variant, "variant")
+    if expect.family is not None:
+        problems += _differing(gpus, {g.index: g.variant.family for g in gpus},
+                               expect.family, "family")
+    if expect.form_factor is not None:
+        problems += _differing(gpus, {g.index: g.variant.form_factor for g in gpus},
+                               expect.form_factor, "form factor", normal=False)
+    if expect.memory_gb is not None:
+        wrong: dict[str, list[Gpu]] = defaultdict(list)
+        for gpu in gpus:
+            found = _memory_gb(gpu)
+            if found is None:
+                unchecked.append(f"GPU {gpu.index} memory not visible")
+            elif abs(found - expect.memory_gb) > MEMORY_TOLERANCE * expect.memory_gb:
+                wrong[f"{found:.0f} GB"].append(gpu)
+        problems += [f"listed {expect.memory_gb} GB per GPU, found {value} on "
+                     f"{_indexes(members)}" for value, members in wrong.items()]
+    if expect.min_power_limit_w is not None:
+        low: dict[str, list[Gpu]] = defaultdict(list)
+        for gpu in gpus:
+            limit = gpu.power_limit_enforced_w or gpu.power_limit_w
+            if limit is None:
+                unchecked.append(f"GPU {gpu.index} power limit not visible")
+            elif limit < expect.min_power_limit_w:
+                low[f"{limit:g} W"].append(gpu)
+        problems += [f"power limit {value} on {_indexes(members)}, below the listed "
+                     f"{expect.min_power_limit_w:g} W" for value, members in low.items()]
+    return Verdict(tuple(problems), tuple(unchecked))

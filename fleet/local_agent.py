@@ -1,0 +1,115 @@
+"""Running the agent on this machine, as a child process, and reading back its document.
+
+The agent runs exactly as it will on a remote host, so the controller never loads NVML
+or torch itself and every answer passes the same validation.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet.document import AgentDocument
+from fleet.errors import AgentError, InputError
+from fleet.events import ProgressHandler, read_events
+
+FINGERPRINT_TIMEOUT_S = 300.0
+BENCH_TIMEOUT_PER_GPU_S = 120.0
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The harness's choices, as `fleet bench` and inventories give them."""
+
+    dtype: str = "bf16"
+    m: int = 8192
+    n: int = 8192
+    k: int = 8192
+    pause_ms: float | None = None  # burst mode when set
+    warm_l2: bool = False
+    sequential: bool = False
+    gpus: tuple[int, ...] | None = None
+    measure_s: float = 4.0
+    max_warmup_s: float = 30.0
+    lock_clocks_mhz: int | None = None
+    cpu: bool = False
+
+    def agent_args(self) -> list[str]:
+        args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k),
+                "--measure-s", str(self.measure_s), "--max-warmup-s", str(self.max_warmup_s)]
+        if self.pause_ms is not None:
+            args += ["--pause-ms", str(self.pause_ms)]
+        if self.warm_l2:
+            args.append("--warm-l2")
+        if self.sequential:
+            args.append("--sequential")
+        if self.gpus:
+            args += ["--gpus", ",".join(str(g) for g in self.gpus)]
+        if self.lock_clocks_mhz is not None:
+            args += ["--lock-clocks", str(self.lock_clocks_mhz)]
+        if self.cpu:
+            args.append("--cpu")
+        return args
+
+
+def run_agent(
+    args: list[str], origin: str, timeout_s: float, on_progress: ProgressHandler | None = None
+) -> AgentDocument:
+    command = [sys.executable, "-m", "agent", *args]
+    # The agent package sits beside fleet, in the checkout or the installed distribution.
+    here = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise AgentError(f"{origin}: the agent did not finish in {timeout_s:.0f} s") from None
+    if proc.returncode == 2:
+        raise InputError(proc.stderr.strip().removeprefix("fleet-agent: "))
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise AgentError(
+            f"{origin}: the agent exited with status {proc.returncode}: " + " | ".join(tail)
+        )
+    return read_events(proc.stdout.splitlines(), origin, on_progress)
+
+
+def _source_args(source: Path | None) -> list[str]:
+    if source is None:
+        return []
+    if not source.is_file():
+        raise InputError(
+            f"{source}: no such file. Give an NVML recording (nvml-recording/1 JSON), "
+            "`nvidia-smi -q` text or `nvidia-smi -q -x` XML."
+        )
+    return ["--source", str(source)]
+
+
+def fingerprint(
+    source: Path | None = None,
+    probe_writes: bool = False,
+    record: Path | None = None,
+    probe_torch: bool = True,
+    on_progress: ProgressHandler | None = None,
+) -> AgentDocument:
+    """Fingerprint this machine's GPUs, or those of a recording or nvidia-smi file."""
+    args = ["fingerprint", *_source_args(source)]
+    if record is not None:
+        args += ["--record", str(record)]
+    if probe_writes:
+        args.append("--probe-writes")
+    if not probe_torch:
+        args.append("--no-torch")
+    origin = str(source) if source is not None else "this machine"
+    return run_agent(args, origin, FINGERPRINT_TIMEOUT_S, on_progress)
+
+
+def bench(options: BenchOptions, on_progress: ProgressHandler | None = None) -> AgentDocument:
+    """Fingerprint this machine, then run the standard harness on its GPUs."""
+    timeout = FINGERPRINT_TIMEOUT_S + BENCH_TIMEOUT_PER_GPU_S * 8
+    return run_agent(["bench", *options.agent_args()], "this machine", timeout, on_progress)

@@ -1,0 +1,210 @@
+"""What `fleet probe` shows: a live line per host while it runs, a summary table at the end.
+
+Everything a host sent (labels, messages, stderr) is rendered as plain Text, never as
+markup, with control characters shown escaped: rich passes ESC through, so a hostile host
+could otherwise move the cursor, retitle the terminal or paint a fake summary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from fleet.inventory import Expect, LoadedInventory, Target
+from fleet.probe import HostOutcome, ProbeReport, headline_tflops, variants_found
+from fleet.sanitize import safe
+from fleet.transport.ssh import SshPlan, preflight
+
+MAX_MESSAGE = 100
+FINAL_STAGES = ("done", "failed")
+
+
+@dataclass
+class _Row:
+    target: Target
+    stage: str
+    message: str
+    started: float
+
+
+class ProbeProgress:
+    """Observer for `probe()`: on a terminal, a live table of the hosts still running with
+    finished hosts scrolling above it; elsewhere (CI, a pipe), one line per finished host."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console = console
+        self.total = total
+        self._rows: dict[str, _Row] = {}
+        self._finished = 0
+        self._failed = 0
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+
+    def __enter__(self) -> ProbeProgress:
+        if self.console.is_terminal:
+            self._live = Live(console=self.console, refresh_per_second=8, transient=True,
+                              get_renderable=self._render)
+            self._live.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def __call__(self, target: Target, stage: str, message: str) -> None:
+        line: Text | None = None
+        with self._lock:
+            row = self._rows.get(target.key)
+            if row is None:
+                row = self._rows[target.key] = _Row(target, stage, message, time.monotonic())
+            row.stage, row.message = stage, message
+            if stage in FINAL_STAGES:
+                self._finished += 1
+                self._failed += stage == "failed"
+                elapsed = time.monotonic() - row.started
+                mark, style = ("ok  ", "green") if stage == "done" else ("FAIL", "red")
+                line = Text.assemble((mark, style), f" {target.key} ({elapsed:.1f} s): ",
+                                     safe(message[:400]))
+                del self._rows[target.key]
+        if line is not None:
+            self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _render(self) -> RenderableType:
+        with self._lock:
+            rows = sorted(self._rows.values(), key=lambda r: r.started)
+            head = Text(f"{self._finished}/{self.total} hosts done"
+                        + (f", {self._failed} failed" if self._failed else ""), style="bold")
+        table = Table.grid(padding=(0, 2))
+        now = time.monotonic()
+        limit = max(3, self.console.size.height - 4)
+        for row in rows[:limit]:
+            table.add_row(Text(row.target.key, style="cyan"), Text(row.stage),
+                          Text(f"{now - row.started:5.1f} s", style="dim"),
+                          Text(safe(row.message[:MAX_MESSAGE]), overflow="ellipsis",
+                               no_wrap=True))
+        if len(rows) > limit:
+            table.add_row(Text(f"... and {len(rows) - limit} more running", style="dim"))
+        return Group(head, table)
+
+
+def _listed(expect: Expect | None) -> str:
+    if expect is None:
+        return "-"
+    parts = [expect.variant or expect.family or "",
+             expect.form_factor if expect.form_factor and not expect.variant else "",
+             f"x{expect.gpu_count}" if expect.gpu_count else "",
+             f"{expect.memory_gb} GB" if expect.memory_gb and not expect.variant else "",
+             f">={expect.min_power_limit_w:g} W" if expect.min_power_limit_w else ""]
+    return " ".join(p for p in parts if p) or "-"
+
+
+def _tflops(outcome: HostOutcome) -> str:
+    headline = headline_tflops(outcome.document)
+    if headline is None:
+        return "-"
+    value, gpus = headline
+    return f"{value:.1f}" + (f" ({gpus} GPUs)" if gpus > 1 else "")
+
+
+def _hosts(count: int) -> str:
+    return f"{count} host" + ("" if count == 1 else "s")
+
+
+def _reason(outcome: HostOutcome) -> str:
+    """The failure reason without the host's name in front (the row already names it)."""
+    reason = outcome.reason or ""
+    return reason.removeprefix(f"{outcome.target.key}: ")
+
+
+def _short_reason(outcome: HostOutcome) -> str:
+    """The reason's first sentence, for the table; the whole of it follows the table."""
+    first = _reason(outcome).split(". ")[0]
+    return first if len(first) <= 90 else first[:87] + "..."
+
+
+def _notes(outcome: HostOutcome) -> Text:
+    if not outcome.ok:
+        return Text(safe(_short_reason(outcome)), style="red")
+    notes: list[str] = []
+    if outcome.expectation is not None and not outcome.expectation.matches:
+        notes += outcome.expectation.problems
+    elif outcome.expectation is not None and outcome.expectation.unchecked:
+        notes += outcome.expectation.unchecked
+    if outcome.document is not None:
+        notes += [f"{e.stage}: {e.message}" for e in outcome.document.errors][:3]
+    if outcome.already_stored:
+        notes.append("this document was already stored")
+    return Text(safe("; ".join(notes)))
+
+
+def summary_table(report: ProbeReport) -> Table:
+    table = Table(title=f"fleet probe {report.inventory}", title_justify="left")
+    table.add_column("host", no_wrap=True)
+    for column in ("result", "variant", "listing", "TFLOP/s", "notes"):
+        table.add_column(column, overflow="fold")
+    for outcome in report.hosts:
+        verdict = outcome.expectation
+        if not outcome.ok:
+            result = Text(f"failed: {outcome.stage}", style="red")
+            match = Text("-")
+        else:
+            result = Text("ok", style="green")
+            match = (Text("-") if verdict is None else
+                     Text("match", style="green") if verdict.matches else
+                     Text("MISMATCH", style="bold red"))
+        table.add_row(Text(outcome.target.key), result,
+                      Text(safe(variants_found(outcome.document)) or "-"), match,
+                      _tflops(outcome),
+                      _notes(outcome))
+    return table
+
+
+def print_summary(console: Console, report: ProbeReport) -> None:
+    console.print(summary_table(report))
+    stored = sum(1 for h in report.hosts if h.ok)
+    if report.store_created:
+        console.print(Text(f"Created the fleet database at {report.store}"))
+    console.print(Text(
+        f"{stored} of {_hosts(len(report.hosts))} stored in {report.store} "
+        f"({report.wall_s:.1f} s; agent {report.payload.filename}, "
+        f"{len(report.payload.data) // 1024} KB)"), highlight=False)
+    if report.mismatched:
+        verb = "differs" if len(report.mismatched) == 1 else "differ"
+        console.print(Text(f"{_hosts(len(report.mismatched))} {verb} from the listing: "
+                           + ", ".join(h.target.key for h in report.mismatched),
+                           style="bold red"), highlight=False)
+    if report.failed:
+        console.print(Text(f"{_hosts(len(report.failed))} failed:", style="bold red"))
+        for outcome in report.failed:
+            console.print(Text.assemble(f"  {outcome.target.key} ({outcome.stage}): ",
+                                        (safe(_reason(outcome)), "red")),
+                          highlight=False, soft_wrap=True)
+    if report.interrupted:
+        console.print(Text("Interrupted: remote agents were stopped; what had arrived is "
+                           "stored.", style="yellow"))
+
+
+def inventory_table(inventory: LoadedInventory, plans: dict[str, SshPlan]) -> Table:
+    """`fleet inventory check`: each host and how it would be reached."""
+    table = Table(title=str(inventory.path), title_justify="left")
+    for column in ("host", "reached as", "python", "listed", "$/GPU-h", "tags", "line",
+                   "warnings"):
+        table.add_column(column, overflow="fold")
+    for target in inventory.targets:
+        plan = plans.get(target.key)
+        how = "this machine (local)" if plan is None else str(plan)
+        price = ("-" if target.price_per_gpu_hour is None else
+                 f"{target.price_per_gpu_hour:g} {target.currency or ''}".strip())
+        table.add_row(Text(target.key), Text(how), Text(target.python),
+                      Text(_listed(target.expect)), price, Text(", ".join(target.tags) or "-"),
+                      target.where.rpartition(":")[2],
+                      Text("; ".join(preflight(target)) if plan else "", style="yellow"))
+    return table

@@ -1,0 +1,320 @@
+"""`fleet db`, `fleet ingest` and `fleet results`: parse, call the store, print."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable, Sequence
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fleet.errors import AgentError, InputError
+from fleet.store.database import database_errors, engine_for
+from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo, prepare, read_document_file
+from fleet.store.query import (
+    ResultFilter,
+    ResultRow,
+    VariantSummary,
+    count_results,
+    list_results,
+    summarise_variants,
+)
+from fleet.store.schema import inspect_schema, open_store, upgrade
+
+F = TypeVar("F", bound=Callable[..., Any])
+TABLE_LIMIT = 100
+err_console = Console(stderr=True, highlight=False)
+
+
+def reported(func: F) -> F:
+    """fleet.cli's reports_errors, looked up when the command runs: fleet.cli imports this
+    module to register its commands, so it cannot be imported from here at load time."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from fleet.cli import reports_errors
+
+        return reports_errors(func)(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+db_option = click.option(
+    "--db", "db", metavar="URL",
+    help="sqlite:///path/fleet.db, a file path, or postgresql://user@host:5432/name. "
+         "Default: $FLEET_DB, else ~/.local/share/fleet/fleet.db "
+         "(under $XDG_DATA_HOME when set).")
+
+
+def _note(store_created: bool, location: object) -> None:
+    if store_created:
+        err_console.print(f"Created the fleet database at {location}", markup=False)
+
+
+@click.group()
+def db() -> None:
+    """Create, upgrade and inspect the database that fleet stores results in.
+
+    \b
+    Examples:
+      fleet db current
+      fleet db upgrade --db postgresql://fleet@db.internal:5432/fleet
+    """
+
+
+@db.command("upgrade")
+@db_option
+@reported
+def db_upgrade(db: str | None) -> None:
+    """Bring the database's schema up to this fleet's newest revision.
+
+    An empty database gets the whole schema; this also happens by itself the first time
+    any command stores into or reads from a new database. Back up a shared database
+    first: the upgrade runs in one transaction, but cannot be undone by fleet.
+
+    \b
+    Examples:
+      fleet db upgrade
+      FLEET_DB=postgresql://fleet@db.internal:5432/fleet fleet db upgrade
+    """
+    with engine_for(db) as (location, engine), database_errors(location):
+        before = inspect_schema(engine)
+        after = upgrade(engine)
+    if before.revision == after.revision:
+        click.echo(f"{location} is already at revision {after.revision} (newest)")
+    else:
+        click.echo(f"{location}: upgraded from {before.revision or 'empty'} to revision "
+                   f"{after.revision} (newest)")
+
+
+@db.command("current")
+@db_option
+@reported
+def db_current(db: str | None) -> None:
+    """Show which database fleet uses, and its schema revision. Creates nothing.
+
+    \b
+    Examples:
+      fleet db current
+      fleet db current --db ./team.db
+    """
+    with engine_for(db) as (location, engine):
+        click.echo(f"database: {location} (from {location.origin})")
+        path = location.sqlite_path
+        if path is not None and not path.exists():
+            click.echo("revision: none, the file does not exist yet; the first "
+                       "`fleet ingest` or `fleet db upgrade` creates it")
+            return
+        with database_errors(location):
+            state = inspect_schema(engine)
+    if state.revision is None:
+        detail = ("tables that are not fleet's" if state.has_tables
+                  else "empty; `fleet db upgrade` or the first `fleet ingest` creates the schema")
+        click.echo(f"revision: none ({detail})")
+    elif state.current:
+        click.echo(f"revision: {state.revision} (newest)")
+    else:
+        click.echo(f"revision: {state.revision}; this fleet's newest is {state.head}: "
+                   "run `fleet db upgrade`")
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
+@click.option("--provider", default="unknown", show_default=True,
+              help="The provider the hosts were rented from.")
+@click.option("--host", help="The host's name, instead of the hostname in the document.")
+@click.option("--sweep", help="Name these documents' run, to filter on it later.")
+@db_option
+@reported
+def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | None,
+           db: str | None) -> None:
+    """Store agent documents collected by hand.
+
+    Each FILE is the agent's JSON-lines output (`python3 -m agent bench > FILE`) or one
+    document as JSON (`fleet fingerprint --document > FILE`); `-` reads standard input.
+    A document is stored once, however often it is given. A file that fails validation
+    is rejected whole, with the reason, and the others are still stored; the exit status
+    is then 2.
+
+    \b
+    Examples:
+      fleet ingest --provider lambda --sweep 2026-11-22 gpu-01.jsonl gpu-02.jsonl
+      ssh gpu-03 python3 -m agent bench | fleet ingest --provider coreweave -
+    """
+    origin = Origin(provider=provider, host=host)
+    counts = dict.fromkeys(("stored", "already stored", "rejected"), 0)
+    with open_store(db) as store, Ingest(store.engine, RunInfo(sweep=sweep)) as run:
+        _note(store.created, store.location)
+        for path in files:
+            name = str(path)
+            try:
+                data = sys.stdin.buffer.read() if name == "-" else path.read_bytes()
+                document = read_document_file(name, data)
+                stored = run.store_prepared(prepare(document, name), origin)
+            except (AgentError, InputError) as exc:
+                counts["rejected"] += 1
+                click.echo(f"rejected        {exc}")
+                continue
+            except OSError as exc:
+                counts["rejected"] += 1
+                click.echo(f"rejected        {name}: cannot read it ({exc.strerror})")
+                continue
+            counts[stored.outcome.value] += 1
+            if stored.outcome is Outcome.STORED:
+                click.echo(f"stored          {name}: document {stored.document_id}, "
+                           f"{len(document.gpus)} GPUs, {len(document.benchmarks)} results")
+            else:
+                click.echo(f"already stored  {name}: document {stored.document_id}")
+    summary = ", ".join(f"{count} {what}" for what, count in counts.items() if count)
+    err_console.print(f"{summary} in {store.location}", markup=False)
+    if counts["rejected"]:
+        sys.exit(InputError.exit_code)
+
+
+def _since(value: dt.datetime | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+SHORT_FLAGS = {"power_capped": "power-cap", "thermal_throttled": "thermal",
+               "hw_slowdown": "hw-slowdown", "contended": "contended",
+               "not_steady": "unsteady", "correctness_failed": "WRONG-RESULT",
+               "clocks_locked": "clocks-locked"}
+
+
+def _flags(flags: Sequence[str]) -> str:
+    return " ".join(SHORT_FLAGS.get(flag, flag) for flag in flags) if flags else "-"
+
+
+def _config(row: ResultRow | VariantSummary) -> str:
+    """bf16 8192³, then only what differs from the harness's defaults."""
+    size = f"{row.m}³" if row.m == row.n == row.k else f"{row.m}x{row.n}x{row.k}"
+    extra = [word for word, default in ((row.mode, "sustained"), (f"{row.cache}-L2", "cold-L2"),
+                                        (row.concurrency, "concurrent")) if word != default]
+    return " ".join([row.dtype, size, *extra])
+
+
+def _table(title: str, columns: str, rows: Sequence[Sequence[str]]) -> Table:
+    """Columns named with a leading ">" are numbers, right-aligned. Cells are Text: a
+    host's strings are never read as rich markup."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in columns.split("|"):
+        number = column.startswith(">")
+        table.add_column(column.lstrip(">"), no_wrap=number or column == "collected",
+                         overflow="fold",
+                         justify="right" if number else "left")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def _results_table(rows: Sequence[ResultRow]) -> Table:
+    return _table(
+        "Benchmark results (newest first; times UTC)",
+        "collected|provider|host|>GPU|variant|benchmark|>TFLOP/s|>CV|>W|>MHz|flags",
+        [(row.collected_at.strftime("%Y-%m-%d %H:%M"), row.provider, row.host,
+          str(row.gpu_index), row.variant, _config(row), f"{row.tflops:.1f}",
+          f"{row.cv:.1%}", "-" if row.power_w_median is None else f"{row.power_w_median:.0f}",
+          "-" if row.sm_clock_mhz_median is None else f"{row.sm_clock_mhz_median:.0f}",
+          _flags(row.flags)) for row in rows])
+
+
+def _summary_table(rows: Sequence[VariantSummary]) -> Table:
+    return _table(
+        "Per provider and variant: median of per-GPU median TFLOP/s",
+        "variant|benchmark|harness|provider|>GPUs|>results|>TFLOP/s|>GPU range",
+        [(row.variant, _config(row), row.harness_version, row.provider, str(row.gpus),
+          str(row.results), f"{row.median_tflops:.1f}",
+          f"{row.min_gpu_tflops:.1f}-{row.max_gpu_tflops:.1f}") for row in rows])
+
+
+def _plain(row: ResultRow | VariantSummary) -> dict[str, Any]:
+    data = dataclasses.asdict(row)
+    for key, value in data.items():
+        if isinstance(value, dt.datetime):
+            data[key] = value.isoformat()
+        elif isinstance(value, tuple):
+            data[key] = list(value)
+    return data
+
+
+def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([f.name for f in dataclasses.fields(kind)])
+    for row in rows:
+        writer.writerow([";".join(v) if isinstance(v, list) else ("" if v is None else v)
+                         for v in _plain(row).values()])
+
+
+@click.command()
+@click.option("--provider", help="Only this provider (exact name).")
+@click.option("--variant", help='Only this variant (exact label, e.g. "H100 SXM5 80GB").')
+@click.option("--host", help="Only this host (exact name).")
+@click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S",
+                                              "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+              help="Only results collected at or after this date or time (UTC unless given).")
+@click.option("--sweep", help="Only results stored under this sweep name.")
+@click.option("--summary", is_flag=True,
+              help="Per provider and variant: median of per-GPU medians, GPU count and range.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+@click.option("--limit", type=click.IntRange(min=0),
+              help=f"Show at most this many results, newest first (0: all). Default: "
+                   f"{TABLE_LIMIT} in the table, all in CSV and JSON.")
+@db_option
+@reported
+def results(provider: str | None, variant: str | None, host: str | None,
+            since: dt.datetime | None, sweep: str | None, summary: bool, as_csv: bool,
+            as_json: bool, limit: int | None, db: str | None) -> None:
+    """Show stored benchmark results, filtered, as a table, CSV or JSON.
+
+    \b
+    Examples:
+      fleet results --provider lambda --since 2026-11-01
+      fleet results --variant "H100 SXM5 80GB" --summary
+      fleet results --sweep nightly --csv > nightly.csv
+    """
+    if as_csv and as_json:
+        raise click.UsageError("give --csv or --json, not both")
+    where = ResultFilter(provider=provider, variant=variant, host=host, since=_since(since),
+                         sweep=sweep)
+    machine = as_csv or as_json
+    if limit is None and not machine:
+        limit = TABLE_LIMIT
+    with open_store(db) as store:
+        _note(store.created, store.location)
+        rows: Sequence[ResultRow | VariantSummary]
+        if summary:
+            rows = summarise_variants(store.engine, where)
+            total = len(rows)
+        else:
+            rows = list_results(store.engine, where, limit or None)
+            total = count_results(store.engine, where) if limit and len(rows) == limit \
+                else len(rows)
+    if as_json:
+        click.echo(json.dumps([_plain(row) for row in rows], indent=2))
+    elif as_csv:
+        _write_csv(rows, VariantSummary if summary else ResultRow)
+    elif not rows:
+        err_console.print("No results match.", markup=False)
+    else:
+        Console().print(_summary_table(rows) if isinstance(rows[0], VariantSummary)
+                        else _results_table(rows))
+    if total > len(rows):
+        err_console.print(f"Showing the newest {len(rows)} of {total} results; "
+                          "--limit 0 shows all.", markup=False)
+
+
+COMMANDS = (db, ingest, results)

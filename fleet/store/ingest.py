@@ -1,0 +1,496 @@
+"""Storing agent documents: validated first, then one transaction per document.
+
+A document is known by the sha256 of its canonical JSON (the validated model dumped with
+sorted keys and no spaces), held unique by the database: storing it again, from this
+process or from another one at the same moment, stores nothing and answers "already
+stored". A document that fails validation never reaches the database, so nothing of it
+is stored.
+
+Every transaction takes its locks in one order (provider, host, probe run, document,
+GPUs sorted by identity), so concurrent ingests into PostgreSQL queue behind each other
+and never deadlock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from types import TracebackType
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from sqlalchemy import Connection, Engine, bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from fleet import __version__
+from fleet.document import AgentDocument, BenchmarkResult, Gpu, parse_document
+from fleet.errors import AgentError, InputError
+from fleet.events import MAX_LINE, read_events
+from fleet.store import models
+from fleet.store.database import WRITES, SerializedJson
+from fleet.store.models import pack_floats, pack_rows
+from fleet.store.statements import Statements
+
+DEFAULT_PROVIDER = "unknown"
+TELEMETRY_WIDTH = 6
+
+
+class Outcome(StrEnum):
+    STORED = "stored"
+    ALREADY_STORED = "already stored"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a document came from. `host` None means the hostname the agent reported."""
+
+    provider: str = DEFAULT_PROVIDER
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The probe run that documents stored through one `Ingest` belong to."""
+
+    kind: str = "ingest"  # "probe", "sweep" or "ingest" (collected by hand)
+    sweep: str | None = None
+    inventory: str | None = None
+    agent_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Stored:
+    outcome: Outcome
+    document_id: int
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated document with its canonical JSON, hash and checked cross-field facts:
+    all the CPU work, done before the transaction so locks are held briefly."""
+
+    document: AgentDocument
+    text: SerializedJson
+    content_hash: str
+    collected_at: dt.datetime
+    gpus: dict[int, Gpu]
+
+
+def parse_text(text: str | bytes, origin: str) -> AgentDocument:
+    """Validate one bare document from JSON text, or raise AgentError naming the fields.
+
+    pydantic parses and validates JSON text in one pass, twice as fast as json.loads and
+    then the model; only a document that fails takes the slower path, through
+    `parse_document`, for its messages.
+    """
+    try:
+        return AgentDocument.model_validate_json(text)
+    except ValidationError:
+        pass
+    try:
+        # NaN and Infinity are read here so that the model, which refuses them, names the
+        # field that held one.
+        data = json.loads(text)
+    except ValueError as exc:
+        raise AgentError(f"{origin}: not a JSON document ({exc})") from None
+    return parse_document(data, origin)
+
+
+def read_document_file(path: str, data: bytes) -> AgentDocument:
+    """A file collected by hand: one bare document, or the agent's JSON-lines output."""
+    if len(data) > MAX_LINE:
+        raise AgentError(f"{path}: over {MAX_LINE // (1024 * 1024)} MiB; an agent document "
+                         "is far smaller, so this file is not one")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise AgentError(f"{path}: not UTF-8 text (byte {exc.start}); give the agent's "
+                         "output or a document JSON file") from None
+    if not text:
+        raise AgentError(f"{path}: the file is empty")
+    if "\n" not in text or not text.startswith('{"event"'):
+        try:
+            return AgentDocument.model_validate_json(text)
+        except ValidationError:
+            pass
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None  # several lines: the agent's event stream
+    if isinstance(whole, dict) and "event" not in whole:
+        return parse_document(whole, path)
+    return read_events(text.splitlines(), path)
+
+
+def _bad_strings(value: Any, path: str) -> Iterator[str]:
+    if isinstance(value, str):
+        if "\x00" in value:
+            yield f"{path}: holds a NUL character"
+        elif any("\ud800" <= ch <= "\udfff" for ch in value):
+            yield f"{path}: holds an unpaired UTF-16 surrogate"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            yield from _bad_strings(key, where)
+            yield from _bad_strings(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _bad_strings(item, f"{path}.{i}")
+
+
+def _reject(origin: str, problem: str) -> AgentError:
+    return AgentError(f"{origin}: invalid agent document: {problem}")
+
+
+def _canonical(data: dict[str, Any], origin: str) -> bytes:
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a lone surrogate, which UTF-8 cannot hold
+        text = b""
+    # NUL and lone surrogates pass JSON and pydantic but PostgreSQL refuses them; reject
+    # them on SQLite too, so a document is valid or not whatever the backend. The test on
+    # the bytes only finds candidates (a literal backslash-u0000 is fine); the walk
+    # decides and names the field.
+    if not text or b"\\u0000" in text:
+        problems = list(_bad_strings(data, ""))
+        if problems:
+            raise _reject(origin, problems[0])
+    return text
+
+
+def _collected_at(document: AgentDocument, origin: str) -> dt.datetime:
+    try:
+        when = dt.datetime.fromisoformat(document.collected_at)
+    except ValueError:
+        raise _reject(origin, f"collected_at: {document.collected_at[:40]!r} is not an "
+                              "ISO 8601 time such as 2026-11-22T21:00:00+00:00") from None
+    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
+
+
+def prepare(document: AgentDocument, origin: str) -> Prepared:
+    """Check what the model cannot (consistency across fields, text both databases can
+    hold) and serialize; raises AgentError naming the field."""
+    text = _canonical(document.model_dump(mode="json"), origin)
+    collected_at = _collected_at(document, origin)
+    gpus: dict[int, Gpu] = {}
+    uuids: dict[str, int] = {}
+    for i, gpu in enumerate(document.gpus):
+        if gpu.index in gpus:
+            raise _reject(origin, f"gpus.{i}.index: GPU {gpu.index} appears twice")
+        if gpu.uuid is not None:
+            if gpu.uuid in uuids:
+                raise _reject(origin, f"gpus.{i}.uuid: {gpu.uuid!r} is also GPU "
+                                      f"{uuids[gpu.uuid]}'s")
+            uuids[gpu.uuid] = gpu.index
+        gpus[gpu.index] = gpu
+    for i, result in enumerate(document.benchmarks):
+        if result.gpu_uuid is None:
+            continue
+        known = gpus.get(result.gpu_index)
+        if known is not None and known.uuid is not None and known.uuid != result.gpu_uuid:
+            raise _reject(origin, f"benchmarks.{i}.gpu_uuid: {result.gpu_uuid!r} is not the "
+                                  f"UUID of GPU {result.gpu_index} ({known.uuid!r})")
+        if uuids.get(result.gpu_uuid, result.gpu_index) != result.gpu_index:
+            raise _reject(origin, f"benchmarks.{i}.gpu_index: {result.gpu_uuid!r} is GPU "
+                                  f"{uuids[result.gpu_uuid]}, not {result.gpu_index}")
+    return Prepared(document, SerializedJson(text.decode("utf-8")),
+                    hashlib.sha256(text).hexdigest(), collected_at, gpus)
+
+
+def variant_of(gpu: Gpu) -> str:
+    """What reports group GPUs by: the catalog's label, else what is known of the card."""
+    variant = gpu.variant
+    if variant.label:
+        return variant.label
+    if variant.form_factor != "unknown" and variant.family:
+        return f"{variant.family} {variant.form_factor}"
+    return f"unknown: {gpu.name or variant.pci_device_id or 'no name'}"
+
+
+def _check_name(value: str, what: str, limit: int) -> str:
+    value = value.strip()
+    if not value or len(value) > limit or "\x00" in value:
+        raise InputError(f"{what} {value[:40]!r}: give a name of 1 to {limit} characters")
+    return value
+
+
+def _names(origin: Origin, document: AgentDocument | None) -> tuple[str, str]:
+    provider = _check_name(origin.provider, "provider", 128)
+    host = origin.host if origin.host is not None else (
+        document.host.hostname if document is not None else None)
+    if not host:
+        raise InputError("the document does not say its hostname: give --host NAME")
+    return provider, _check_name(host, "host", 255)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class _Lookups:
+    """The rare statements (new provider, host or run; a document already stored)."""
+
+    def __init__(self, dialect: str) -> None:
+        # Both dialects spell ON CONFLICT the same way, through different Insert classes.
+        upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        tables = models.Base.metadata.tables
+        provider, host, document = tables["provider"], tables["host"], tables["document"]
+        run = tables["probe_run"]
+        self.provider = upsert(provider).on_conflict_do_nothing(index_elements=["name"])
+        self.provider_id = select(provider.c.id).where(provider.c.name == bindparam("name"))
+        self.host = upsert(host).on_conflict_do_nothing(index_elements=["provider_id", "name"])
+        self.host_id = select(host.c.id).where(host.c.provider_id == bindparam("provider_id"),
+                                               host.c.name == bindparam("name"))
+        self.run = insert(run).returning(run.c.id)
+        self.finish = (update(run).where(run.c.id == bindparam("run_id"))
+                       .values(finished_at=bindparam("finished_at")))
+        self.document_id = select(document.c.id).where(
+            document.c.content_hash == bindparam("hash"))
+
+
+class Ingest:
+    """Stores documents into one database as one probe run (created with its first
+    document, so a run that stored nothing leaves no row).
+
+        with Ingest(engine, RunInfo(sweep="nightly")) as ingest:
+            ingest.store(document, Origin(provider="lambda", host="gpu-01"))
+    """
+
+    def __init__(self, engine: Engine, run: RunInfo | None = None) -> None:
+        self.engine = engine
+        self.run = run or RunInfo()
+        self.run_id: int | None = None
+        self._hosts: dict[tuple[str, str], tuple[int, int]] = {}
+        self._conn: Connection | None = None
+        self._sql = _Lookups(engine.dialect.name)
+        self._fast = Statements(engine.dialect)
+
+    def __enter__(self) -> Ingest:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.engine.connect().execution_options(**{WRITES: True})
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            if self.run_id is not None:
+                with self._conn.begin():
+                    self._conn.execute(self._sql.finish,
+                                       {"run_id": self.run_id, "finished_at": _now()})
+        finally:
+            self._conn.close()
+            self._conn = None
+
+    def store(self, document: AgentDocument, origin: Origin, source: str = "document") -> Stored:
+        """Store one validated document; `source` names it in error messages."""
+        return self.store_prepared(prepare(document, source), origin)
+
+    def store_prepared(self, prepared: Prepared, origin: Origin) -> Stored:
+        conn = self.conn
+        names = _names(origin, prepared.document)
+        transaction = conn.begin()
+        try:
+            provider_id, host_id = self._host_ids(names)
+            run_id = self._run_id()
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                document_id = self._insert_document(cursor, prepared, run_id, host_id)
+                if document_id is not None:
+                    gpu_ids = self._upsert_gpus(cursor, prepared, host_id)
+                    fingerprint_ids = self._insert_fingerprints(cursor, prepared, document_id,
+                                                                gpu_ids)
+                    self._insert_benchmarks(cursor, prepared, gpu_ids, fingerprint_ids, {
+                        "document_id": document_id, "provider_id": provider_id,
+                        "host_id": host_id, "probe_run_id": run_id,
+                        "collected_at": self._fast.time(prepared.collected_at)})
+                    self._insert_errors(cursor, prepared, document_id, host_id, run_id)
+            finally:
+                cursor.close()
+            if document_id is None:
+                transaction.rollback()
+                with conn.begin():
+                    existing = conn.execute(self._sql.document_id,
+                                            {"hash": prepared.content_hash}).scalar_one()
+                return Stored(Outcome.ALREADY_STORED, existing, prepared.content_hash)
+            transaction.commit()
+        except BaseException:
+            if transaction.is_active:
+                transaction.rollback()
+            raise
+        # Only what was committed may be remembered: a rolled-back run or host is gone.
+        self.run_id = run_id
+        self._hosts[names] = (provider_id, host_id)
+        return Stored(Outcome.STORED, document_id, prepared.content_hash)
+
+    def record_error(self, origin: Origin, stage: str, message: str) -> None:
+        """A host that sent no document (unreachable, timed out, agent crashed)."""
+        conn = self.conn
+        names = _names(origin, None)
+        with conn.begin():
+            provider_id, host_id = self._host_ids(names)
+            run_id = self._run_id()
+            conn.execute(insert(models.HostError), [{
+                "probe_run_id": run_id, "host_id": host_id, "document_id": None,
+                "stage": stage[:128], "gpu_index": None, "message": message,
+                "occurred_at": _now()}])
+        self.run_id = run_id
+        self._hosts[names] = (provider_id, host_id)
+
+    def _host_ids(self, names: tuple[str, str]) -> tuple[int, int]:
+        cached = self._hosts.get(names)
+        if cached is not None:
+            return cached
+        provider, host = names
+        conn, sql = self.conn, self._sql
+        conn.execute(sql.provider, {"name": provider})
+        provider_id = int(conn.execute(sql.provider_id, {"name": provider}).scalar_one())
+        conn.execute(sql.host, {"provider_id": provider_id, "name": host})
+        host_id = int(conn.execute(sql.host_id, {"provider_id": provider_id, "name": host}
+                                   ).scalar_one())
+        return provider_id, host_id
+
+    def _run_id(self) -> int:
+        if self.run_id is not None:
+            return self.run_id
+        run = self.run
+        return int(self.conn.execute(self._sql.run, {
+            "kind": run.kind, "sweep": run.sweep, "inventory": run.inventory,
+            "controller_version": __version__, "agent_version": run.agent_version,
+            "started_at": _now(), "finished_at": None}).scalar_one())
+
+    def _insert_document(self, cursor: Any, prepared: Prepared, run_id: int,
+                         host_id: int) -> int | None:
+        doc, fast = prepared.document, self._fast
+        document_id = fast.document.one(cursor, {
+            "content_hash": prepared.content_hash, "probe_run_id": run_id, "host_id": host_id,
+            "collected_at": fast.time(prepared.collected_at), "stored_at": fast.time(_now()),
+            "format": doc.format, "agent_version": doc.agent_version,
+            "hostname": doc.host.hostname, "platform": doc.host.platform,
+            "source_kind": doc.source.kind, "gpu_count": len(doc.gpus),
+            "benchmark_count": len(doc.benchmarks), "error_count": len(doc.errors),
+            "body": fast.json(prepared.text)})
+        return None if document_id is None else int(document_id)
+
+    def _upsert_gpus(self, cursor: Any, prepared: Prepared, host_id: int) -> dict[int, int]:
+        """GPU id by NVML index, for every GPU the document fingerprinted or benchmarked."""
+        found: dict[int, str | None] = {index: gpu.uuid for index, gpu in prepared.gpus.items()}
+        for result in prepared.document.benchmarks:
+            found.setdefault(result.gpu_index, result.gpu_uuid)
+        # A GPU without a UUID cannot be told apart from another card at the same index
+        # elsewhere, so it is followed only on its host.
+        identity = {index: f"uuid:{uuid}" if uuid else f"host:{host_id}:{index}"
+                    for index, uuid in found.items()}
+        seen = self._fast.time(prepared.collected_at)
+        rows = [{"identity": identity[index], "uuid": uuid,
+                 "host_id": None if uuid else host_id, "gpu_index": None if uuid else index,
+                 "first_seen": seen, "last_seen": seen}
+                for index, uuid in sorted(found.items(), key=lambda item: identity[item[0]])]
+        ids = dict(self._fast.gpus.rows(cursor, rows))
+        return {index: int(ids[key]) for index, key in identity.items()}
+
+    def _insert_fingerprints(self, cursor: Any, prepared: Prepared, document_id: int,
+                             gpu_ids: dict[int, int]) -> dict[int, int]:
+        fast = self._fast
+        rows = [_fingerprint_row(gpu, document_id, gpu_ids[index], fast)
+                for index, gpu in prepared.gpus.items()]
+        return {int(index): int(fp_id) for index, fp_id in fast.fingerprints.rows(cursor, rows)}
+
+    def _insert_benchmarks(self, cursor: Any, prepared: Prepared, gpu_ids: dict[int, int],
+                           fingerprint_ids: dict[int, int], common: dict[str, Any]) -> None:
+        results = prepared.document.benchmarks
+        if not results:
+            return
+        rows = []
+        for result in results:
+            gpu = prepared.gpus.get(result.gpu_index)
+            variant = variant_of(gpu) if gpu is not None else \
+                f"unknown: {result.provenance.device_name or 'not fingerprinted'}"
+            row = _benchmark_row(result, self._fast)
+            row.update(common, gpu_id=gpu_ids[result.gpu_index],
+                       fingerprint_id=fingerprint_ids.get(result.gpu_index), variant=variant)
+            rows.append(row)
+        self._fast.benchmark.many(cursor, rows)
+
+    def _insert_errors(self, cursor: Any, prepared: Prepared, document_id: int, host_id: int,
+                       run_id: int) -> None:
+        errors = prepared.document.errors
+        if errors:
+            when = self._fast.time(prepared.collected_at)
+            self._fast.error.many(cursor, [
+                {"probe_run_id": run_id, "host_id": host_id, "document_id": document_id,
+                 "stage": error.stage, "gpu_index": error.gpu, "message": error.message,
+                 "occurred_at": when} for error in errors])
+
+
+def _fingerprint_row(gpu: Gpu, document_id: int, gpu_id: int, fast: Statements
+                     ) -> dict[str, Any]:
+    variant = gpu.variant
+    return {
+        "document_id": document_id, "gpu_id": gpu_id, "gpu_index": gpu.index,
+        "name": gpu.name, "serial": gpu.serial, "pci_device_id": gpu.pci_device_id,
+        "variant": variant_of(gpu), "variant_label": variant.label,
+        "variant_matched_by": variant.matched_by, "family": variant.family,
+        "form_factor": variant.form_factor, "memory_gb": variant.memory_gb,
+        "memory_total_mib": gpu.memory_total_mib, "architecture": gpu.architecture,
+        "driver_version": gpu.driver_version, "cuda_driver_version": gpu.cuda_driver_version,
+        "vbios_version": gpu.vbios_version, "power_limit_w": gpu.power_limit_w,
+        "power_limit_default_w": gpu.power_limit_default_w,
+        "max_sm_clock_mhz": gpu.max_sm_clock_mhz, "max_mem_clock_mhz": gpu.max_mem_clock_mhz,
+        "virtualization_mode": gpu.virtualization_mode, "mig_enabled": gpu.mig_enabled,
+        "ecc_enabled": gpu.ecc_enabled, "persistence_mode": gpu.persistence_mode,
+        "pcie_gen_max": gpu.pcie_gen_max, "pcie_width_max": gpu.pcie_width_max,
+        "nvlink_links_active": gpu.nvlink_links_active,
+        "capabilities": fast.json({name: cap.verdict for name, cap in gpu.capabilities}),
+    }
+
+
+def _benchmark_row(result: BenchmarkResult, fast: Statements) -> dict[str, Any]:
+    stats, flags, telemetry = result.stats, result.flags, result.telemetry
+    lock = result.clock_lock
+    return {
+        "gpu_index": result.gpu_index, "harness_version": result.harness_version,
+        "timing_method": result.timing_method, "mode": result.mode,
+        "pause_ms": result.pause_ms, "cache": result.cache,
+        "concurrency": result.concurrency, "gpus_in_run": result.gpus_in_run,
+        "dtype": result.dtype, "m": result.m, "n": result.n, "k": result.k,
+        "tflops": result.tflops,
+        "runs": stats.runs, "median_ms": stats.median_ms,
+        "trimmed_mean_ms": stats.trimmed_mean_ms, "mean_ms": stats.mean_ms,
+        "min_ms": stats.min_ms, "max_ms": stats.max_ms, "stdev_ms": stats.stdev_ms,
+        "cv": stats.cv, "ci95_low_ms": stats.ci95_low_ms, "ci95_high_ms": stats.ci95_high_ms,
+        "warmup_steady": result.warmup.steady, "warmup_s": result.warmup.seconds,
+        "correctness_passed": result.correctness.passed,
+        "max_rel_error": result.correctness.max_rel_error,
+        "power_capped": flags.power_capped, "thermal_throttled": flags.thermal_throttled,
+        "hw_slowdown": flags.hw_slowdown, "contended": flags.contended,
+        "not_steady": flags.not_steady, "correctness_failed": flags.correctness_failed,
+        "clocks_locked": flags.clocks_locked,
+        "clock_lock_mhz": lock.requested_mhz if lock is not None and lock.applied else None,
+        "telemetry_samples": telemetry.samples,
+        "sm_clock_mhz_median": telemetry.sm_clock_mhz_median,
+        "mem_clock_mhz_median": telemetry.mem_clock_mhz_median,
+        "power_w_median": telemetry.power_w_median,
+        "temperature_c_max": telemetry.temperature_c_max,
+        "reason_shares": fast.json(telemetry.reason_shares),
+        "torch_version": result.provenance.torch_version,
+        "cuda_runtime_version": result.provenance.cuda_runtime_version,
+        "cublas_version": result.provenance.cublas_version,
+        "wall_s": result.wall_s,
+        "samples_ms": pack_floats(result.samples_ms),
+        "telemetry_series": pack_rows(result.telemetry_series, TELEMETRY_WIDTH),
+    }

@@ -1,0 +1,339 @@
+"""The store's schema: SQLAlchemy 2 typed declarative models.
+
+    provider 1─* host 1─* document *─1 probe_run
+                           │  1
+                           ├─* fingerprint *─1 gpu        (one row per GPU per document)
+                           ├─* benchmark_result *─1 gpu
+                           └─* host_error
+
+A document is immutable once stored, so the few facts the report filters on (provider,
+host, probe run, collection time, variant) are copied onto each benchmark result: the
+report's main query then reads one table through one index instead of joining five, and
+the copies cannot drift because nothing is ever updated.
+
+A GPU is followed by its NVML UUID, across probes, hosts and providers (a resold card
+keeps its UUID). A GPU whose UUID is hidden (some vGPU guests) cannot be followed past
+its host, so it is keyed by (host, index) instead: `gpu.identity` holds `uuid:<UUID>` or
+`host:<host id>:<index>`, one unique column that both SQLite and PostgreSQL can upsert on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+import sys
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Named constraints, so a migration written on SQLite names them as PostgreSQL does and
+# Alembic can drop or alter them by name on both.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# The whole document, and other free-form JSON: binary JSONB on PostgreSQL (smaller,
+# queryable with operators), text on SQLite.
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """A point in time, always stored and returned in UTC.
+
+    SQLite keeps a datetime as text and drops the offset, so a time written as 14:00+02:00
+    would read back as 14:00 and compare wrongly; converting to UTC on the way in (naive
+    values are taken as UTC) and labelling it on the way out makes both backends agree.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
+def pack_floats(values: list[float]) -> bytes:
+    """Little-endian float64, 8 bytes a value: exact (JSON numbers are float64 already).
+
+    Measured for 100,000 results of 200 samples on SQLite (bench/store_ingest.py
+    --compare-samples, bench/RESULTS.md): packing took 1.2 s against 24 s for JSON text,
+    inserting 3.4 s against 7.1 s, and 153 MiB against 358 MiB. Samples are only ever read
+    back whole, so nothing is lost by not being able to query inside them.
+    """
+    return struct.pack(f"<{len(values)}d", *values)
+
+
+def unpack_floats(data: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(data) // 8}d", data))
+
+
+def pack_rows(rows: list[list[float]], width: int) -> bytes:
+    flat = [value for row in rows for value in row]
+    assert len(flat) == width * len(rows), "every row must have the same width"
+    return pack_floats(flat)
+
+
+def unpack_rows(data: bytes, width: int) -> list[list[float]]:
+    flat = unpack_floats(data)
+    return [flat[i:i + width] for i in range(0, len(flat), width)]
+
+
+assert sys.float_info.mant_dig == 53, "packed samples assume IEEE 754 float64"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: dict[Any, Any] = {  # noqa: RUF012 (SQLAlchemy reads it as a class attribute)
+        dt.datetime: UtcDateTime(),
+        dict[str, Any]: Json,
+        bytes: LargeBinary(),
+    }
+
+
+class Provider(Base):
+    __tablename__ = "provider"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+
+
+class Host(Base):
+    """A machine as the inventory (or `fleet ingest --host`) names it, at one provider."""
+
+    __tablename__ = "host"
+    __table_args__ = (UniqueConstraint("provider_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider_id: Mapped[int] = mapped_column(ForeignKey("provider.id"))
+    name: Mapped[str] = mapped_column(String(255))
+
+
+class Gpu(Base):
+    """One physical card (or one UUID-less slice on one host), seen in one or more probes."""
+
+    __tablename__ = "gpu"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    identity: Mapped[str] = mapped_column(String(160), unique=True)
+    uuid: Mapped[str | None] = mapped_column(String(128), index=True)
+    # Only for a GPU without a UUID: the host and NVML index that identify it.
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("host.id"))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    # When the agent saw it (collected_at of its documents), not when we stored them.
+    first_seen: Mapped[dt.datetime]
+    last_seen: Mapped[dt.datetime]
+
+
+class ProbeRun(Base):
+    """One `fleet probe`, `fleet sweep` or `fleet ingest`: the documents it stored."""
+
+    __tablename__ = "probe_run"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    sweep: Mapped[str | None] = mapped_column(String(128), index=True)
+    inventory: Mapped[str | None] = mapped_column(String(4096))
+    controller_version: Mapped[str] = mapped_column(String(64))
+    # The agent payload a probe shipped; NULL for hand ingest, where each document says.
+    agent_version: Mapped[str | None] = mapped_column(String(128))
+    started_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime | None]
+
+
+class Document(Base):
+    """One agent document (fleet-agent/1), whole, as it was validated."""
+
+    __tablename__ = "document"
+    __table_args__ = (Index(None, "host_id", "collected_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # sha256 of the canonical JSON (sorted keys, no spaces): the same document twice is
+    # one row, even when two processes store it at the same moment.
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
+    collected_at: Mapped[dt.datetime]
+    stored_at: Mapped[dt.datetime]
+    format: Mapped[str] = mapped_column(String(32))
+    agent_version: Mapped[str] = mapped_column(String(128))
+    hostname: Mapped[str | None] = mapped_column(String(128))
+    platform: Mapped[str] = mapped_column(String(32))
+    source_kind: Mapped[str] = mapped_column(String(32))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    benchmark_count: Mapped[int] = mapped_column(Integer)
+    error_count: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]]
+
+
+class Fingerprint(Base):
+    """What one GPU looked like in one document: the columns reports group and filter on.
+
+    Everything else the agent said about the card is in `document.body`.
+    """
+
+    __tablename__ = "fingerprint"
+    __table_args__ = (
+        UniqueConstraint("document_id", "gpu_index"),
+        Index(None, "variant", "form_factor"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"))
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpu.id"), index=True)
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str | None] = mapped_column(String(128))
+    serial: Mapped[str | None] = mapped_column(String(128))
+    pci_device_id: Mapped[str | None] = mapped_column(String(128))
+    # `variant` is what reports group by: the catalog label, else what is known of it.
+    variant: Mapped[str] = mapped_column(String(160))
+    variant_label: Mapped[str | None] = mapped_column(String(128))
+    variant_matched_by: Mapped[str] = mapped_column(String(16))
+    family: Mapped[str | None] = mapped_column(String(128))
+    form_factor: Mapped[str] = mapped_column(String(16))
+    memory_gb: Mapped[int | None] = mapped_column(BigInteger)
+    memory_total_mib: Mapped[int | None] = mapped_column(BigInteger)
+    architecture: Mapped[str | None] = mapped_column(String(128))
+    driver_version: Mapped[str | None] = mapped_column(String(128))
+    cuda_driver_version: Mapped[str | None] = mapped_column(String(128))
+    vbios_version: Mapped[str | None] = mapped_column(String(128))
+    power_limit_w: Mapped[float | None] = mapped_column(Float)
+    power_limit_default_w: Mapped[float | None] = mapped_column(Float)
+    max_sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
+    max_mem_clock_mhz: Mapped[int | None] = mapped_column(Integer)
+    virtualization_mode: Mapped[str | None] = mapped_column(String(16))
+    mig_enabled: Mapped[bool | None] = mapped_column(Boolean)
+    ecc_enabled: Mapped[bool | None] = mapped_column(Boolean)
+    persistence_mode: Mapped[bool | None] = mapped_column(Boolean)
+    pcie_gen_max: Mapped[int | None] = mapped_column(Integer)
+    pcie_width_max: Mapped[int | None] = mapped_column(Integer)
+    nvlink_links_active: Mapped[int] = mapped_column(Integer)
+    # {"application_clocks": "no", "power_limit": "unknown", ...}: may the tenant change it.
+    capabilities: Mapped[dict[str, Any]]
+
+
+class BenchmarkResult(Base):
+    """One GPU's measurement of one matmul configuration, with its raw per-run samples."""
+
+    __tablename__ = "benchmark_result"
+    __table_args__ = (
+        Index(None, "provider_id", "variant", "collected_at"),
+        Index(None, "collected_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), index=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpu.id"), index=True)
+    # NULL when the agent benchmarked a GPU it could not fingerprint.
+    fingerprint_id: Mapped[int | None] = mapped_column(ForeignKey("fingerprint.id"))
+    # Copies of the document's facts (see the module docstring).
+    provider_id: Mapped[int] = mapped_column(ForeignKey("provider.id"))
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"), index=True)
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"), index=True)
+    collected_at: Mapped[dt.datetime]
+    variant: Mapped[str] = mapped_column(String(160))
+
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    harness_version: Mapped[str] = mapped_column(String(128))
+    timing_method: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(16))
+    pause_ms: Mapped[float] = mapped_column(Float)
+    cache: Mapped[str] = mapped_column(String(16))
+    concurrency: Mapped[str] = mapped_column(String(16))
+    gpus_in_run: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(8))
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    tflops: Mapped[float] = mapped_column(Float)
+
+    runs: Mapped[int] = mapped_column(Integer)
+    median_ms: Mapped[float] = mapped_column(Float)
+    trimmed_mean_ms: Mapped[float] = mapped_column(Float)
+    mean_ms: Mapped[float] = mapped_column(Float)
+    min_ms: Mapped[float] = mapped_column(Float)
+    max_ms: Mapped[float] = mapped_column(Float)
+    stdev_ms: Mapped[float] = mapped_column(Float)
+    cv: Mapped[float] = mapped_column(Float)
+    ci95_low_ms: Mapped[float] = mapped_column(Float)
+    ci95_high_ms: Mapped[float] = mapped_column(Float)
+
+    warmup_steady: Mapped[bool] = mapped_column(Boolean)
+    warmup_s: Mapped[float] = mapped_column(Float)
+    correctness_passed: Mapped[bool] = mapped_column(Boolean)
+    max_rel_error: Mapped[float | None] = mapped_column(Float)
+
+    power_capped: Mapped[bool] = mapped_column(Boolean)
+    thermal_throttled: Mapped[bool] = mapped_column(Boolean)
+    hw_slowdown: Mapped[bool] = mapped_column(Boolean)
+    contended: Mapped[bool] = mapped_column(Boolean)
+    not_steady: Mapped[bool] = mapped_column(Boolean)
+    correctness_failed: Mapped[bool] = mapped_column(Boolean)
+    clocks_locked: Mapped[bool] = mapped_column(Boolean)
+    clock_lock_mhz: Mapped[int | None] = mapped_column(Integer)
+
+    telemetry_samples: Mapped[int] = mapped_column(BigInteger)
+    sm_clock_mhz_median: Mapped[float | None] = mapped_column(Float)
+    mem_clock_mhz_median: Mapped[float | None] = mapped_column(Float)
+    power_w_median: Mapped[float | None] = mapped_column(Float)
+    temperature_c_max: Mapped[float | None] = mapped_column(Float)
+    reason_shares: Mapped[dict[str, Any]]
+
+    torch_version: Mapped[str | None] = mapped_column(String(128))
+    cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
+    cublas_version: Mapped[str | None] = mapped_column(String(128))
+    wall_s: Mapped[float] = mapped_column(Float)
+    # pack_floats: the per-run kernel times (ms), and the telemetry series as rows of
+    # [seconds, SM MHz, memory MHz, watts, deg C, reasons bitmask].
+    samples_ms: Mapped[bytes]
+    telemetry_series: Mapped[bytes]
+
+
+class HostError(Base):
+    """Something that went wrong on or with a host: from its document, or from reaching it."""
+
+    __tablename__ = "host_error"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"), index=True)
+    # NULL when the host never sent a document (unreachable, agent crashed, timed out).
+    document_id: Mapped[int | None] = mapped_column(ForeignKey("document.id"), index=True)
+    stage: Mapped[str] = mapped_column(String(128))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    occurred_at: Mapped[dt.datetime]

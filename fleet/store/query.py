@@ -1,0 +1,199 @@
+"""Reading results back: plain rows for the CLI, and the report's main query.
+
+The main query compares providers per variant on per-GPU medians: a thousand results
+from one slow box are one slow box (DESIGN.md, "Comparing providers honestly"). SQL
+filters and fetches one narrow row per result through the copies on benchmark_result
+(see models); the medians are taken here, because SQLite has no median aggregate and
+one code path keeps both backends' answers identical.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine, Select, func, select
+
+from fleet.document import AgentDocument
+from fleet.store.models import (
+    BenchmarkResult,
+    Document,
+    Gpu,
+    Host,
+    ProbeRun,
+    Provider,
+    unpack_floats,
+)
+
+FLAGS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended", "not_steady",
+         "correctness_failed", "clocks_locked")
+
+
+if TYPE_CHECKING:
+    AnySelect = Select[*tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class ResultFilter:
+    """Exact matches; `since` is inclusive and compared with when the agent collected."""
+
+    provider: str | None = None
+    variant: str | None = None
+    host: str | None = None
+    since: dt.datetime | None = None
+    sweep: str | None = None
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    id: int
+    collected_at: dt.datetime
+    provider: str
+    host: str
+    sweep: str | None
+    gpu_index: int
+    gpu_uuid: str | None
+    variant: str
+    harness_version: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    mode: str
+    cache: str
+    concurrency: str
+    tflops: float
+    median_ms: float
+    cv: float
+    runs: int
+    power_w_median: float | None
+    sm_clock_mhz_median: float | None
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """One provider's GPUs of one variant under one benchmark configuration."""
+
+    provider: str
+    variant: str
+    harness_version: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    mode: str
+    cache: str
+    concurrency: str
+    gpus: int
+    results: int
+    median_tflops: float  # the median of the per-GPU medians
+    min_gpu_tflops: float
+    max_gpu_tflops: float
+
+
+def _filtered(stmt: AnySelect, where: ResultFilter) -> AnySelect:
+    result = BenchmarkResult
+    if where.provider is not None:
+        stmt = stmt.where(Provider.name == where.provider)
+    if where.variant is not None:
+        stmt = stmt.where(result.variant == where.variant)
+    if where.host is not None:
+        stmt = stmt.where(Host.name == where.host)
+    if where.since is not None:
+        stmt = stmt.where(result.collected_at >= where.since)
+    if where.sweep is not None:
+        stmt = stmt.where(ProbeRun.sweep == where.sweep)
+    return stmt
+
+
+def list_results(engine: Engine, where: ResultFilter, limit: int | None = None
+                 ) -> list[ResultRow]:
+    """Benchmark results matching `where`, newest first."""
+    r = BenchmarkResult
+    stmt = _filtered(
+        select(r.id, r.collected_at, Provider.name, Host.name, ProbeRun.sweep, r.gpu_index,
+               Gpu.uuid, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k, r.mode,
+               r.cache, r.concurrency, r.tflops, r.median_ms, r.cv, r.runs,
+               r.power_w_median, r.sm_clock_mhz_median,
+               *(getattr(r, flag) for flag in FLAGS))
+        .join(Provider, Provider.id == r.provider_id)
+        .join(Host, Host.id == r.host_id)
+        .join(ProbeRun, ProbeRun.id == r.probe_run_id)
+        .join(Gpu, Gpu.id == r.gpu_id), where,
+    ).order_by(r.collected_at.desc(), Provider.name, Host.name, r.gpu_index, r.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    return [ResultRow(*row[:22], flags=_flag_names(row[22:])) for row in rows]  # type: ignore[misc]
+
+
+def _flag_names(values: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(flag for flag, on in zip(FLAGS, values, strict=True) if on)
+
+
+def count_results(engine: Engine, where: ResultFilter) -> int:
+    r = BenchmarkResult
+    stmt = _filtered(select(func.count(r.id)).select_from(r)
+                     .join(Provider, Provider.id == r.provider_id)
+                     .join(Host, Host.id == r.host_id)
+                     .join(ProbeRun, ProbeRun.id == r.probe_run_id), where)
+    with engine.connect() as conn:
+        return int(conn.execute(stmt).scalar_one())
+
+
+def summarise_variants(engine: Engine, where: ResultFilter) -> list[VariantSummary]:
+    """The report's main query: per provider, variant and benchmark configuration, the
+    median of per-GPU median TFLOP/s and how many GPUs it rests on.
+
+    Results that failed the correctness gate are left out: their times measure a wrong
+    answer. Different harness versions are different groups, never compared as equals.
+    """
+    r = BenchmarkResult
+    stmt: AnySelect = (select(Provider.name, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k,
+                   r.mode, r.cache, r.concurrency, r.gpu_id, r.tflops)
+            .join(Provider, Provider.id == r.provider_id)
+            .where(r.correctness_failed.is_(False)))
+    if where.host is not None:
+        stmt = stmt.join(Host, Host.id == r.host_id)
+    if where.sweep is not None:
+        stmt = stmt.join(ProbeRun, ProbeRun.id == r.probe_run_id)
+    per_gpu: dict[tuple[Any, ...], dict[int, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    with engine.connect() as conn:
+        for row in conn.execute(_filtered(stmt, where)):
+            per_gpu[tuple(row[:10])][row[10]].append(row[11])
+    summaries = []
+    for key, gpus in per_gpu.items():
+        medians = [statistics.median(values) for values in gpus.values()]
+        summaries.append(VariantSummary(
+            provider=key[0], variant=key[1], harness_version=key[2], dtype=key[3], m=key[4],
+            n=key[5], k=key[6], mode=key[7], cache=key[8], concurrency=key[9],
+            gpus=len(medians), results=sum(len(v) for v in gpus.values()),
+            median_tflops=statistics.median(medians), min_gpu_tflops=min(medians),
+            max_gpu_tflops=max(medians)))
+    summaries.sort(key=lambda s: (s.variant, s.dtype, s.m, s.n, s.k, s.mode, s.cache,
+                                  s.concurrency, s.harness_version, -s.median_tflops,
+                                  s.provider))
+    return summaries
+
+
+def load_samples(engine: Engine, result_id: int) -> list[float]:
+    """One result's raw per-run kernel times in milliseconds, as the agent sent them."""
+    with engine.connect() as conn:
+        data = conn.execute(select(BenchmarkResult.samples_ms)
+                            .where(BenchmarkResult.id == result_id)).scalar_one()
+    return unpack_floats(data)
+
+
+def load_document(engine: Engine, document_id: int) -> AgentDocument:
+    """A stored document, whole, validated again on the way out."""
+    with engine.connect() as conn:
+        body = conn.execute(select(Document.body).where(Document.id == document_id)
+                            ).scalar_one()
+    return AgentDocument.model_validate(body)

@@ -1,0 +1,137 @@
+"""`transport: local`: this machine, through a child process instead of SSH."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from fleet.transport.base import (
+    KILL_GRACE_S,
+    POLL_S,
+    Cancelled,
+    LineSplitter,
+    RunTimeout,
+    StderrTail,
+    TransportError,
+)
+
+
+class LocalProcess:
+    def __init__(self, popen: subprocess.Popen[bytes], origin: str) -> None:
+        self._popen = popen
+        self._origin = origin
+        self._stderr = StderrTail()
+        self._selector = selectors.DefaultSelector()
+        assert popen.stdout is not None and popen.stderr is not None
+        for stream in (popen.stdout, popen.stderr):
+            os.set_blocking(stream.fileno(), False)
+            self._selector.register(stream, selectors.EVENT_READ)
+        self._stream: Iterator[str] | None = None
+
+    def lines(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
+        if self._stream is None:
+            self._stream = self._read(deadline, cancel)
+        return self._stream
+
+    def _read(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
+        splitter = LineSplitter(self._origin)
+        stdout = self._popen.stdout
+        open_streams = 2
+        while open_streams:
+            if cancel.is_set():
+                raise Cancelled(f"{self._origin}: interrupted")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunTimeout(f"{self._origin}: timed out")
+            for key, _ in self._selector.select(min(left, POLL_S)):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    self._selector.unregister(key.fileobj)
+                    open_streams -= 1
+                elif key.fileobj is stdout:
+                    yield from splitter.feed(data)
+                else:
+                    self._stderr.feed(data)
+        yield from splitter.finish()
+
+    def exit_status(self, timeout: float) -> int | None:
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stderr_tail(self) -> str:
+        return self._stderr.text()
+
+    def kill(self) -> None:
+        # The script runs in a session of its own: the signal reaches the agent and
+        # anything it started, never this process.
+        for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._popen.pid, sig)
+            if self.exit_status(grace) is not None:
+                break
+
+    def close(self) -> None:
+        self._selector.close()
+        for stream in (self._popen.stdout, self._popen.stderr):
+            if stream is not None:
+                stream.close()
+
+
+class LocalTransport:
+    """Runs the scripts with this machine's /bin/sh, as the current user."""
+
+    description = "this machine"
+
+    def __init__(self, origin: str) -> None:
+        self._origin = origin
+        self._processes: list[LocalProcess] = []
+
+    def connect(self) -> None:
+        pass
+
+    def run(self, script: str) -> LocalProcess:
+        try:
+            popen = subprocess.Popen(
+                ["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise TransportError(f"{self._origin}: cannot start /bin/sh ({exc.strerror})"
+                                 ) from None
+        process = LocalProcess(popen, self._origin)
+        self._processes.append(process)
+        return process
+
+    def put(self, data: bytes, path: str, timeout: float) -> None:
+        final = Path(path).expanduser()
+        try:
+            final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(temporary, final)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        except OSError as exc:
+            raise TransportError(
+                f"{self._origin}: cannot write {final} ({exc.strerror}). Set `cache_dir:` "
+                "in the inventory to a directory you may write") from None
+
+    def close(self) -> None:
+        for process in self._processes:
+            if process.exit_status(0) is None:
+                process.kill()
+            process.close()
+        self._processes.clear()

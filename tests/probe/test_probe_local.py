@@ -1,0 +1,163 @@
+"""`transport: local`, the README's first command, a CPU smoke benchmark, bad input, and
+agents that send hostile documents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, func, select
+
+from fleet.store.models import BenchmarkResult
+from tests.conftest import ROOT
+from tests.probe.conftest import GOOD_HOSTS, Workspace, recording, variant_labels
+
+
+def test_readme_first_command_probes_this_machine(workspace: Workspace) -> None:
+    # Exactly the README's command, from the checkout, with the default store.
+    done = subprocess.run([sys.executable, "-m", "fleet.cli", "probe", "inventory/local.yaml"],
+                          env=workspace.env(), capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    default_db = workspace.home / ".local" / "share" / "fleet" / "fleet.db"
+    assert default_db.is_file()
+    assert f"1 of 1 host stored in sqlite:///{default_db}" in done.stdout
+    assert "this-machine/localhost" in done.stdout
+
+
+def test_local_transport_replaying_a_recording(workspace: Workspace) -> None:
+    inventory = workspace.inventory({"here/box": {
+        "transport": "local", "python": sys.executable, "cache_dir": str(workspace.cache),
+        "env": {"FLEET_NVML_REPLAY": recording("h100-sxm5-x8-baremetal")},
+        "expect": {"variant": "H100 SXM5 80GB", "gpu_count": 8, "min_power_limit_w": 700}}})
+    result = workspace.probe(inventory, "--fingerprint-only")
+    assert result.returncode == 0, result.stderr
+    host = result.host("here/box")
+    # The recording's GPU 5 is capped at 500 W: the provider's cap, caught by `expect`.
+    assert host["expectation"] == {
+        "matches": False, "problems": ["power limit 500 W on GPU 5, below the listed 700 W"],
+        "unchecked": []}
+    assert host["variants"] == "8 x H100-SXM5-80GB"
+    [(_hostname, gpu_count, body)] = workspace.documents()["here/box"]
+    assert gpu_count == 8 and variant_labels(body) == ["H100-SXM5-80GB"] * 8
+    assert [p.name for p in workspace.cache.iterdir()] == [result.report["payload"]["file"]]
+
+
+def test_cpu_smoke_benchmark_is_stored(workspace: Workspace) -> None:
+    pytest.importorskip("torch", reason="the CPU smoke benchmark runs the harness on torch")
+    inventory = workspace.inventory({"here/cpu": {
+        "transport": "local", "python": sys.executable, "cache_dir": str(workspace.cache)}})
+    result = workspace.probe(inventory, "--cpu", "--size", "128", "--measure-s", "0.3",
+                             "--max-warmup-s", "0.5", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.host("here/cpu")["tflops"] > 0
+    engine = create_engine(f"sqlite:///{workspace.db}")
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(BenchmarkResult)).scalar() == 1
+    engine.dispose()
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("providers:\n  a:\n    hosts:\n      h:\n        port: seventy\n", ":5:15: "),
+    ("providers:\n  a:\n    hosts:\n      h: {password: hunter2}\n", ":4:11: "),
+    ("providers: [oops\n", ":2:1: "),
+])
+def test_bad_inventory_exits_2_naming_the_line(text: str, where: str,
+                                               workspace: Workspace) -> None:
+    inventory = workspace.root / "bad.yaml"
+    inventory.write_text(text)
+    result = workspace.probe(inventory)
+    assert result.returncode == 2
+    assert f"bad.yaml{where}" in result.stderr
+    assert "hunter2" not in result.stderr
+    assert not workspace.db.exists(), "nothing may be stored for a bad inventory"
+
+
+# --- Hostile agents ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_document() -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "agent", "fingerprint", "--no-torch"],
+                          capture_output=True, text=True, check=True, cwd=ROOT,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                               "FLEET_NVML_REPLAY": recording("provider-b-a100-sxm4")})
+    document: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])["document"]
+    return document
+
+
+def _set(*path: Any, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(document: dict[str, Any]) -> None:
+        here: Any = document
+        for step in path[:-1]:
+            here = here[step]
+        here[path[-1]] = value
+    return mutate
+
+
+HOSTILE = {
+    # attack: (mutation, stage it is caught at, what the reason names)
+    "oversize string": (_set("host", "os", value="A" * 100_000), "agent output", "host.os"),
+    "NaN": (_set("gpus", 0, "power_limit_w", value=float("nan")), "agent output",
+            "not a finite number"),
+    "extra field": (_set("injected", value="'); DROP TABLE document; --"), "agent output",
+                    "injected"),
+    "NUL character": (_set("host", "kernel", value="6.1\x00evil"), "validation",
+                      "host.kernel: holds a NUL character"),
+    "second document": (None, "agent output", "second document"),
+}
+
+
+def _hostile_agent(workspace: Workspace, document: dict[str, Any], name: str,
+                   extra_lines: int = 0) -> Path:
+    lines = [json.dumps({"event": "progress", "stage": "host", "message": "reading"}),
+             *[json.dumps({"event": "document", "document": document})] * (1 + extra_lines)]
+    output = workspace.root / f"{name}.jsonl"
+    output.write_text("\n".join(lines) + "\n")
+    script = workspace.root / f"{name}.sh"
+    script.write_text(f"#!/bin/sh\ncat {output}\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("attack", list(HOSTILE))
+def test_hostile_document_is_rejected_whole(attack: str, workspace: Workspace,
+                                            real_document: dict[str, Any]) -> None:
+    mutate, stage, names = HOSTILE[attack]
+    document = json.loads(json.dumps(real_document))
+    if mutate is not None:
+        mutate(document)
+    script = _hostile_agent(workspace, document, "hostile",
+                            extra_lines=1 if attack == "second document" else 0)
+    hosts = workspace.good_hosts()
+    hosts["evil/host"] = workspace.ssh_host(workspace.servers[0], python=str(script))
+    result = workspace.probe(workspace.inventory(hosts), "--fingerprint-only",
+                             "--accept-new-host-keys")
+    assert result.returncode == 3, result.stderr
+    host = result.host("evil/host")
+    assert (host["stage"], host["ok"]) == (stage, False)
+    assert names in host["reason"]
+    assert len(host["reason"]) < 2000, "a hostile value must not be echoed whole"
+    assert "evil/host" not in workspace.documents()
+    assert set(workspace.documents()) == set(GOOD_HOSTS)
+
+
+def test_markup_escapes_and_script_from_a_host_are_stored_and_shown_as_text(
+        workspace: Workspace, real_document: dict[str, Any]) -> None:
+    document = json.loads(json.dumps(real_document))
+    document["host"]["hostname"] = "<script>alert(1)</script>"
+    document["gpus"][0]["variant"]["label"] = "\x1b]0;pwned\x07[bold green]H100 SXM5 80GB[/]"
+    script = _hostile_agent(workspace, document, "sly")
+    hosts = {"sly/host": workspace.ssh_host(workspace.servers[0], python=str(script))}
+    result = workspace.fleet("probe", str(workspace.inventory(hosts)), "--db",
+                             str(workspace.db), "--fingerprint-only", "--accept-new-host-keys")
+    assert result.returncode == 0, result.stderr
+    [(hostname, _, _body)] = workspace.documents()["sly/host"]
+    assert hostname == "<script>alert(1)</script>"
+    # Shown literally: markup from a host is text, and its escape sequences are inert.
+    assert "1 x \\x1b]0;pwned\\x07[bold green]H100 SXM5 80GB[/]" in result.stdout
+    assert "\x1b]0;" not in result.stdout + result.stderr

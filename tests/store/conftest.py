@@ -1,0 +1,134 @@
+"""Store fixtures: every test that takes `store_url` runs on SQLite and on a real PostgreSQL.
+
+PostgreSQL is the server at 127.0.0.1:5432 (user postgres, trust authentication), or the
+one FLEET_TEST_POSTGRES names; `.ci/run` starts it. When it cannot be reached the
+PostgreSQL tests fail, with the reason, instead of being skipped: CI guarantees it runs,
+so a missing server is a broken environment, not an optional feature.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, func, select, text
+
+from fleet.store.database import open_engine, resolve
+from fleet.store.models import Base
+from fleet.store.schema import upgrade
+
+ADMIN_URL = os.environ.get("FLEET_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _admin() -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5)
+
+
+class Scratch:
+    """Scratch databases of one test session, all dropped at its end."""
+
+    def __init__(self) -> None:
+        self.prefix = f"fleet_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self.names: list[str] = []
+
+    def create(self) -> str:
+        name = f"{self.prefix}_{len(self.names)}"
+        with _admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.names.append(name)
+        base = ADMIN_URL.rsplit("/", 1)[0]
+        return f"{base}/{name}"
+
+    def drop_all(self) -> None:
+        with _admin() as conn:
+            for name in self.names:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Scratch]:
+    try:
+        with _admin() as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {ADMIN_URL} ({str(exc).strip()}). The store "
+            "tests need it: run `.ci/run`, or start it with `pg_ctlcluster "
+            "--skip-systemctl-redirect $(ls /etc/postgresql) main start`, or point "
+            "FLEET_TEST_POSTGRES at a server where the user may create databases.",
+            pytrace=False,
+        )
+    scratch = Scratch()
+    yield scratch
+    scratch.drop_all()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres: Scratch) -> str:
+    """One scratch database at the newest schema, shared by the session's tests."""
+    url = postgres.create()
+    engine = open_engine(resolve(url))
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def truncate(url: str) -> None:
+    engine = open_engine(resolve(url))
+    tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path_factory: pytest.TempPathFactory,
+              request: pytest.FixtureRequest) -> str:
+    """An empty fleet database at the newest schema, on each backend."""
+    if backend == "sqlite":
+        path = tmp_path_factory.mktemp("store") / "fleet.db"
+        url = f"sqlite:///{path}"
+        engine = open_engine(resolve(url))
+        upgrade(engine)
+        engine.dispose()
+        return url
+    url = str(request.getfixturevalue("postgres_url"))
+    truncate(url)
+    return url
+
+
+@pytest.fixture
+def empty_url(backend: str, tmp_path_factory: pytest.TempPathFactory,
+              request: pytest.FixtureRequest) -> str:
+    """A database with nothing in it (for SQLite, a file that does not exist yet)."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('empty') / 'fleet.db'}"
+    return request.getfixturevalue("postgres").create()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    engine = open_engine(resolve(store_url))
+    yield engine
+    engine.dispose()
+
+
+def row_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {table.name: int(conn.execute(select(func.count()).select_from(table))
+                                .scalar_one())
+                for table in Base.metadata.sorted_tables}
+
+
+@pytest.fixture
+def counts() -> Callable[[Engine], dict[str, int]]:
+    return row_counts

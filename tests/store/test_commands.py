@@ -1,0 +1,141 @@
+"""`fleet db`, `fleet ingest` and `fleet results` as a user runs them, on both backends."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fleet.cli import main
+from tests.store import factory
+
+
+def fleet(*args: str, db: str | None = None, stdin: str | None = None,
+          env: dict[str, str] | None = None) -> Result:
+    argv = [*args, "--db", db] if db is not None else list(args)
+    return CliRunner().invoke(main, argv, input=stdin, env=env, catch_exceptions=False)
+
+
+def _jsonl(document: dict[str, Any]) -> str:
+    progress = {"event": "progress", "stage": "gpu", "message": "fingerprinting GPU 1 of 2"}
+    return json.dumps(progress) + "\n" + json.dumps({"event": "document",
+                                                     "document": document}) + "\n"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    paths = {"bare": tmp_path / "gpu-01.json", "events": tmp_path / "gpu-02.jsonl",
+             "bad": tmp_path / "gpu-03.json", "junk": tmp_path / "notes.txt"}
+    paths["bare"].write_text(json.dumps(factory.document(host="gpu-01")))
+    paths["events"].write_text(_jsonl(factory.document(host="gpu-02", gpus=1)))
+    bad = factory.document(host="gpu-03")
+    bad["benchmarks"][0]["stats"]["median_ms"] = -1.0
+    paths["bad"].write_text(json.dumps(bad))
+    paths["junk"].write_text("not json at all\n")
+    return paths
+
+
+def test_ingest_stores_good_files_and_rejects_bad_ones(store_url: str,
+                                                       files: dict[str, Path]) -> None:
+    result = fleet("ingest", "--provider", "lambda", "--sweep", "nightly",
+                   *(str(p) for p in files.values()), db=store_url)
+    assert result.exit_code == 2
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"stored          {files['bare']}: document 1, 2 GPUs")
+    assert lines[1].startswith(f"stored          {files['events']}: document 2, 1 GPUs")
+    assert lines[2].startswith(f"rejected        {files['bad']}: invalid agent document: "
+                               "benchmarks.0.stats.median_ms")
+    assert lines[3].startswith(f"rejected        {files['junk']}: agent output line 1 is "
+                               "not JSON")
+    assert "2 stored, 2 rejected" in result.stderr
+
+    again = fleet("ingest", str(files["bare"]), str(files["events"]), db=store_url)
+    assert again.exit_code == 0
+    assert again.stdout.count("already stored") == 2
+
+    rows = json.loads(fleet("results", "--json", db=store_url).stdout)
+    assert len(rows) == 3
+    assert {row["host"] for row in rows} == {"gpu-01", "gpu-02"}
+    assert {(row["provider"], row["sweep"]) for row in rows} == {("lambda", "nightly")}
+
+
+def test_ingest_from_standard_input(store_url: str) -> None:
+    result = fleet("ingest", "--host", "from-inventory", "-", db=store_url,
+                   stdin=_jsonl(factory.document(host="reported")))
+    assert result.exit_code == 0, result.output
+    rows = json.loads(fleet("results", "--json", db=store_url).stdout)
+    assert {row["host"] for row in rows} == {"from-inventory"}
+
+
+def test_results_filters_and_formats(store_url: str, tmp_path: Path) -> None:
+    for provider, host, variant in (("lambda", "l1", "H100 SXM5 80GB"),
+                                    ("coreweave", "c1", "H100 PCIe 80GB")):
+        path = tmp_path / f"{host}.json"
+        path.write_text(json.dumps(factory.document(host=host, variant=variant)))
+        assert fleet("ingest", "--provider", provider, str(path), db=store_url).exit_code == 0
+
+    listed = fleet("results", "--provider", "coreweave", "--csv", db=store_url).stdout
+    rows = list(csv.DictReader(io.StringIO(listed)))
+    assert {row["host"] for row in rows} == {"c1"} and len(rows) == 2
+    assert rows[0]["flags"] == "power_capped"
+
+    table = fleet("results", "--variant", "H100 SXM5 80GB", db=store_url,
+                  env={"COLUMNS": "200"}).stdout
+    assert "l1" in table and "c1" not in table and "power-cap" in table
+
+    summary = json.loads(fleet("results", "--summary", "--json", db=store_url).stdout)
+    assert {(s["provider"], s["variant"], s["gpus"]) for s in summary} == {
+        ("lambda", "H100 SXM5 80GB", 2), ("coreweave", "H100 PCIe 80GB", 2)}
+
+    none = fleet("results", "--since", "2030-01-01", db=store_url)
+    assert none.exit_code == 0 and "No results match" in none.stderr
+    limited = fleet("results", "--limit", "1", db=store_url, env={"COLUMNS": "200"})
+    assert "Showing the newest 1 of 4 results" in limited.stderr
+
+
+def test_a_hosts_strings_are_not_rich_markup(store_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(factory.document(host="[bold red]evil[/]")))
+    assert fleet("ingest", str(path), db=store_url).exit_code == 0
+    assert "[bold red]evil[/]" in fleet("results", db=store_url, env={"COLUMNS": "200"}).stdout
+
+
+def test_db_upgrade_and_current(empty_url: str) -> None:
+    before = fleet("db", "current", db=empty_url)
+    assert before.exit_code == 0 and "revision: none" in before.stdout
+    upgraded = fleet("db", "upgrade", db=empty_url)
+    assert upgraded.exit_code == 0 and "upgraded from empty to revision 0001" in upgraded.stdout
+    assert "already at revision 0001" in fleet("db", "upgrade", db=empty_url).stdout
+    assert "revision: 0001 (newest)" in fleet("db", "current", db=empty_url).stdout
+
+
+def test_fleet_db_environment_variable(store_url: str) -> None:
+    shown = fleet("db", "current", env={"FLEET_DB": store_url})
+    assert "(from FLEET_DB)" in shown.stdout
+
+
+def test_a_password_is_never_printed(postgres_url: str) -> None:
+    # The test server trusts local connections, so this password is sent and ignored.
+    with_password = postgres_url.replace("postgresql://postgres@",
+                                         "postgresql://postgres:s3cret@")
+    for args in (("db", "current"), ("db", "upgrade"), ("results",)):
+        result = fleet(*args, db=with_password)
+        assert result.exit_code == 0, result.output
+        assert "s3cret" not in result.output
+    assert "postgres:***@" in fleet("db", "current", db=with_password).stdout
+    unreachable = fleet("results", db="postgresql://postgres:s3cret@127.0.0.1:1/x")
+    assert unreachable.exit_code == 4
+    assert "s3cret" not in unreachable.output and "postgres:***@127.0.0.1:1" in unreachable.output
+
+
+@pytest.mark.parametrize("command", [["db"], ["db", "upgrade"], ["db", "current"],
+                                     ["ingest"], ["results"]])
+def test_help_shows_an_example(command: list[str]) -> None:
+    result = fleet(*command, "--help")
+    assert result.exit_code == 0
+    assert "Example" in result.stdout and "fleet " in result.stdout

@@ -1,0 +1,253 @@
+"""Ingest on SQLite and PostgreSQL: stored once, nothing lost, nothing of a bad document."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, text
+
+from fleet.document import AgentDocument
+from fleet.errors import AgentError, InputError
+from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo, parse_text, prepare
+from fleet.store.models import BenchmarkResult, Document, Gpu, HostError, ProbeRun, unpack_rows
+from fleet.store.query import load_document, load_samples
+from tests.store import factory
+
+Counts = Callable[[Engine], dict[str, int]]
+
+
+def store(engine: Engine, data: dict[str, Any], provider: str = "lambda",
+          host: str | None = None, sweep: str | None = None) -> Any:
+    with Ingest(engine, RunInfo(sweep=sweep)) as ingest:
+        return ingest.store(AgentDocument.model_validate(data), Origin(provider, host))
+
+
+def test_stores_every_part_of_a_document(engine: Engine, counts: Counts) -> None:
+    data = factory.document(gpus=2, errors=[{"stage": "benchmark", "message": "GPU 1 busy",
+                                             "gpu": 1}])
+    stored = store(engine, data, sweep="nightly")
+    assert stored.outcome is Outcome.STORED
+    assert counts(engine) == {"provider": 1, "host": 1, "gpu": 2, "probe_run": 1,
+                              "document": 1, "fingerprint": 2, "benchmark_result": 2,
+                              "host_error": 1}
+    with engine.connect() as conn:
+        run = conn.execute(select(ProbeRun)).one()
+        result = conn.execute(select(BenchmarkResult).order_by(BenchmarkResult.gpu_index)
+                              ).first()
+        error = conn.execute(select(HostError)).one()
+    assert run.sweep == "nightly" and run.kind == "ingest" and run.finished_at is not None
+    assert run.started_at.tzinfo is not None
+    assert result is not None
+    expected = data["benchmarks"][0]
+    assert result.tflops == expected["tflops"]
+    assert result.median_ms == expected["stats"]["median_ms"]
+    assert result.power_capped is True and result.contended is False
+    assert result.variant == "H100 SXM5 80GB"
+    assert result.collected_at == dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
+    assert (error.stage, error.gpu_index, error.message) == ("benchmark", 1, "GPU 1 busy")
+
+
+def test_the_same_document_twice_is_stored_once(engine: Engine, counts: Counts) -> None:
+    data = factory.document()
+    first = store(engine, data)
+    before = counts(engine)
+    again = store(engine, copy.deepcopy(data))
+    assert again.outcome is Outcome.ALREADY_STORED
+    assert again.document_id == first.document_id
+    assert counts(engine) == before  # not even an empty probe run
+
+
+def test_key_order_and_spacing_do_not_make_a_new_document(engine: Engine) -> None:
+    data = factory.document()
+    data["gpus"][0]["unavailable"] = {"b": "NVML_ERROR_NOT_SUPPORTED", "a": "NVML_ERROR_X"}
+    reordered = copy.deepcopy(data)
+    reordered["gpus"][0]["unavailable"] = {"a": "NVML_ERROR_X", "b": "NVML_ERROR_NOT_SUPPORTED"}
+    first = store(engine, data)
+    text_form = json.dumps(reordered, indent=3)
+    with Ingest(engine) as ingest:
+        again = ingest.store(parse_text(text_form, "x"), Origin("lambda"))
+    assert again.outcome is Outcome.ALREADY_STORED
+    assert again.content_hash == first.content_hash
+
+
+def test_nothing_is_lost(engine: Engine) -> None:
+    """The stored body is the canonical document: it validates again to the same hash,
+    and the packed samples are the agent's floats bit for bit."""
+    data = factory.document(gpus=3, runs=137)
+    data["benchmarks"][0]["samples_ms"][0] = 0.1 + 0.2  # 0.30000000000000004
+    stored = store(engine, data)
+    again = load_document(engine, stored.document_id)
+    assert again == AgentDocument.model_validate(data)
+    again_prepared = prepare(again, "stored")
+    assert again_prepared.content_hash == stored.content_hash
+    assert hashlib.sha256(again_prepared.text.encode()).hexdigest() == stored.content_hash
+    with engine.connect() as conn:
+        rows = conn.execute(select(BenchmarkResult.id, BenchmarkResult.gpu_index,
+                                   BenchmarkResult.telemetry_series)).all()
+    for result_id, index, series in rows:
+        assert load_samples(engine, result_id) == data["benchmarks"][index]["samples_ms"]
+        assert unpack_rows(series, 6) == data["benchmarks"][index]["telemetry_series"]
+
+
+def test_a_gpu_is_followed_by_uuid_across_hosts_and_providers(engine: Engine) -> None:
+    early = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    late = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+    middle = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    first = factory.document(host="a", gpus=1, collected_at=middle)
+    resold = factory.document(host="b", gpus=1, collected_at=late, seed=1)
+    older = factory.document(host="c", gpus=1, collected_at=early, seed=2)
+    uuid = first["gpus"][0]["uuid"]
+    for doc in (resold, older):
+        doc["gpus"][0]["uuid"] = doc["benchmarks"][0]["gpu_uuid"] = uuid
+    store(engine, first, provider="lambda")
+    store(engine, resold, provider="coreweave")
+    store(engine, older, provider="lambda")  # collected earliest, ingested last
+    with engine.connect() as conn:
+        gpus = conn.execute(select(Gpu)).all()
+        result_gpus = set(conn.execute(select(BenchmarkResult.gpu_id)).scalars())
+    assert len(gpus) == 1
+    assert gpus[0].uuid == uuid
+    assert (gpus[0].first_seen, gpus[0].last_seen) == (early, late)
+    assert result_gpus == {gpus[0].id}
+
+
+def test_a_gpu_without_uuid_is_followed_on_its_host_only(engine: Engine) -> None:
+    store(engine, factory.document(host="a", gpus=2, with_uuid=False))
+    store(engine, factory.document(host="a", gpus=2, with_uuid=False, seed=1))
+    store(engine, factory.document(host="b", gpus=2, with_uuid=False))
+    with engine.connect() as conn:
+        identities = sorted(conn.execute(select(Gpu.identity)).scalars())
+    assert len(identities) == 4  # a:0, a:1, b:0, b:1
+    assert all(identity.startswith("host:") for identity in identities)
+
+
+def test_host_name_from_the_option_or_the_document(engine: Engine) -> None:
+    store(engine, factory.document(host="reported-name"))
+    store(engine, factory.document(host="reported-name", seed=1), host="inventory-name")
+    with engine.connect() as conn:
+        names = sorted(conn.execute(text("SELECT name FROM host")).scalars())
+    assert names == ["inventory-name", "reported-name"]
+
+
+def test_a_document_without_hostname_needs_host(engine: Engine, counts: Counts) -> None:
+    data = factory.document()
+    data["host"]["hostname"] = None
+    with pytest.raises(InputError, match="--host"):
+        store(engine, data)
+    assert sum(counts(engine).values()) == 0
+    assert store(engine, data, host="gpu-07").outcome is Outcome.STORED
+
+
+def _nan_tflops(data: dict[str, Any]) -> str:
+    data["benchmarks"][0]["tflops"] = float("nan")
+    return json.dumps(data)
+
+
+def _unknown_field(data: dict[str, Any]) -> str:
+    data["gpus"][0]["password"] = "hunter2"
+    return json.dumps(data)
+
+
+def _oversize_string(data: dict[str, Any]) -> str:
+    data["host"]["os"] = "x" * 10_000
+    return json.dumps(data)
+
+
+def _duplicate_gpu(data: dict[str, Any]) -> str:
+    data["gpus"][1]["index"] = 0
+    return json.dumps(data)
+
+
+def _nul_character(data: dict[str, Any]) -> str:
+    data["host"]["kernel"] = "6.8\x00evil"
+    return json.dumps(data)
+
+
+def _bad_time(data: dict[str, Any]) -> str:
+    data["collected_at"] = "yesterday"
+    return json.dumps(data)
+
+
+def _uuid_mismatch(data: dict[str, Any]) -> str:
+    data["benchmarks"][0]["gpu_uuid"] = "GPU-someone-else"
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(("spoil", "reason"), [
+    (_nan_tflops, "benchmarks.0.tflops: Input should be a finite number"),
+    (_unknown_field, "gpus.0.password"),
+    (_oversize_string, "host.os"),
+    (_duplicate_gpu, "gpus.1.index"),
+    (_nul_character, "host.kernel: holds a NUL"),
+    (_bad_time, "collected_at"),
+    (_uuid_mismatch, "benchmarks.0.gpu_uuid"),
+])
+def test_an_invalid_document_is_rejected_whole(engine: Engine, counts: Counts,
+                                               spoil: Callable[[dict[str, Any]], str],
+                                               reason: str) -> None:
+    store(engine, factory.document(host="good"))
+    before = counts(engine)
+    text_form = spoil(factory.document(host="bad"))
+    with pytest.raises(AgentError, match=reason), Ingest(engine) as ingest:
+        ingest.store_prepared(prepare(parse_text(text_form, "bad.json"), "bad.json"),
+                              Origin("lambda"))
+    assert counts(engine) == before
+
+
+def test_a_failure_inside_the_transaction_leaves_nothing(engine: Engine, backend: str,
+                                                         counts: Counts) -> None:
+    """A real database error after the document row was written (a trigger refuses the
+    benchmark rows) rolls the whole document back, probe run and GPUs included."""
+    with engine.begin() as conn:
+        if backend == "sqlite":
+            conn.execute(text("CREATE TRIGGER refuse BEFORE INSERT ON benchmark_result "
+                              "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"))
+        else:
+            conn.execute(text("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                              "$$ BEGIN RAISE EXCEPTION 'refused by test'; END $$"))
+            conn.execute(text("CREATE TRIGGER refuse BEFORE INSERT ON benchmark_result "
+                              "FOR EACH ROW EXECUTE FUNCTION refuse()"))
+    try:
+        with pytest.raises(Exception, match="refused by test"):
+            store(engine, factory.document(gpus=2))
+        assert sum(counts(engine).values()) == 0
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TRIGGER refuse" if backend == "sqlite"
+                              else "DROP TRIGGER refuse ON benchmark_result"))
+            if backend != "sqlite":
+                conn.execute(text("DROP FUNCTION refuse()"))
+    assert store(engine, factory.document(gpus=2)).outcome is Outcome.STORED
+
+
+def test_documents_of_one_ingest_share_one_probe_run(engine: Engine) -> None:
+    with Ingest(engine, RunInfo(sweep="s1")) as ingest:
+        for seed in range(3):
+            ingest.store(AgentDocument.model_validate(factory.document(seed=seed)),
+                         Origin("lambda"))
+    with engine.connect() as conn:
+        runs = conn.execute(select(Document.probe_run_id)).scalars().all()
+    assert len(runs) == 3 and len(set(runs)) == 1
+
+
+def test_a_host_that_sent_nothing_is_recorded(engine: Engine) -> None:
+    with Ingest(engine, RunInfo(kind="probe", sweep="nightly")) as ingest:
+        ingest.record_error(Origin("lambda", "gpu-09"), "connect",
+                            "ssh: connect to host gpu-09 port 22: Connection refused")
+    with engine.connect() as conn:
+        error = conn.execute(select(HostError)).one()
+    assert error.document_id is None and error.stage == "connect"
+
+
+def test_no_gpu_document_is_stored(engine: Engine, counts: Counts) -> None:
+    data = factory.document(gpus=0)
+    data["no_gpu_reason"] = "NVML Shared Library Not Found"
+    data["system"] = None
+    assert store(engine, data).outcome is Outcome.STORED
+    assert counts(engine)["document"] == 1 and counts(engine)["gpu"] == 0

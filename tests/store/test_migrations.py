@@ -1,0 +1,128 @@
+"""Migrations on SQLite and PostgreSQL: up from empty, down, up again, and in step with
+the models."""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, inspect, text
+
+from fleet.errors import StoreError
+from fleet.store.database import open_engine, resolve
+from fleet.store.models import Base
+from fleet.store.schema import (
+    downgrade,
+    ensure_schema,
+    head_revision,
+    inspect_schema,
+    upgrade,
+)
+
+TABLES = {table.name for table in Base.metadata.sorted_tables}
+
+
+def _engine(url: str) -> Engine:
+    return open_engine(resolve(url))
+
+
+def _tables(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(inspect(conn).get_table_names())
+
+
+def _differences(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True,
+                                                         "compare_server_default": True})
+        return list(compare_metadata(context, Base.metadata))
+
+
+def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
+    engine = _engine(empty_url)
+    try:
+        assert inspect_schema(engine).revision is None
+        assert upgrade(engine).revision == head_revision()
+        assert _tables(engine) == TABLES | {"alembic_version"}
+        assert downgrade(engine, "base").revision is None
+        assert _tables(engine) == {"alembic_version"}
+        assert upgrade(engine).current
+        assert _tables(engine) == TABLES | {"alembic_version"}
+        assert _differences(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_models_and_migrations_agree(store_url: str) -> None:
+    """What `alembic check` does: autogenerate finds nothing to write."""
+    engine = _engine(store_url)
+    try:
+        assert _differences(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_the_check_notices_a_difference(store_url: str) -> None:
+    engine = _engine(store_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE INDEX ix_extra ON provider (name)"))
+        assert any(diff[0] == "remove_index" for diff in _differences(engine))
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("DROP INDEX ix_extra"))
+        engine.dispose()
+
+
+def test_an_empty_database_is_upgraded_on_first_use(empty_url: str) -> None:
+    location = resolve(empty_url)
+    engine = open_engine(location)
+    try:
+        assert ensure_schema(engine, location) is True
+        assert ensure_schema(engine, location) is False
+        assert inspect_schema(engine).current
+    finally:
+        engine.dispose()
+
+
+def test_a_database_that_is_not_fleets_is_refused(empty_url: str) -> None:
+    location = resolve(empty_url)
+    engine = open_engine(location)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE customers (id INTEGER PRIMARY KEY)"))
+        with pytest.raises(StoreError, match="not a fleet database"):
+            ensure_schema(engine, location)
+    finally:
+        engine.dispose()
+
+
+def test_a_database_from_a_newer_fleet_is_refused(store_url: str) -> None:
+    location = resolve(store_url)
+    engine = open_engine(location)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+        with pytest.raises(StoreError, match="newer fleet wrote it"):
+            ensure_schema(engine, location)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE alembic_version SET version_num = '{head_revision()}'"))
+        engine.dispose()
+
+
+def _upgrade(url: str) -> str | None:
+    engine = _engine(url)
+    try:
+        return upgrade(engine).revision
+    finally:
+        engine.dispose()
+
+
+def test_processes_upgrading_one_new_database_take_turns(empty_url: str) -> None:
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        revisions = pool.map(_upgrade, [empty_url] * 3)
+    assert revisions == [head_revision()] * 3

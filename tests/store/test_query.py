@@ -1,0 +1,114 @@
+"""Reading back on SQLite and PostgreSQL: filters, and the report's main query."""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from fleet.document import AgentDocument
+from fleet.store.ingest import Ingest, Origin, RunInfo
+from fleet.store.query import ResultFilter, count_results, list_results, summarise_variants
+from tests.store import factory
+
+DAY1 = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.UTC)
+DAY2 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.UTC)
+
+
+def _store(engine: Engine, docs: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """(provider, sweep, document) triples, one ingest run per sweep."""
+    for sweep in sorted({sweep for _, sweep, _ in docs}):
+        with Ingest(engine, RunInfo(sweep=sweep)) as ingest:
+            for provider, doc_sweep, data in docs:
+                if doc_sweep == sweep:
+                    ingest.store(AgentDocument.model_validate(data), Origin(provider))
+
+
+@pytest.fixture
+def fleet_db(engine: Engine) -> Engine:
+    _store(engine, [
+        ("lambda", "s1", factory.document(host="l1", gpus=2, collected_at=DAY1)),
+        ("lambda", "s2", factory.document(host="l1", gpus=2, collected_at=DAY2, seed=1)),
+        ("coreweave", "s1", factory.document(host="c1", gpus=2, collected_at=DAY1,
+                                             tflops=600)),
+        ("coreweave", "s2", factory.document(host="c2", gpus=1, collected_at=DAY2,
+                                             variant="H100 PCIe 80GB", tflops=400)),
+    ])
+    return engine
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    (ResultFilter(), 7),
+    (ResultFilter(provider="lambda"), 4),
+    (ResultFilter(provider="nobody"), 0),
+    (ResultFilter(variant="H100 PCIe 80GB"), 1),
+    (ResultFilter(host="c1"), 2),
+    (ResultFilter(since=DAY2), 3),
+    (ResultFilter(since=DAY2 + dt.timedelta(seconds=1)), 0),
+    (ResultFilter(sweep="s1"), 4),
+    (ResultFilter(provider="coreweave", sweep="s2", since=DAY1), 1),
+])
+def test_filters(fleet_db: Engine, where: ResultFilter, expected: int) -> None:
+    rows = list_results(fleet_db, where)
+    assert len(rows) == expected == count_results(fleet_db, where)
+    for row in rows:
+        assert where.provider in (None, row.provider)
+        assert where.host in (None, row.host)
+        assert where.sweep in (None, row.sweep)
+        assert where.since is None or row.collected_at >= where.since
+
+
+def test_since_in_another_timezone_means_the_same_instant(fleet_db: Engine) -> None:
+    tokyo = dt.timezone(dt.timedelta(hours=9))
+    assert len(list_results(fleet_db, ResultFilter(since=DAY2.astimezone(tokyo)))) == 3
+
+
+def test_rows_are_newest_first_and_limited(fleet_db: Engine) -> None:
+    rows = list_results(fleet_db, ResultFilter(), limit=3)
+    assert len(rows) == 3
+    assert all(row.collected_at == DAY2 for row in rows)
+    assert rows[0].flags == ("power_capped",)
+    assert rows[0].gpu_uuid is not None and rows[0].collected_at.tzinfo is not None
+
+
+def test_main_query_is_the_median_of_per_gpu_medians(engine: Engine) -> None:
+    """Three results on GPU 0 and one on GPU 1 weigh as one GPU each."""
+    data = factory.document(host="h", gpus=2, results_per_gpu=3)
+    data["benchmarks"] = data["benchmarks"][:4]  # GPU 0 three times, GPU 1 once
+    _store(engine, [("lambda", "s", data)])
+    gpu0 = statistics.median(r["tflops"] for r in data["benchmarks"][:3])
+    gpu1 = data["benchmarks"][3]["tflops"]
+    [summary] = summarise_variants(engine, ResultFilter())
+    assert (summary.gpus, summary.results) == (2, 4)
+    assert summary.median_tflops == pytest.approx(statistics.median([gpu0, gpu1]))
+    assert (summary.min_gpu_tflops, summary.max_gpu_tflops) == (min(gpu0, gpu1),
+                                                               max(gpu0, gpu1))
+
+
+def test_main_query_groups_and_filters(fleet_db: Engine) -> None:
+    summaries = summarise_variants(fleet_db, ResultFilter())
+    keys = {(s.provider, s.variant, s.gpus, s.results) for s in summaries}
+    assert keys == {("lambda", "H100 SXM5 80GB", 2, 4), ("coreweave", "H100 SXM5 80GB", 2, 2),
+                    ("coreweave", "H100 PCIe 80GB", 1, 1)}
+    by_provider = {s.provider: s for s in summaries if s.variant == "H100 SXM5 80GB"}
+    assert by_provider["lambda"].median_tflops > by_provider["coreweave"].median_tflops
+    assert [s.provider for s in summarise_variants(fleet_db, ResultFilter(sweep="s2"))] == [
+        "coreweave", "lambda"]
+    assert {s.provider for s in summarise_variants(fleet_db, ResultFilter(host="c1"))} == {
+        "coreweave"}
+
+
+def test_main_query_keeps_harness_versions_apart_and_drops_wrong_results(
+        engine: Engine) -> None:
+    old = factory.document(host="h", gpus=2)
+    new = factory.document(host="h", gpus=2, seed=1)
+    for result in new["benchmarks"]:
+        result["harness_version"] = "2"
+    new["benchmarks"][1]["flags"]["correctness_failed"] = True
+    _store(engine, [("lambda", "s", old), ("lambda", "s", new)])
+    summaries = {s.harness_version: s for s in summarise_variants(engine, ResultFilter())}
+    assert summaries["1"].gpus == 2
+    assert summaries["2"].gpus == 1 and summaries["2"].results == 1
