@@ -34,6 +34,7 @@ from fleet.payload import Launched, NoPython, Payload, build_payload, launch_age
 from fleet.store.database import Location, database_failure
 from fleet.store.ingest import (
     Ingest,
+    Listing,
     Origin,
     Outcome,
     Prepared,
@@ -203,7 +204,14 @@ class _Results:
 
 
 def _origin(target: Target) -> Origin:
-    return Origin(provider=target.provider, host=target.name)
+    return Origin(provider=target.provider, host=target.name, listing=listing_of(target))
+
+
+def listing_of(target: Target) -> Listing:
+    expect = target.expect.model_dump(exclude_none=True) if target.expect else None
+    return Listing(expect=expect or None, price_per_gpu_hour=target.price_per_gpu_hour,
+                   currency=target.currency if target.price_per_gpu_hour is not None else None,
+                   tags=target.tags)
 
 
 class _Stream:

@@ -46,11 +46,22 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
+class Listing:
+    """What the inventory said of a host when it was probed (stored on run_host)."""
+
+    expect: dict[str, Any] | None = None
+    price_per_gpu_hour: float | None = None
+    currency: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Origin:
     """Where a document came from. `host` None means the hostname the agent reported."""
 
     provider: str = DEFAULT_PROVIDER
     host: str | None = None
+    listing: Listing = Listing()
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,14 @@ class RunInfo:
     sweep: str | None = None
     inventory: str | None = None
     agent_version: str | None = None
+    # Continue this run (a resumed sweep) instead of creating one with the first document.
+    run_id: int | None = None
+
+    @property
+    def one_document_per_host(self) -> bool:
+        """A probe or sweep measures each host once; hand ingest may load a host's history
+        (several documents) into one run."""
+        return self.kind != "ingest"
 
 
 @dataclass(frozen=True)
@@ -241,7 +260,7 @@ class _Lookups:
         upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         tables = models.Base.metadata.tables
         provider, host, document = tables["provider"], tables["host"], tables["document"]
-        run = tables["probe_run"]
+        run, run_host = tables["probe_run"], tables["run_host"]
         self.provider = upsert(provider).on_conflict_do_nothing(index_elements=["name"])
         self.provider_id = select(provider.c.id).where(provider.c.name == bindparam("name"))
         self.host = upsert(host).on_conflict_do_nothing(index_elements=["provider_id", "name"])
@@ -252,6 +271,21 @@ class _Lookups:
                        .values(finished_at=bindparam("finished_at")))
         self.document_id = select(document.c.id).where(
             document.c.content_hash == bindparam("hash"))
+        # A run's host is settled once stored: a later document or failure for it (a
+        # task delivered twice) changes nothing, and RETURNING no row tells the caller so.
+        # Hand ingest ("replace") lets the newest document of a host stand for the run.
+        fields = ("status", "document_id", "expect", "price_per_gpu_hour", "currency",
+                  "tags", "updated_at")
+        row = upsert(run_host)
+        new = {name: row.excluded[name] for name in fields}
+        self.run_host_once = row.on_conflict_do_update(
+            index_elements=["probe_run_id", "host_id"], set_=new,
+            where=run_host.c.status != "stored").returning(run_host.c.id)
+        self.run_host_replace = row.on_conflict_do_update(
+            index_elements=["probe_run_id", "host_id"], set_=new).returning(run_host.c.id)
+        self.run_host_document = select(run_host.c.document_id).where(
+            run_host.c.probe_run_id == bindparam("run_id"),
+            run_host.c.host_id == bindparam("host_id"))
 
 
 class Ingest:
@@ -327,6 +361,13 @@ class Ingest:
                     existing = conn.execute(self._sql.document_id,
                                             {"hash": prepared.content_hash}).scalar_one()
                 return Stored(Outcome.ALREADY_STORED, existing, prepared.content_hash)
+            if not self._settle_host(run_id, host_id, "stored", document_id, origin.listing):
+                transaction.rollback()
+                with conn.begin():
+                    existing = conn.execute(self._sql.run_host_document,
+                                            {"run_id": run_id, "host_id": host_id}
+                                            ).scalar_one()
+                return Stored(Outcome.ALREADY_STORED, existing, prepared.content_hash)
             transaction.commit()
         except BaseException:
             if transaction.is_active:
@@ -344,12 +385,27 @@ class Ingest:
         with conn.begin():
             provider_id, host_id = self._host_ids(names)
             run_id = self._run_id()
-            conn.execute(insert(models.HostError), [{
-                "probe_run_id": run_id, "host_id": host_id, "document_id": None,
-                "stage": stage[:128], "gpu_index": None, "message": message,
-                "occurred_at": _now()}])
+            if self._settle_host(run_id, host_id, "failed", None, origin.listing):
+                conn.execute(insert(models.HostError), [{
+                    "probe_run_id": run_id, "host_id": host_id, "document_id": None,
+                    "stage": stage[:128], "gpu_index": None, "message": message,
+                    "occurred_at": _now()}])
         self.run_id = run_id
         self._hosts[names] = (provider_id, host_id)
+
+    def _settle_host(self, run_id: int, host_id: int, status: str, document_id: int | None,
+                     listing: Listing) -> bool:
+        """Record the host's end in this run; False when the run already stored it."""
+        statement = (self._sql.run_host_once if self.run.one_document_per_host
+                     else self._sql.run_host_replace)
+        if status != "stored":
+            statement = self._sql.run_host_once
+        row = self.conn.execute(statement, {
+            "probe_run_id": run_id, "host_id": host_id, "status": status,
+            "document_id": document_id, "expect": listing.expect,
+            "price_per_gpu_hour": listing.price_per_gpu_hour, "currency": listing.currency,
+            "tags": list(listing.tags), "updated_at": _now()}).first()
+        return row is not None
 
     def _host_ids(self, names: tuple[str, str]) -> tuple[int, int]:
         cached = self._hosts.get(names)
@@ -367,6 +423,8 @@ class Ingest:
     def _run_id(self) -> int:
         if self.run_id is not None:
             return self.run_id
+        if self.run.run_id is not None:
+            return self.run.run_id
         run = self.run
         return int(self.conn.execute(self._sql.run, {
             "kind": run.kind, "sweep": run.sweep, "inventory": run.inventory,

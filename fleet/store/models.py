@@ -337,3 +337,30 @@ class HostError(Base):
     gpu_index: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[str] = mapped_column(Text)
     occurred_at: Mapped[dt.datetime]
+
+
+class RunHost(Base):
+    """One host in one probe run: what the inventory listed for it, and how it ended.
+
+    The listing (`expect`, price, tags) is kept per run because inventories change: a
+    report judges each document against what was listed when it was collected. The row
+    is also the run's record of which hosts are done, so a resumed sweep probes only the
+    rest, and a host whose task is delivered twice (a Celery worker killed after storing,
+    before acknowledging) is stored once: a run holds at most one document per host.
+    """
+
+    __tablename__ = "run_host"
+    __table_args__ = (UniqueConstraint("probe_run_id", "host_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"))
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"), index=True)
+    # "stored" (document_id set) or "failed" (host_error rows say why).
+    status: Mapped[str] = mapped_column(String(16))
+    document_id: Mapped[int | None] = mapped_column(ForeignKey("document.id"), index=True)
+    # The inventory's `expect` for the host, as validated (fleet.inventory.Expect).
+    expect: Mapped[dict[str, Any] | None]
+    price_per_gpu_hour: Mapped[float | None] = mapped_column(Float)
+    currency: Mapped[str | None] = mapped_column(String(3))
+    tags: Mapped[list[str]] = mapped_column(Json)
+    updated_at: Mapped[dt.datetime]

@@ -12,7 +12,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fleet.cli import main
+from fleet.store.schema import head_revision
 from tests.store import factory
+
+HEAD = head_revision()
 
 
 def fleet(*args: str, db: str | None = None, stdin: str | None = None,
@@ -109,9 +112,9 @@ def test_db_upgrade_and_current(empty_url: str) -> None:
     before = fleet("db", "current", db=empty_url)
     assert before.exit_code == 0 and "revision: none" in before.stdout
     upgraded = fleet("db", "upgrade", db=empty_url)
-    assert upgraded.exit_code == 0 and "upgraded from empty to revision 0001" in upgraded.stdout
-    assert "already at revision 0001" in fleet("db", "upgrade", db=empty_url).stdout
-    assert "revision: 0001 (newest)" in fleet("db", "current", db=empty_url).stdout
+    assert upgraded.exit_code == 0 and f"upgraded from empty to revision {HEAD}" in upgraded.stdout
+    assert f"already at revision {HEAD}" in fleet("db", "upgrade", db=empty_url).stdout
+    assert f"revision: {HEAD} (newest)" in fleet("db", "current", db=empty_url).stdout
 
 
 def test_fleet_db_environment_variable(store_url: str) -> None:

@@ -14,8 +14,24 @@ from sqlalchemy import Engine, select, text
 
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
-from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo, parse_text, prepare
-from fleet.store.models import BenchmarkResult, Document, Gpu, HostError, ProbeRun, unpack_rows
+from fleet.store.ingest import (
+    Ingest,
+    Listing,
+    Origin,
+    Outcome,
+    RunInfo,
+    parse_text,
+    prepare,
+)
+from fleet.store.models import (
+    BenchmarkResult,
+    Document,
+    Gpu,
+    HostError,
+    ProbeRun,
+    RunHost,
+    unpack_rows,
+)
 from fleet.store.query import load_document, load_samples
 from tests.store import factory
 
@@ -35,7 +51,7 @@ def test_stores_every_part_of_a_document(engine: Engine, counts: Counts) -> None
     assert stored.outcome is Outcome.STORED
     assert counts(engine) == {"provider": 1, "host": 1, "gpu": 2, "probe_run": 1,
                               "document": 1, "fingerprint": 2, "benchmark_result": 2,
-                              "host_error": 1}
+                              "host_error": 1, "run_host": 1}
     with engine.connect() as conn:
         run = conn.execute(select(ProbeRun)).one()
         result = conn.execute(select(BenchmarkResult).order_by(BenchmarkResult.gpu_index)
@@ -251,3 +267,64 @@ def test_no_gpu_document_is_stored(engine: Engine, counts: Counts) -> None:
     data["system"] = None
     assert store(engine, data).outcome is Outcome.STORED
     assert counts(engine)["document"] == 1 and counts(engine)["gpu"] == 0
+
+
+def _run_hosts(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(RunHost).order_by(RunHost.id)).all())
+
+
+def test_a_probe_keeps_each_hosts_listing(engine: Engine) -> None:
+    listing = Listing(expect={"variant": "H100 SXM5 80GB", "gpu_count": 2},
+                      price_per_gpu_hour=2.49, currency="USD", tags=("us-east", "spot"))
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        stored = ingest.store(AgentDocument.model_validate(factory.document()),
+                              Origin("lambda", "gpu-01", listing))
+        ingest.record_error(Origin("lambda", "gpu-02", Listing(price_per_gpu_hour=1.0,
+                                                                 currency="EUR")),
+                            "connect", "refused")
+    first, second = _run_hosts(engine)
+    assert (first.status, first.document_id) == ("stored", stored.document_id)
+    assert first.expect == {"variant": "H100 SXM5 80GB", "gpu_count": 2}
+    assert (first.price_per_gpu_hour, first.currency, first.tags) == (
+        2.49, "USD", ["us-east", "spot"])
+    assert (second.status, second.document_id, second.currency) == ("failed", None, "EUR")
+
+
+def test_a_probe_stores_one_document_per_host(engine: Engine, counts: Counts) -> None:
+    """A task delivered twice (a worker killed after storing, before acknowledging) probes
+    the host again: the run keeps its first document, and a later failure of the same host
+    does not undo it."""
+    with Ingest(engine, RunInfo(kind="sweep", sweep="nightly")) as ingest:
+        first = ingest.store(AgentDocument.model_validate(factory.document(seed=1)),
+                             Origin("lambda", "gpu-01"))
+        run_id = ingest.run_id
+    before = counts(engine)
+    with Ingest(engine, RunInfo(kind="sweep", sweep="nightly", run_id=run_id)) as again:
+        second = again.store(AgentDocument.model_validate(factory.document(seed=2)),
+                             Origin("lambda", "gpu-01"))
+        again.record_error(Origin("lambda", "gpu-01"), "timeout", "late")
+    assert second.outcome is Outcome.ALREADY_STORED
+    assert second.document_id == first.document_id
+    assert counts(engine) == before
+    (row,) = _run_hosts(engine)
+    assert (row.status, row.document_id) == ("stored", first.document_id)
+
+
+def test_a_failed_host_stored_on_a_later_try_counts_as_stored(engine: Engine) -> None:
+    with Ingest(engine, RunInfo(kind="sweep")) as ingest:
+        ingest.record_error(Origin("lambda", "gpu-01"), "connect", "refused")
+        stored = ingest.store(AgentDocument.model_validate(factory.document()),
+                              Origin("lambda", "gpu-01"))
+    (row,) = _run_hosts(engine)
+    assert (row.status, row.document_id) == ("stored", stored.document_id)
+
+
+def test_hand_ingest_may_load_a_hosts_history_into_one_run(engine: Engine) -> None:
+    with Ingest(engine) as ingest:
+        for seed in range(3):
+            last = ingest.store(AgentDocument.model_validate(factory.document(seed=seed)),
+                                Origin("lambda", "gpu-01"))
+            assert last.outcome is Outcome.STORED
+    (row,) = _run_hosts(engine)
+    assert row.document_id == last.document_id

@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fleet.store.schema import head_revision
 from tests.store import factory
+
+HEAD = head_revision()
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +60,7 @@ def test_a_wheel_install_migrates_and_ingests(tmp_path: Path) -> None:
 
     upgraded = fleet("db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "upgraded from empty to revision 0001" in upgraded.stdout
+    assert f"upgraded from empty to revision {HEAD}" in upgraded.stdout
     ingested = fleet("ingest", "--provider", "lambda", str(document))
     assert ingested.returncode == 0, ingested.stderr
     assert ingested.stdout.startswith(f"stored          {document}")
