@@ -46,11 +46,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--pause-ms", type=float,
                        help="burst mode: pause this long between timed runs")
     bench.add_argument("--warm-l2", action="store_true", help="do not flush the L2 between runs")
+    bench.add_argument("--flush-auto", action="store_true",
+                       help="flush the L2 only where A, B and C together are smaller than "
+                            "the flush buffer (larger ones evict it themselves)")
     bench.add_argument("--sequential", action="store_true",
                        help="one GPU at a time instead of all at once")
     bench.add_argument("--gpus", help="comma-separated NVML indexes to benchmark")
-    bench.add_argument("--measure-s", type=float, default=4.0)
-    bench.add_argument("--max-warmup-s", type=float, default=30.0)
+    defaults = HarnessConfig()
+    bench.add_argument("--measure-s", type=float, default=defaults.measure_s,
+                       help="measure at least this long (default %(default)s)")
+    bench.add_argument("--max-warmup-s", type=float, default=defaults.max_warmup_s,
+                       help="give up waiting for a steady card after this long "
+                            "(default %(default)s)")
+    bench.add_argument("--max-total-s", type=float, default=defaults.max_total_s,
+                       help="stop extending a measurement whose sub-windows disagree once "
+                            "the run on a GPU has lasted this long (default %(default)s)")
     bench.add_argument("--lock-clocks", type=int, metavar="MHZ",
                        help="lock the SM clock during the run "
                             "(changes a GPU setting; reset after)")
@@ -65,11 +75,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             mode="burst" if args.pause_ms is not None else "sustained",
             pause_ms=args.pause_ms if args.pause_ms is not None else 0.0,
             warm_l2=args.warm_l2,
+            flush="auto" if args.flush_auto else "always",
             sequential=args.sequential,
             gpus=[int(g) for g in args.gpus.split(",")] if args.gpus else None,
             device="cpu" if args.cpu else "cuda",
             measure_s=args.measure_s,
             max_warmup_s=args.max_warmup_s,
+            max_total_s=args.max_total_s,
             lock_clocks_mhz=args.lock_clocks,
         )
     try:

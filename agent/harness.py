@@ -4,7 +4,11 @@ Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
 - random inputs from a fixed seed, never zeros (zeros ran 13% faster on an H200 here);
 - a correctness gate against a float64 reference on a slice of rows, before timing;
 - CUDA events recorded on the kernel's own stream, the L2 flushed before every timed run
-  (a buffer of at least twice the L2) unless warm-cache mode is asked for;
+  (a buffer of at least twice the L2) unless warm-cache mode is asked for; with
+  `flush="auto"` (opt-in) the flush is left out where the product's own operands and
+  output are at least that large and evict the L2 themselves (on one lent H100 the flush
+  pushed the card into its slower operating point, on another it kept per-run times about
+  twice as steady: bench/RESULTS.md, "Harness");
 - warm-up in windows until throughput, SM clock and power stop drifting, or a cap;
 - timed runs back to back (sustained, the default: what a training job sees) or with a
   pause between them (burst); the host synchronises once per batch, on the batch's last
@@ -29,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from agent import stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
-HARNESS_VERSION = "1.0.0"
+HARNESS_VERSION = "1.1.0"
 TIMING_METHOD = "cuda-events-per-run"
 # Max relative error (max |C - ref| / max |ref|) against float64 on the same inputs. The
 # output's own rounding dominates: bf16 keeps 8 bits (0.4% per element), fp16 11 bits,
@@ -69,22 +73,37 @@ class Config:
     # 20 s of load before settling, and a settled card still hops between 15 MHz clock bins
     # every few hundred ms, so 0.5 s window medians jump by 1%. Windows of 1 s, each reduced
     # to a 10%-trimmed mean (a time average across bins), 4 of which must agree and 6 show
-    # no trend (bench/RESULTS.md, "Harness").
+    # no trend (bench/RESULTS.md, "Harness"). A card that jumps back and forth between two
+    # tight levels in its last 8 windows is alternating between operating points: as steady
+    # as it will get, so the measurement starts and spans them.
     window_s: float = 1.0
     steady_windows: int = 4
     trend_windows: int = 6
+    alternating_windows: int = 8
     steady_tolerance: float = 0.005  # throughput; clocks and power get wider bands
     clock_tolerance: float = 0.02  # 15 MHz bins near 1400 MHz are 1.1% apart
     power_tolerance: float = 0.03
-    max_warmup_s: float = 30.0
-    measure_s: float = 4.0
+    max_warmup_s: float = 10.5
+    # The measurement lasts at least measure_s, then goes on while its ~1 s sub-windows
+    # disagree by more than measure_tolerance (the H100's two operating points are ~2.3%
+    # apart; a settled card's 1 s windows span ~0.7%), until the whole run on this GPU,
+    # set-up and warm-up included, reaches max_total_s: 20 s of wall per GPU at most.
+    measure_s: float = 6.0
+    measure_tolerance: float = 0.01
+    max_total_s: float = 18.0
     max_runs: int = 20000
     lock_clocks_mhz: Optional[int] = None
     flush_bytes: Optional[int] = None  # default: max(2 x L2, 64 MiB)
+    # "always": flush before every run whatever the size (the default, as in harness 1.0);
+    # "auto": flush unless A, B and C together are at least the flush size (they evict the
+    # L2 themselves, and the flush only changes the card's power pattern).
+    flush: str = "always"
 
     def validate(self) -> None:
         if self.dtype not in TOLERANCE:
             raise HarnessError(f"dtype {self.dtype!r}: choose one of {', '.join(TOLERANCE)}")
+        if self.flush not in ("auto", "always"):
+            raise HarnessError(f"flush {self.flush!r}: choose auto or always")
         if self.mode not in ("sustained", "burst"):
             raise HarnessError(f"mode {self.mode!r}: choose sustained or burst")
         if min(self.m, self.n, self.k) < 1:
@@ -184,8 +203,17 @@ class Runner:
             self.c = torch.empty(cfg.m, cfg.n, dtype=dtype, device=self.device)
         self.l2_bytes = self._l2_bytes()
         self.flush: Any = None
-        if not cfg.warm_l2:
-            size = cfg.flush_bytes or max(2 * (self.l2_bytes or 0), MIN_FLUSH_BYTES)
+        itemsize = 2 if cfg.dtype in ("bf16", "fp16") else 4
+        self.working_set_bytes = (cfg.m * cfg.k + cfg.k * cfg.n + cfg.m * cfg.n) * itemsize
+        size = cfg.flush_bytes or max(2 * (self.l2_bytes or 0), MIN_FLUSH_BYTES)
+        if cfg.warm_l2:
+            self.flush_note = "none: warm-L2 mode"
+        elif cfg.flush == "auto" and self.working_set_bytes >= size:
+            self.flush_note = (f"none: A, B and C ({self.working_set_bytes >> 20} MiB) are at "
+                               f"least the flush size ({size >> 20} MiB) and evict the L2 "
+                               f"themselves every run")
+        else:
+            self.flush_note = f"every run: {size >> 20} MiB written before it"
             self.flush = torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def _on_stream(self) -> Any:
@@ -309,6 +337,43 @@ def unlock_clocks(target: GpuTarget) -> Optional[str]:
     return None
 
 
+def warmup_state(windows: Sequence[float], clocks: Sequence[Optional[float]],
+                 power: Sequence[Optional[float]], band: float, cfg: Config) -> str:
+    """SETTLED when throughput, SM clock and power have all stopped drifting; ALTERNATING
+    when throughput jumps back and forth between two tight levels (the clock and power
+    jump with it, so they are not asked to agree); otherwise DRIFTING."""
+    if (steady.is_steady(windows, band, cfg.steady_windows, cfg.trend_windows)
+            and steady.is_steady(clocks, cfg.clock_tolerance, cfg.steady_windows,
+                                 cfg.trend_windows)
+            and steady.is_steady(power, cfg.power_tolerance, cfg.steady_windows,
+                                 cfg.trend_windows)):
+        return steady.SETTLED
+    if steady.is_alternating(windows, band, cfg.alternating_windows):
+        return steady.ALTERNATING
+    return steady.DRIFTING
+
+
+def _sub_windows(chunks: Sequence[Tuple[float, float, List[float]]]) -> List[List[float]]:
+    """Two consecutive chunks (about one warm-up window) make a sub-window; an odd last
+    chunk joins the one before it."""
+    subs = [chunks[i][2] + (chunks[i + 1][2] if i + 1 < len(chunks) else [])
+            for i in range(0, len(chunks), 2)]
+    if len(chunks) > 2 and len(chunks) % 2 == 1:
+        last = subs.pop()
+        subs[-1] = subs[-1] + last
+    return subs
+
+
+def _sub_window_bounds(chunks: Sequence[Tuple[float, float, List[float]]]
+                       ) -> List[Tuple[float, float]]:
+    bounds = [(chunks[i][0], chunks[min(i + 1, len(chunks) - 1)][1])
+              for i in range(0, len(chunks), 2)]
+    if len(chunks) > 2 and len(chunks) % 2 == 1:
+        last = bounds.pop()
+        bounds[-1] = (bounds[-1][0], last[1])
+    return bounds
+
+
 def measure(
     torch: Any,
     cfg: Config,
@@ -341,6 +406,7 @@ def measure(
         clocks: List[Optional[float]] = []
         power: List[Optional[float]] = []
         warm0 = time.perf_counter()
+        state = steady.DRIFTING
         is_steady = gave_up = False
         while True:
             t0 = time.perf_counter()
@@ -358,13 +424,8 @@ def measure(
             # the band to three standard errors of a window's mean where that is larger.
             band = min(1.0, max(cfg.steady_tolerance,
                                 3.0 * statistics.median(errors[-cfg.steady_windows:])))
-            is_steady = (
-                steady.is_steady(windows, band, cfg.steady_windows, cfg.trend_windows)
-                and steady.is_steady(clocks, cfg.clock_tolerance, cfg.steady_windows,
-                                     cfg.trend_windows)
-                and steady.is_steady(power, cfg.power_tolerance, cfg.steady_windows,
-                                     cfg.trend_windows)
-            )
+            state = warmup_state(windows, clocks, power, band, cfg)
+            is_steady = state != steady.DRIFTING
             gave_up = time.perf_counter() - warm0 >= cfg.max_warmup_s
             coordinator.report(target.index, is_steady, gave_up)
             if (is_steady or gave_up) and coordinator.ready():
@@ -372,30 +433,57 @@ def measure(
             if gave_up and time.perf_counter() - warm0 >= 2 * cfg.max_warmup_s:
                 break  # another GPU never settled either: stop waiting for it
         warmup_s = time.perf_counter() - warm0
-        progress(f"GPU {target.index}: {'steady' if is_steady else 'NOT steady'} after "
-                 f"{warmup_s:.1f} s ({len(windows)} windows); measuring")
+        progress(f"GPU {target.index}: {'steady' if is_steady else 'NOT steady'} ({state}) "
+                 f"after {warmup_s:.1f} s ({len(windows)} windows); measuring")
 
+        # Measurement: chunks of about half a window, judged in sub-windows of two chunks.
+        agree = max(cfg.measure_tolerance, 2.0 * band)
+        chunks: List[Tuple[float, float, List[float]]] = []
         samples: List[float] = []
         m0 = time.perf_counter()
-        if cfg.mode == "burst":
-            while time.perf_counter() - m0 < cfg.measure_s and len(samples) < cfg.max_runs:
-                samples.append(runner.burst_run(cfg.pause_ms / 1e3))
-        elif not runner.cuda:
-            while time.perf_counter() - m0 < cfg.measure_s and len(samples) < cfg.max_runs:
-                samples += runner.cpu_runs(window_runs)
+
+        def done() -> bool:
+            now = time.perf_counter()
+            subs = [stats.trimmed_mean(s) for s in _sub_windows(chunks)]
+            return len(samples) >= cfg.max_runs or steady.measurement_done(
+                subs, now - m0, cfg.measure_s, now - wall0, cfg.max_total_s, agree)
+
+        if cfg.mode == "burst" or not runner.cuda:
+            chunk_runs = max(2, (burst_runs if cfg.mode == "burst" else window_runs) // 2)
+            while not done():
+                c0 = time.perf_counter()
+                if cfg.mode == "burst":
+                    got = [runner.burst_run(cfg.pause_ms / 1e3) for _ in range(chunk_runs)]
+                else:
+                    got = runner.cpu_runs(chunk_runs)
+                chunks.append((c0, time.perf_counter(), got))
+                samples += got
         else:
+            # The next batch is queued before the host waits on this one: the GPU never
+            # idles. A batch ran between the two collections around it.
             batch = max(3, window_runs // 2)
             pending = runner.launch(batch)
+            c0 = m0
             while True:
-                done = time.perf_counter() - m0 >= cfg.measure_s
                 full = len(samples) + 2 * batch > cfg.max_runs
-                queued = None if (done or full) else runner.launch(batch)
-                samples += runner.collect(pending)
+                queued = None if (full or done()) else runner.launch(batch)
+                got = runner.collect(pending)
+                c1 = time.perf_counter()
+                chunks.append((c0, c1, got))
+                samples += got
+                c0 = c1
                 if queued is None:
                     break
                 pending = queued
         m1 = time.perf_counter()
         window_samples = sampler.between(m0, m1)
+        subs = _sub_windows(chunks)
+        sub_means = [stats.trimmed_mean(s) for s in subs]
+        sub_seen = [telemetry.window_medians(sampler.between(a, b))
+                    for a, b in _sub_window_bounds(chunks)]
+        points = steady.operating_points(sub_means, agree,
+                                         [x["sm_clock_mhz"] for x in sub_seen],
+                                         [x["power_w"] for x in sub_seen])
     finally:
         sampler.stop()
         unlock_error = unlock_clocks(target) if lock and lock.get("applied") else None
@@ -425,9 +513,20 @@ def measure(
         "m": cfg.m, "n": cfg.n, "k": cfg.k,
         "tflops": stats.tflops(cfg.m, cfg.n, cfg.k, summary["median_ms"]),
         "stats": summary,
-        "warmup": {"steady": is_steady, "seconds": round(warmup_s, 3), "windows": len(windows),
-                   "band": round(band, 6),
+        "warmup": {"steady": is_steady, "state": state, "seconds": round(warmup_s, 3),
+                   "windows": len(windows), "band": round(band, 6),
                    "window_trimmed_means_ms": [round(w, 6) for w in windows]},
+        "measurement": {
+            "seconds": round(m1 - m0, 3), "sub_windows": len(subs),
+            "extended": m1 - m0 > cfg.measure_s + cfg.window_s, "band": round(agree, 6),
+            "sub_window_trimmed_means_ms": [round(w, 6) for w in sub_means][:1000],
+            "operating_points": [
+                {"tflops": stats.tflops(cfg.m, cfg.n, cfg.k, p["median_ms"])
+                 if p["median_ms"] else 0.0,
+                 "share": round(p["share"] or 0.0, 4),
+                 "sm_clock_mhz": p["sm_clock_mhz"], "power_w": p["power_w"]}
+                for p in points][:16],
+        },
         "correctness": {"max_rel_error": err if err != float("inf") else None,
                         "tolerance": tolerance, "rows_checked": rows_checked,
                         "passed": err <= tolerance},
@@ -437,6 +536,10 @@ def measure(
             "hw_slowdown": telemetry.share_with(window_samples, telemetry.HW_SLOWDOWN) > 0,
             "contended": bool(contention),
             "not_steady": not is_steady,
+            # Two levels that each held at least two sub-windows: a lone sub-window
+            # between them is the switch itself, or a blip.
+            "operating_point_switch": sum(
+                1 for p in points if (p["share"] or 0.0) * len(subs) >= 1.5) >= 2,
             "correctness_failed": not err <= tolerance,
             "clocks_locked": bool(lock and lock.get("applied")),
         },
@@ -453,6 +556,8 @@ def measure(
             "sm_count": int(props.multi_processor_count) if props is not None else None,
             "l2_bytes": runner.l2_bytes,
             "flush_bytes": int(runner.flush.numel()) if runner.flush is not None else 0,
+            "l2_flush": runner.flush_note,
+            "working_set_bytes": runner.working_set_bytes,
             "inputs": f"randn(seed={cfg.seed}) * K^-0.25, cast to {cfg.dtype}",
             "env": kernel_environment(torch),
         },

@@ -38,8 +38,9 @@ def inputs(torch: Any, size: int) -> tuple[Any, Any, Any]:
     return runner.a, runner.b, runner.c
 
 
-def run_harness(torch: Any, size: int, gpus: list[dict[str, Any]], nvml: Any) -> dict[str, Any]:
-    cfg = harness.Config(m=size, n=size, k=size, gpus=[0])
+def run_harness(torch: Any, size: int, gpus: list[dict[str, Any]], nvml: Any,
+                flush: str = "always") -> dict[str, Any]:
+    cfg = harness.Config(m=size, n=size, k=size, gpus=[0], flush=flush)
     t0 = time.perf_counter()
     results, errors = harness.run(cfg, gpus, nvml, lambda message: None)
     wall = time.perf_counter() - t0
@@ -50,7 +51,15 @@ def run_harness(torch: Any, size: int, gpus: list[dict[str, Any]], nvml: Any) ->
             "warmup_s": r["warmup"]["seconds"], "runs": r["stats"]["runs"],
             "window_trimmed_means_ms": r["warmup"]["window_trimmed_means_ms"],
             "cv": r["stats"]["cv"], "telemetry": r["telemetry"], "flags": r["flags"],
-            "correctness": r["correctness"]}
+            "correctness": r["correctness"], "state": r["warmup"]["state"],
+            "measurement": r["measurement"], "harness_wall_s": r["wall_s"],
+            "l2_flush": r["provenance"]["l2_flush"]}
+
+
+def run_harness_auto(torch: Any, size: int, gpus: list[dict[str, Any]],
+                     nvml: Any) -> dict[str, Any]:
+    """The harness with `flush="auto"`: no flush where A, B and C outsize the flush."""
+    return run_harness(torch, size, gpus, nvml, flush="auto")
 
 
 def run_do_bench(torch: Any, size: int) -> dict[str, Any]:
@@ -75,9 +84,12 @@ def run_torch_benchmark(torch: Any, size: int) -> dict[str, Any]:
     return {"tflops": flops(size) / measurement.median / 1e12, "wall_s": wall}
 
 
-def reference(torch: Any, size: int, seconds: float) -> dict[str, Any]:
+def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[str, Any]:
     """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last half of
-    the time counts."""
+    the time counts. Telemetry is sampled throughout, as the harness does."""
+    from agent import telemetry
+
+    sampler = telemetry.Sampler(nvml, nvml.device(0) if nvml is not None else None)
     a, b, c = inputs(torch, size)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
@@ -90,6 +102,7 @@ def reference(torch: Any, size: int, seconds: float) -> dict[str, Any]:
         for _ in range(per_graph):
             torch.matmul(a, b, out=c)
     times: list[tuple[float, float]] = []
+    sampler.start()
     t0 = time.perf_counter()
     with torch.cuda.stream(stream):
         while time.perf_counter() - t0 < seconds:
@@ -104,16 +117,22 @@ def reference(torch: Any, size: int, seconds: float) -> dict[str, Any]:
             pairs[-1][1].synchronize()
             now = time.perf_counter() - t0
             times += [(now, s.elapsed_time(e) / per_graph) for s, e in pairs]
+    sampler.stop()
     late = [ms for when, ms in times if when >= seconds / 2]
     med = statistics.median(late)
-    # Per 5 s of the whole run, to show when it settled.
-    trace = []
+    # Per 5 s of the whole run, to show when it settled, with the card's clock and power.
+    trace, tele = [], []
     for lo in range(0, int(seconds), 5):
         chunk = [ms for when, ms in times if lo <= when < lo + 5]
         if chunk:
             trace.append(round(flops(size) / (statistics.median(chunk) * 1e-3) / 1e12, 1))
+            seen = telemetry.summarise(sampler.between(t0 + lo, t0 + lo + 5))
+            tele.append([seen["sm_clock_mhz_median"], seen["power_w_median"],
+                         seen["temperature_c_max"]])
+    late_tele = telemetry.summarise(sampler.between(t0 + seconds / 2, t0 + seconds + 1))
     return {"tflops": flops(size) / (med * 1e-3) / 1e12, "replays": len(late),
-            "seconds": seconds, "per_5s": trace}
+            "seconds": seconds, "per_5s": trace, "per_5s_mhz_w_c": tele,
+            "telemetry": late_tele}
 
 
 def spread(values: list[float]) -> float:
@@ -126,6 +145,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reference-s", type=float, default=60.0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--also-flush-auto", action="store_true",
+                        help="add a fourth method: the harness with flush=auto (for 8192^3, "
+                             "no flush: the operands evict the L2 themselves)")
     args = parser.parse_args()
 
     import torch
@@ -135,23 +157,30 @@ def main() -> None:
     gpus = [fingerprint_gpu(nvml, i, system, euid=0) for i in range(system["gpu_count"])]
     methods = {"fleet harness": run_harness, "triton do_bench": run_do_bench,
                "torch.utils.benchmark": run_torch_benchmark}
+    if args.also_flush_auto:
+        methods["fleet, flush auto"] = run_harness_auto
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in methods}
     for repeat in range(args.repeats):
         for name, func in methods.items():
-            result = (func(torch, args.size, gpus, nvml) if func is run_harness
+            result = (func(torch, args.size, gpus, nvml)
+                      if func in (run_harness, run_harness_auto)
                       else func(torch, args.size))
             runs[name].append(result)
             extra = ""
             if "steady" in result:
                 tele = result["telemetry"]
-                extra = (f" steady={result['steady']} warm-up {result['warmup_s']:.1f} s, "
-                         f"SM {tele['sm_clock_mhz_median']} MHz, {tele['power_w_median']} W, "
-                         f"{tele['temperature_c_max']} C")
+                meas = result["measurement"]
+                points = ", ".join(f"{p['tflops']:.1f} x{p['share']:.2f} "
+                                   f"@{p['sm_clock_mhz']} MHz" for p in meas["operating_points"])
+                extra = (f" {result['state']} after {result['warmup_s']:.1f} s, measured "
+                         f"{meas['seconds']:.1f} s, SM {tele['sm_clock_mhz_median']} MHz, "
+                         f"{tele['power_w_median']} W, {tele['temperature_c_max']} C; "
+                         f"levels {points}")
             print(f"repeat {repeat + 1} {name}: {result['tflops']:.1f} TFLOP/s "
                   f"({result['wall_s']:.1f} s){extra}", flush=True)
-    ref = reference(torch, args.size, args.reference_s)
+    ref = reference(torch, args.size, args.reference_s, nvml)
     print(f"reference: {ref['tflops']:.1f} TFLOP/s over {ref['replays']} graph replays; "
-          f"per 5 s: {ref['per_5s']}", flush=True)
+          f"per 5 s: {ref['per_5s']}; per 5 s MHz, W, C: {ref['per_5s_mhz_w_c']}", flush=True)
     table = []
     for name, results in runs.items():
         values = [r["tflops"] for r in results]

@@ -15,7 +15,7 @@ from rich.console import Console
 from fleet import __version__
 from fleet.display import print_bench, print_fingerprint
 from fleet.document import document_schema
-from fleet.errors import FleetError
+from fleet.errors import FleetError, InputError
 from fleet.local_agent import BenchOptions
 from fleet.local_agent import bench as run_bench
 from fleet.local_agent import fingerprint as run_fingerprint
@@ -126,11 +126,20 @@ HARNESS_OPTIONS = (
     click.option("--sequential", is_flag=True,
                  help="One GPU at a time (default: all at once, the node under full load)."),
     click.option("--gpus", callback=_gpu_list, help="Only these GPU indexes, e.g. 0,2."),
-    click.option("--measure-s", type=click.FloatRange(0.1, 600), default=4.0,
-                 show_default=True, help="Length of the measurement window after warm-up."),
-    click.option("--max-warmup-s", type=click.FloatRange(0.1, 600), default=30.0,
-                 show_default=True, help="Give up waiting for steady state after this long "
-                                         "(the result is then flagged not_steady)."),
+    click.option("--flush-auto", is_flag=True,
+                 help="Flush the L2 only where the matrices together are smaller than the "
+                      "flush buffer (larger ones evict it themselves); default: before "
+                      "every run."),
+    # The harness's own defaults (agent/harness.py, measured in bench/RESULTS.md) apply
+    # unless these are given, so the agent alone and fleet measure alike.
+    click.option("--measure-s", type=click.FloatRange(0.1, 600),
+                 help="Measure at least this long after warm-up (harness default 6 s)."),
+    click.option("--max-warmup-s", type=click.FloatRange(0.1, 600),
+                 help="Give up waiting for steady state after this long, flagging the result "
+                      "not_steady (harness default 10.5 s)."),
+    click.option("--max-total-s", type=click.FloatRange(0.1, 3600),
+                 help="Stop extending a measurement whose sub-windows disagree once the run "
+                      "on a GPU has lasted this long (harness default 18 s)."),
     click.option("--lock-clocks", type=click.IntRange(1, 10_000), metavar="MHZ",
                  help="Lock the SM clock for the run (changes a GPU setting, needs root; "
                       "reset afterwards, and results are marked locked)."),
@@ -145,26 +154,27 @@ def harness_options(func: F) -> F:
 
 
 def bench_options(
-    dtype: str, size: int, m: int | None, n: int | None, k: int | None,
+    *, dtype: str, size: int, m: int | None, n: int | None, k: int | None,
     pause_ms: float | None, warm_l2: bool, sequential: bool, gpus: tuple[int, ...] | None,
-    measure_s: float, max_warmup_s: float, lock_clocks: int | None, cpu: bool,
+    flush_auto: bool, measure_s: float | None, max_warmup_s: float | None,
+    max_total_s: float | None, lock_clocks: int | None, cpu: bool,
 ) -> BenchOptions:
     """BenchOptions from the values of HARNESS_OPTIONS."""
+    if warm_l2 and flush_auto:
+        raise InputError("--warm-l2 and --flush-auto contradict each other: --warm-l2 never "
+                         "flushes, --flush-auto flushes small problems; give one")
     return BenchOptions(
         dtype=dtype, m=m or size, n=n or size, k=k or size, pause_ms=pause_ms,
-        warm_l2=warm_l2, sequential=sequential, gpus=gpus, measure_s=measure_s,
-        max_warmup_s=max_warmup_s, lock_clocks_mhz=lock_clocks, cpu=cpu)
+        warm_l2=warm_l2, flush_auto=flush_auto, sequential=sequential, gpus=gpus,
+        measure_s=measure_s, max_warmup_s=max_warmup_s, max_total_s=max_total_s,
+        lock_clocks_mhz=lock_clocks, cpu=cpu)
 
 
 @main.command()
 @harness_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole document as JSON.")
 @reports_errors
-def bench(
-    dtype: str, size: int, m: int | None, n: int | None, k: int | None,
-    pause_ms: float | None, warm_l2: bool, sequential: bool, gpus: tuple[int, ...] | None,
-    measure_s: float, max_warmup_s: float, lock_clocks: int | None, cpu: bool, as_json: bool,
-) -> None:
+def bench(as_json: bool, **harness: Any) -> None:
     """Run the standard matmul harness on this machine's GPUs.
 
     Warms each GPU up until throughput, clock and power stop drifting, checks the product
@@ -180,8 +190,7 @@ def bench(
       fleet bench --pause-ms 50           # burst figure, beside the sustained one
       fleet bench --dtype fp32 --size 4096
     """
-    options = bench_options(dtype, size, m, n, k, pause_ms, warm_l2, sequential, gpus,
-                            measure_s, max_warmup_s, lock_clocks, cpu)
+    options = bench_options(**harness)
     progress = None if as_json else (
         lambda event: err_console.print(f"[dim]{event['message']}[/dim]", highlight=False))
     document = run_bench(options, progress)
@@ -208,27 +217,46 @@ from fleet.store.commands import COMMANDS as STORE_COMMANDS  # noqa: E402
 for _command in STORE_COMMANDS:
     main.add_command(_command)
 
+from fleet.report.command import report_command  # noqa: E402
+
+main.add_command(report_command)
+
 
 # --- fleet probe, fleet inventory, fleet agent -------------------------------------------
 
+from fleet.analysis.dataset import Scope  # noqa: E402
 from fleet.inventory import inventory_schema, load_inventory  # noqa: E402
 from fleet.payload import build_payload, write_payload  # noqa: E402
 from fleet.probe import DEFAULT_PARALLEL, ProbeOptions, ProbeReport, plan_targets  # noqa: E402
 from fleet.probe import probe as run_probe  # noqa: E402
 from fleet.probe_display import ProbeProgress, inventory_table, print_summary  # noqa: E402
 from fleet.store.commands import db_option  # noqa: E402
+from fleet.store.schema import open_store  # noqa: E402
 
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 
-def after_probe_report(console: Console, report: ProbeReport) -> None:
-    """The report at the end of a probe. fleet has no report module yet, so this says where
-    the results are and how to read them; when `fleet report` lands, this run's report is
-    rendered here."""
+def after_probe_report(console: Console, report: ProbeReport, path: str | None) -> None:
+    """Write this run's report when asked (--report), else say how to get one."""
     where = "" if report.store.origin == "default" else f" --db '{report.store}'"
-    console.print(f"Read them back with: fleet results{where}", highlight=False,
-                  markup=False)
+    if path is None or report.run_id is None:
+        console.print(f"Read them back with: fleet results{where}; report: fleet report{where}",
+                      highlight=False, markup=False, soft_wrap=True)
+        return
+    from fleet.report import ReportOptions, build_report
+    from fleet.report.command import write_report
+    from fleet.report.render import FORMATS
+
+    suffix = Path(path).suffix.lstrip(".").lower()
+    with open_store(report.store.url.render_as_string(hide_password=False)) as store:
+        built = build_report(store.engine, ReportOptions(scope=Scope(runs=(report.run_id,))),
+                             str(store.location))
+    written = write_report(built, suffix if suffix in FORMATS else "html", path)
+    findings = ", ".join(f"{n} {kind}" for kind, n in built.counts().items())
+    console.print(f"Report of this run written to {written} (findings: {findings}); "
+                  f"everything stored: fleet report{where}", highlight=False, markup=False,
+                  soft_wrap=True)
 
 
 @main.command("probe")
@@ -253,12 +281,15 @@ def after_probe_report(console: Console, report: ProbeReport) -> None:
                               "(fleet results --sweep NAME).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON on stdout; progress stays on stderr.")
+@click.option("--report", "report_path", metavar="PATH",
+              help="Also write this run's procurement report (as `fleet report` does) to "
+                   "PATH: .html, .md or .json.")
 @harness_options
 @reports_errors
 def probe_command(inventory_file: Path, db: str | None, parallel: int,
                   fingerprint_only: bool, accept_new_host_keys: bool, timeout: float | None,
                   connect_timeout: float, connect_retries: int, sweep: str | None,
-                  as_json: bool, **harness: Any) -> None:
+                  as_json: bool, report_path: str | None, **harness: Any) -> None:
     """Fingerprint and benchmark every host of INVENTORY, and store the results.
 
     Hosts are probed in parallel over SSH (or `transport: local` for this machine): the
@@ -276,6 +307,7 @@ def probe_command(inventory_file: Path, db: str | None, parallel: int,
       fleet probe inventory/local.yaml --fingerprint-only
       fleet probe inventory.yaml --accept-new-host-keys      # first run on new hosts
       fleet probe inventory.yaml --dtype fp16 --size 4096 --db ./fleet.db
+      fleet probe inventory.yaml --report probe.html
     """
     inventory = load_inventory(inventory_file)
     options = ProbeOptions(
@@ -290,7 +322,7 @@ def probe_command(inventory_file: Path, db: str | None, parallel: int,
     else:
         console = Console()
         print_summary(console, report)
-        after_probe_report(console, report)
+    after_probe_report(err_console if as_json else Console(), report, report_path)
     if report.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if report.failed:
@@ -374,6 +406,11 @@ def agent_build(out: Path) -> None:
                f"(or `bench` to benchmark too)")
     click.echo("Back here:    fleet ingest --provider PROVIDER --host HOST HOST.jsonl")
 
+
+# fleet sweep, fleet schedule, fleet worker (fleet/sweep_cli.py).
+from fleet.sweep_cli import add_commands as add_sweep_commands  # noqa: E402
+
+add_sweep_commands(main, harness_options, bench_options)
 
 
 if __name__ == "__main__":

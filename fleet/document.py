@@ -241,6 +241,30 @@ class Warmup(Strict):
     band: Annotated[float, Field(ge=0, le=1e6)]
     # Each warm-up window's 10%-trimmed mean run time: what steadiness was judged on.
     window_trimmed_means_ms: list[Ms] = Field(max_length=1000)
+    # Harness 1.1 and later: "settled" (one level), "alternating" (back and forth between
+    # two operating points: steady, measured across them) or "drifting" (never steady).
+    state: Literal["settled", "alternating", "drifting"] | None = None
+
+
+class OperatingPoint(Strict):
+    """A level the measurement's ~1 s sub-windows fell on, and what the card did there."""
+
+    tflops: Annotated[float, Field(ge=0, le=1e6)]
+    share: Share
+    sm_clock_mhz: Annotated[float, Field(ge=0, le=1e5)] | None
+    power_w: Watts | None
+
+
+class Measurement(Strict):
+    """Harness 1.1 and later: how long the timed runs went on and what they saw."""
+
+    seconds: Seconds
+    sub_windows: Count
+    # Whether sub-windows disagreed past `band` and the measurement went on past its minimum.
+    extended: bool
+    band: Annotated[float, Field(ge=0, le=1e6)]
+    sub_window_trimmed_means_ms: list[Ms] = Field(max_length=1000)
+    operating_points: list[OperatingPoint] = Field(max_length=16)
 
 
 class Correctness(Strict):
@@ -258,6 +282,8 @@ class Flags(Strict):
     not_steady: bool
     correctness_failed: bool
     clocks_locked: bool
+    # Harness 1.1 and later: the measurement spanned more than one operating point.
+    operating_point_switch: bool = False
 
 
 class TelemetrySummary(Strict):
@@ -277,6 +303,9 @@ class Provenance(Strict):
     sm_count: Count | None
     l2_bytes: Count | None
     flush_bytes: Count
+    # Harness 1.1 and later: when the L2 was flushed and why not, and A + B + C in bytes.
+    l2_flush: Text | None = None
+    working_set_bytes: Count | None = None
     inputs: Text
     env: dict[Name, Text] = Field(max_length=64)
 
@@ -307,6 +336,7 @@ class BenchmarkResult(Strict):
     tflops: Annotated[float, Field(ge=0, le=1e6)]
     stats: Statistics
     warmup: Warmup
+    measurement: Measurement | None = None
     correctness: Correctness
     flags: Flags
     contention: list[Text] = Field(max_length=16)

@@ -121,6 +121,9 @@ class Settings(BaseModel):
         None, description="What one GPU-hour costs, in `currency`.")
     currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None = Field(
         None, description="ISO 4217 code, e.g. USD or EUR.")
+    queue: Name | None = Field(
+        None, description="Celery queue for `fleet sweep --via celery` (default: the "
+                          "provider's name); `fleet worker --queue NAME` probes its hosts.")
 
 
 class HostSpec(Settings):
@@ -169,10 +172,15 @@ class Target:
     expect: Expect | None = None
     price_per_gpu_hour: float | None = None
     currency: str | None = None
+    queue: str | None = None  # Celery queue; None: the provider's name
 
     @property
     def key(self) -> str:
         return f"{self.provider}/{self.name}"
+
+    @property
+    def queue_name(self) -> str:
+        return self.queue or self.provider
 
 
 @dataclass(frozen=True)
@@ -454,6 +462,7 @@ def _resolve(inventory: Inventory, marks: _Marks, source: str) -> tuple[Target, 
                 expect=Expect(**expect) if expect else None,
                 price_per_gpu_hour=merged.get("price_per_gpu_hour"),
                 currency=merged.get("currency"),
+                queue=merged.get("queue"),
             ))
     return tuple(targets)
 

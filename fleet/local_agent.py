@@ -32,18 +32,28 @@ class BenchOptions:
     warm_l2: bool = False
     sequential: bool = False
     gpus: tuple[int, ...] | None = None
-    measure_s: float = 4.0
-    max_warmup_s: float = 30.0
+    flush_auto: bool = False
+    # None: the harness's own default (agent/harness.py), so the agent run alone and the
+    # agent run by fleet measure alike.
+    measure_s: float | None = None
+    max_warmup_s: float | None = None
+    max_total_s: float | None = None
     lock_clocks_mhz: int | None = None
     cpu: bool = False
 
     def agent_args(self) -> list[str]:
-        args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k),
-                "--measure-s", str(self.measure_s), "--max-warmup-s", str(self.max_warmup_s)]
+        args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k)]
+        for flag, value in (("--measure-s", self.measure_s),
+                            ("--max-warmup-s", self.max_warmup_s),
+                            ("--max-total-s", self.max_total_s)):
+            if value is not None:
+                args += [flag, str(value)]
         if self.pause_ms is not None:
             args += ["--pause-ms", str(self.pause_ms)]
         if self.warm_l2:
             args.append("--warm-l2")
+        if self.flush_auto:
+            args.append("--flush-auto")
         if self.sequential:
             args.append("--sequential")
         if self.gpus:

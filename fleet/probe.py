@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +108,7 @@ class ProbeReport:
     wall_s: float
     interrupted: bool
     store_created: bool = False  # the database was new, and given its schema by this run
+    run_id: int | None = None  # the probe run its documents were stored under
 
     @property
     def failed(self) -> list[HostOutcome]:
@@ -366,24 +367,52 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def probe(inventory: LoadedInventory, options: ProbeOptions, db: str | None = None,
-          observe: Observer | None = None) -> ProbeReport:
-    """Probe every host of `inventory` and store each document as it arrives."""
+          observe: Observer | None = None, run: RunInfo | None = None,
+          only: Collection[str] | None = None) -> ProbeReport:
+    """Probe every host of `inventory` and store each document as it arrives.
+
+    A sweep passes its own `run` (an existing run to continue) and, when resuming, `only`
+    the keys (provider/host) of the hosts still to probe."""
     started = time.monotonic()
     if options.parallel < 1:
         raise InputError("--parallel must be at least 1")
     plans = plan_targets(inventory)
+    targets = inventory.targets if only is None else tuple(
+        t for t in inventory.targets if t.key in only)
     payload = build_payload()
     cancel = threading.Event()
     ssh = SshOptions(KnownHosts(accept_new=options.accept_new_host_keys),
                      options.connect_timeout_s, options.connect_retries, cancel)
-    run = RunInfo(kind="probe", sweep=options.sweep, inventory=str(inventory.path),
-                  agent_version=agent_version)
+    run = run or RunInfo(kind="probe", sweep=options.sweep, inventory=str(inventory.path),
+                         agent_version=agent_version)
     with open_store(db) as store, Ingest(store.engine, run) as ingest:
         ctx = _Context(options, payload, _Results(ingest, store.location), ssh, plans,
                        observe or (lambda target, stage, message: None), cancel)
-        outcomes, interrupted = _fan_out(inventory.targets, ctx)
+        outcomes, interrupted = _fan_out(targets, ctx) if targets else ((), False)
     return ProbeReport(inventory.path, store.location, payload, outcomes,
-                       time.monotonic() - started, interrupted, store.created)
+                       time.monotonic() - started, interrupted, store.created, ingest.run_id)
+
+
+class HostProber:
+    """The per-host step of `probe()` without its fan-out, for a process that is handed
+    hosts one at a time (a Celery worker): the payload is built once, and each host's
+    document is stored through `ingest` (the controller's run)."""
+
+    def __init__(self, options: ProbeOptions, location: Location,
+                 observe: Observer | None = None) -> None:
+        self.options = options
+        self.location = location
+        self.payload = build_payload()
+        self.observe = observe or (lambda target, stage, message: None)
+
+    def probe(self, target: Target, ingest: Ingest) -> HostOutcome:
+        plans = {target.key: plan_ssh(target)} if target.transport == "ssh" else {}
+        cancel = threading.Event()
+        ssh = SshOptions(KnownHosts(accept_new=self.options.accept_new_host_keys),
+                         self.options.connect_timeout_s, self.options.connect_retries, cancel)
+        ctx = _Context(self.options, self.payload, _Results(ingest, self.location), ssh,
+                       plans, self.observe, cancel)
+        return _HostProbe(target, ctx).run()
 
 
 def _fan_out(targets: tuple[Target, ...], ctx: _Context

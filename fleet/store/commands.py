@@ -97,6 +97,31 @@ def db_upgrade(db: str | None) -> None:
                    f"{after.revision} (newest)")
 
 
+@db.command("prune")
+@click.option("--keep-samples-days", type=click.IntRange(0), required=True, metavar="N",
+              help="Keep raw samples of results collected in the last N days.")
+@db_option
+@reported
+def db_prune(keep_samples_days: int, db: str | None) -> None:
+    """Empty the raw samples (per-run times, telemetry series) of old results.
+
+    Their statistics (median, interval, CV, clocks, flags) stay, so reports and sweep
+    history are unchanged; only looking into an old night's individual runs is lost.
+    `fleet schedule install` runs this after every sweep.
+
+    \b
+    Example:
+      fleet db prune --keep-samples-days 30 --db ./fleet.db
+    """
+    from fleet.store.prune import prune_samples
+
+    with open_store(db) as store:
+        pruned = prune_samples(store.engine, keep_samples_days)
+    click.echo(f"{store.location}: emptied the raw samples of {pruned.results} results "
+               f"and {pruned.documents} documents collected before "
+               f"{pruned.cutoff:%Y-%m-%d %H:%M} UTC ({pruned.bytes_freed / 1024:.1f} KiB)")
+
+
 @db.command("current")
 @db_option
 @reported

@@ -271,18 +271,6 @@ class _Lookups:
                        .values(finished_at=bindparam("finished_at")))
         self.document_id = select(document.c.id).where(
             document.c.content_hash == bindparam("hash"))
-        # A run's host is settled once stored: a later document or failure for it (a
-        # task delivered twice) changes nothing, and RETURNING no row tells the caller so.
-        # Hand ingest ("replace") lets the newest document of a host stand for the run.
-        fields = ("status", "document_id", "expect", "price_per_gpu_hour", "currency",
-                  "tags", "updated_at")
-        row = upsert(run_host)
-        new = {name: row.excluded[name] for name in fields}
-        self.run_host_once = row.on_conflict_do_update(
-            index_elements=["probe_run_id", "host_id"], set_=new,
-            where=run_host.c.status != "stored").returning(run_host.c.id)
-        self.run_host_replace = row.on_conflict_do_update(
-            index_elements=["probe_run_id", "host_id"], set_=new).returning(run_host.c.id)
         self.run_host_document = select(run_host.c.document_id).where(
             run_host.c.probe_run_id == bindparam("run_id"),
             run_host.c.host_id == bindparam("host_id"))
@@ -322,7 +310,10 @@ class Ingest:
         if self._conn is None:
             return
         try:
-            if self.run_id is not None:
+            # A continued run (a resumed sweep, a Celery worker storing one host of the
+            # controller's run) is finished by whoever started it, so an unfinished run
+            # keeps meaning "this sweep did not get to its end" (`fleet sweep --resume`).
+            if self.run_id is not None and self.run.run_id is None:
                 with self._conn.begin():
                     self._conn.execute(self._sql.finish,
                                        {"run_id": self.run_id, "finished_at": _now()})
@@ -396,16 +387,21 @@ class Ingest:
     def _settle_host(self, run_id: int, host_id: int, status: str, document_id: int | None,
                      listing: Listing) -> bool:
         """Record the host's end in this run; False when the run already stored it."""
-        statement = (self._sql.run_host_once if self.run.one_document_per_host
-                     else self._sql.run_host_replace)
-        if status != "stored":
-            statement = self._sql.run_host_once
-        row = self.conn.execute(statement, {
-            "probe_run_id": run_id, "host_id": host_id, "status": status,
-            "document_id": document_id, "expect": listing.expect,
-            "price_per_gpu_hour": listing.price_per_gpu_hour, "currency": listing.currency,
-            "tags": list(listing.tags), "updated_at": _now()}).first()
-        return row is not None
+        fast = self._fast
+        statement = (fast.run_host_replace if status == "stored"
+                     and not self.run.one_document_per_host else fast.run_host_once)
+        cursor = self.conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            settled = statement.one(cursor, {
+                "probe_run_id": run_id, "host_id": host_id, "status": status,
+                "document_id": document_id,
+                "expect": None if listing.expect is None else fast.json(listing.expect),
+                "price_per_gpu_hour": listing.price_per_gpu_hour,
+                "currency": listing.currency, "tags": fast.json(list(listing.tags)),
+                "updated_at": fast.time(_now())})
+        finally:
+            cursor.close()
+        return settled is not None
 
     def _host_ids(self, names: tuple[str, str]) -> tuple[int, int]:
         cached = self._hosts.get(names)
@@ -441,7 +437,7 @@ class Ingest:
             "hostname": doc.host.hostname, "platform": doc.host.platform,
             "source_kind": doc.source.kind, "gpu_count": len(doc.gpus),
             "benchmark_count": len(doc.benchmarks), "error_count": len(doc.errors),
-            "body": fast.json(prepared.text)})
+            "body": fast.json(prepared.text), "samples_pruned_at": None})
         return None if document_id is None else int(document_id)
 
     def _upsert_gpus(self, cursor: Any, prepared: Prepared, host_id: int) -> dict[int, int]:

@@ -198,6 +198,10 @@ class Document(Base):
     benchmark_count: Mapped[int] = mapped_column(Integer)
     error_count: Mapped[int] = mapped_column(Integer)
     body: Mapped[dict[str, Any]]
+    # Set by `fleet db prune`: the body's raw samples (samples_ms, telemetry_series of each
+    # benchmark) were emptied then. `content_hash` stays the hash of the document as it
+    # arrived, so the same document sent again is still known.
+    samples_pruned_at: Mapped[dt.datetime | None]
 
 
 class Fingerprint(Base):

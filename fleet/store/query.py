@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,15 @@ FLAGS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended", "not_s
 
 if TYPE_CHECKING:
     AnySelect = Select[*tuple[Any, ...]]
+
+# Ids per `IN (...)`: SQLite allows 32,766 bound values in a statement, and a report over
+# a large fleet's documents would pass that in one list.
+IN_CHUNK = 1000
+
+
+def in_chunks(values: Sequence[int]) -> Iterator[Sequence[int]]:
+    for start in range(0, len(values), IN_CHUNK):
+        yield values[start:start + IN_CHUNK]
 
 
 @dataclass(frozen=True)

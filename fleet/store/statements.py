@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Dialect, TableClause, case, insert
+from sqlalchemy import Dialect, TableClause, case, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
@@ -135,6 +135,18 @@ class Statements:
                                      pipelined=not self.sqlite)
         self.benchmark = build(insert(tables["benchmark_result"]))
         self.error = build(insert(tables["host_error"]))
+        # A run's host is settled once stored: a later document or failure for it (a
+        # task delivered twice) changes nothing, and RETURNING no row says so. Hand
+        # ingest ("replace") lets the newest document of a host stand for the run.
+        run_host = tables["run_host"]
+        row = upsert(run_host)
+        new = {c.key: row.excluded[c.key] for c in run_host.columns
+               if c.key not in ("id", "probe_run_id", "host_id")}
+        self.run_host_once = build(row.on_conflict_do_update(
+            index_elements=["probe_run_id", "host_id"], set_=new,
+            where=text("run_host.status <> 'stored'")).returning(run_host.c.id))
+        self.run_host_replace = build(row.on_conflict_do_update(
+            index_elements=["probe_run_id", "host_id"], set_=new).returning(run_host.c.id))
 
     def time(self, when: dt.datetime) -> Any:
         """A UTC time as the driver should bind it."""

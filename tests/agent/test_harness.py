@@ -30,7 +30,7 @@ from tests.conftest import ROOT
 
 def small(**overrides: Any) -> harness.Config:
     base: dict[str, Any] = dict(m=96, n=80, k=64, device="cpu", measure_s=0.2, window_s=0.05,
-                                max_warmup_s=0.3, flush_bytes=1 << 20)
+                                max_warmup_s=0.3, max_total_s=0.8, flush_bytes=1 << 20)
     base.update(overrides)
     return harness.Config(**base)
 
@@ -94,8 +94,10 @@ def test_warm_cache_and_burst_modes_are_labelled() -> None:
     result = measure(small(warm_l2=True, mode="burst", pause_ms=5.0), cpu_target())
     assert result["cache"] == "warm" and result["provenance"]["flush_bytes"] == 0
     assert result["mode"] == "burst" and result["pause_ms"] == 5.0
-    # Each burst run sleeps 5 ms first: in 0.2 s there can be at most 40 of them.
-    assert 1 <= result["stats"]["runs"] <= 40
+    # Each burst run sleeps 5 ms first: the measurement's length bounds their number.
+    seconds = result["measurement"]["seconds"]
+    assert seconds >= 0.2
+    assert 1 <= result["stats"]["runs"] <= seconds / 0.005 + 1
 
 
 def lock_recording(set_answer: Any, reset_answer: Any = None) -> ReplayNvml:
@@ -154,7 +156,7 @@ def test_agent_bench_on_cpu_emits_a_valid_document(tmp_path: Path) -> None:
         ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s", "0.2",
-         "--max-warmup-s", "0.3"],
+         "--max-warmup-s", "0.3", "--max-total-s", "0.8"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert any(e["event"] == "progress" and e["stage"] == "benchmark" for e in events)
@@ -162,3 +164,104 @@ def test_agent_bench_on_cpu_emits_a_valid_document(tmp_path: Path) -> None:
     assert len(document.benchmarks) == 1
     assert document.benchmarks[0].m == 64 and document.benchmarks[0].stats.runs > 0
     assert document.gpus[0].name == "NVIDIA H100 80GB HBM3"
+
+
+def fake_runs(monkeypatch: pytest.MonkeyPatch, level_ms: Any) -> None:
+    """Runner.cpu_runs, except that every run takes 1 ms of wall time and reports
+    `level_ms(seconds since the first run)`: a card whose operating point we choose."""
+    import time
+
+    t0: list[float] = []
+
+    def cpu_runs(self: harness.Runner, runs: int) -> list[float]:
+        now = time.perf_counter()
+        t0.append(t0[0] if t0 else now)
+        time.sleep(runs * 0.001)
+        return [level_ms(now - t0[0])] * runs
+
+    monkeypatch.setattr(harness.Runner, "cpu_runs", cpu_runs)
+
+
+def test_a_settled_card_is_measured_for_the_minimum_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_runs(monkeypatch, lambda t: 1.0)
+    cfg = small(measure_s=0.3, max_total_s=2.0)
+    result = measure(cfg, cpu_target())
+    assert result["warmup"]["state"] == "settled" and result["warmup"]["steady"]
+    m = result["measurement"]
+    assert 0.3 <= m["seconds"] < 0.6 and not m["extended"]
+    assert len(m["operating_points"]) == 1 and m["operating_points"][0]["share"] == 1.0
+    assert not result["flags"]["operating_point_switch"]
+    parse_result(result)
+
+
+def test_a_measurement_spanning_two_operating_points_is_extended_and_described(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1.0 ms (the warm-up settles in about 0.2 s), 3% slower from 0.3 s to 0.7 s, back: the
+    # 0.3 s minimum of measuring sees both levels wherever in 0.2-0.4 s it starts.
+    fake_runs(monkeypatch, lambda t: 1.03 if 0.3 <= t < 0.7 else 1.0)
+    cfg = small(measure_s=0.3, max_total_s=1.8)
+    result = measure(cfg, cpu_target())
+    m = result["measurement"]
+    assert m["extended"] and result["flags"]["operating_point_switch"]
+    # It went on until the run's cap (set-up and warm-up included), not past it by much.
+    assert 1.8 <= result["wall_s"] < 1.8 + 0.5
+    # The majority's level first, then the other; a sub-window holding the switch itself
+    # may make a third, small level between them.
+    fast, slow = m["operating_points"][:2]
+    assert fast["share"] > slow["share"] >= 0.15
+    assert len(m["operating_points"]) <= 3
+    ratio = fast["tflops"] / slow["tflops"]
+    assert ratio == pytest.approx(1.03, abs=0.002)
+    assert result["stats"]["median_ms"] == 1.0  # the majority's level
+    parse_result(result)
+
+
+def test_a_card_alternating_in_warm_up_starts_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0.1 s on each level, windows of 0.05 s: two tight levels, back and forth.
+    fake_runs(monkeypatch, lambda t: 1.0 if int(t / 0.1) % 2 == 0 else 1.03)
+    cfg = small(measure_s=0.3, max_warmup_s=1.0, max_total_s=1.6)
+    result = measure(cfg, cpu_target())
+    assert result["warmup"]["state"] == "alternating" and result["warmup"]["steady"]
+    assert result["warmup"]["seconds"] < 1.0  # well before the cap
+    assert not result["flags"]["not_steady"]
+    assert result["flags"]["operating_point_switch"]
+
+
+def test_a_drifting_card_is_not_steady(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_runs(monkeypatch, lambda t: 1.0 + 0.1 * t)  # 0.5% slower every 50 ms window
+    result = measure(small(max_warmup_s=0.5, max_total_s=1.0), cpu_target())
+    assert result["warmup"]["state"] == "drifting"
+    assert result["flags"]["not_steady"] and not result["warmup"]["steady"]
+
+
+def parse_result(result: dict[str, Any]) -> None:
+    """The controller's strict model accepts the result as the agent emits it."""
+    from fleet.document import BenchmarkResult
+
+    parsed = BenchmarkResult.model_validate(json.loads(json.dumps(result)))
+    assert parsed.measurement is not None and parsed.warmup.state == result["warmup"]["state"]
+
+
+def test_flush_auto_skips_it_only_where_the_operands_evict_the_l2_themselves() -> None:
+    # 96x64 @ 64x80 in bf16: 38 KiB, far below the 1 MiB flush: flushed before every run.
+    small_case = harness.Runner(torch, small(), cpu_target())
+    assert small_case.flush is not None and small_case.flush_note.startswith("every run")
+    # 512^3 in bf16: A, B and C are 1.5 MiB, more than the 1 MiB flush buffer. Flushed by
+    # default all the same; with flush="auto", not.
+    assert harness.Runner(torch, small(m=512, n=512, k=512), cpu_target()).flush is not None
+    big = small(m=512, n=512, k=512, flush="auto")
+    runner = harness.Runner(torch, big, cpu_target())
+    assert runner.working_set_bytes == 3 * 512 * 512 * 2
+    assert runner.flush is None and runner.flush_note.startswith("none: A, B and C")
+    # fp32's 4-byte elements count double.
+    assert harness.Runner(torch, small(m=384, n=384, k=384, dtype="fp32", flush="auto"),
+                          cpu_target()).flush is None
+    assert harness.Runner(torch, small(m=384, n=384, k=384, flush="auto"),
+                          cpu_target()).flush is not None
+    assert harness.Runner(torch, small(flush="auto"), cpu_target()).flush is not None
+    result = measure(big, cpu_target())
+    assert result["cache"] == "cold" and result["provenance"]["flush_bytes"] == 0
+    assert result["provenance"]["l2_flush"] == runner.flush_note
+    parse_result(result)
+    with pytest.raises(harness.HarnessError, match="flush"):
+        small(flush="never").validate()

@@ -90,3 +90,101 @@ def test_relative_spread_and_trend() -> None:
     assert steady.relative_trend([1.0, 1.01, 1.02, 1.03]) == pytest.approx(0.03 / statistics.median(
         [1.0, 1.01, 1.02, 1.03]))
     assert steady.relative_trend([1.0, 1.0, 1.0]) == 0.0
+
+
+# Two operating points, as the lent H100 SXM showed at its 700 W cap (bench/RESULTS.md):
+# 1 s windows at about 1.5615 ms (686 TFLOP/s, 1370 MHz) or 1.5975 ms (671, 1470 MHz).
+HIGH, LOW = 1.5615, 1.5975
+
+
+def levels_series(pattern: str, noise: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [(HIGH if c == "H" else LOW) * (1 + rng.gauss(0, noise)) for c in pattern]
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("pattern", ["HHLLLHHH", "LLHHHLLL", "HHHLLHHL", "LHHHHHLL"])
+def test_a_card_jumping_between_two_levels_is_alternating(pattern: str, seed: int) -> None:
+    series = levels_series(pattern, 0.0005, seed)
+    assert steady.is_alternating(series, tolerance=0.005)
+    assert not steady.is_steady(series, tolerance=0.005, count=4, trend_span=6)
+    assert steady.classify(series, tolerance=0.005) == steady.ALTERNATING
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_warming_card_is_drifting_not_alternating(seed: int) -> None:
+    # 0.4% a window, through the levels in between: still warming, not two states.
+    ramp = noisy(LOW, 8, 0.0005, seed, drift=-0.004)
+    assert not steady.is_alternating(ramp, tolerance=0.005)
+    assert steady.classify(ramp, tolerance=0.005) == steady.DRIFTING
+    # Slower, 0.15% a window: neighbours agree, but the levels chain wider than the band.
+    creep = noisy(LOW, 8, 0.0003, seed, drift=-0.0015)
+    assert not steady.is_alternating(creep, tolerance=0.005)
+    assert steady.classify(creep, tolerance=0.005) == steady.DRIFTING
+
+
+def test_one_step_is_not_alternating_until_it_settles() -> None:
+    # The clock settling after a start: one step down to the other level, no way back.
+    step = levels_series("LLLLHHHH", 0.0, 0)
+    assert not steady.is_alternating(step, tolerance=0.005)
+    assert steady.classify(step, tolerance=0.005) == steady.DRIFTING
+    # Six windows on the new level and the trend is gone: settled.
+    assert steady.classify(levels_series("LLLLHHHHHH", 0.0, 0), tolerance=0.005) == \
+        steady.SETTLED
+
+
+def test_alternating_tolerates_one_window_holding_the_switch() -> None:
+    mid = (HIGH + LOW) / 2
+    assert steady.is_alternating([HIGH, HIGH, mid, LOW, LOW, LOW, HIGH, HIGH], 0.005)
+    # Two windows between the levels are more than a switch: not two clean levels.
+    assert not steady.is_alternating([HIGH, HIGH, mid, mid * 1.006, LOW, LOW, HIGH, HIGH],
+                                     0.005)
+    # Three levels are not two.
+    third = LOW * 1.02
+    assert not steady.is_alternating([HIGH, HIGH, LOW, LOW, third, third, HIGH, LOW], 0.005)
+    # A level that keeps walking (0.4% a window, 1.2% in all) is not a level.
+    walk = [HIGH * (1 - 0.004 * i) for i in range(4)]
+    assert not steady.is_alternating([LOW, LOW, *walk, LOW, LOW], 0.005)
+    # Too few windows, or a missing one, decide nothing.
+    assert not steady.is_alternating([HIGH, LOW, HIGH, LOW], 0.005)
+    assert not steady.is_alternating([HIGH, HIGH, LOW, None, LOW, HIGH, HIGH, LOW], 0.005)
+
+
+def test_levels_split_on_gaps_wider_than_the_tolerance() -> None:
+    assert steady.levels([1.0, 1.002, 1.03, 1.001, 1.031], 0.005) == [
+        [1.0, 1.001, 1.002], [1.03, 1.031]]
+    assert steady.levels([], 0.005) == []
+    # Small steps chain into one level, however wide it ends up.
+    assert len(steady.levels([1.0 + 0.004 * i for i in range(6)], 0.005)) == 1
+
+
+def test_a_measurement_stops_when_its_sub_windows_agree_or_the_run_is_capped() -> None:
+    agree = [HIGH, HIGH * 1.002, HIGH * 0.999]
+    disagree = [HIGH, LOW, HIGH]
+    kwargs = dict(min_s=6.0, cap_s=18.5, tolerance=0.01)
+    assert not steady.measurement_done(agree, elapsed_s=5.9, total_s=12.0, **kwargs)
+    assert steady.measurement_done(agree, elapsed_s=6.0, total_s=12.0, **kwargs)
+    # Two levels 2.3% apart: go on, as long as the cap allows.
+    assert not steady.measurement_done(disagree, elapsed_s=6.0, total_s=12.0, **kwargs)
+    assert not steady.measurement_done(disagree, elapsed_s=9.0, total_s=18.4, **kwargs)
+    assert steady.measurement_done(disagree, elapsed_s=9.0, total_s=18.5, **kwargs)
+    # The minimum holds even past the cap (a long warm-up must not leave no measurement).
+    assert not steady.measurement_done(disagree, elapsed_s=1.0, total_s=25.0, **kwargs)
+
+
+def test_operating_points_of_a_measurement() -> None:
+    subs = [HIGH, HIGH * 1.001, LOW, LOW * 0.999, HIGH * 0.999, LOW]
+    clocks = [1365.0, 1380.0, 1470.0, 1485.0, 1380.0, None]
+    power = [697.0, 697.5, 692.0, 691.0, 698.0, 692.5]
+    points = steady.operating_points(subs, 0.01, clocks, power)
+    assert [p["share"] for p in points] == [0.5, 0.5]
+    fast, slow = points  # an equal share: the faster level first
+    assert fast["median_ms"] == pytest.approx(HIGH)
+    assert slow["median_ms"] == pytest.approx(LOW)
+    assert (fast["sm_clock_mhz"], slow["sm_clock_mhz"]) == (1380.0, 1477.5)
+    assert (fast["power_w"], slow["power_w"]) == (697.5, 692.0)
+    one = steady.operating_points([HIGH, HIGH * 1.004, HIGH * 0.997], 0.01)
+    assert len(one) == 1 and one[0]["share"] == 1.0 and one[0]["sm_clock_mhz"] is None
+    majority = steady.operating_points([LOW, HIGH, LOW, LOW], 0.01)
+    assert majority[0]["median_ms"] == LOW and majority[0]["share"] == 0.75
+    assert steady.operating_points([], 0.01) == []

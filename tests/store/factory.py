@@ -18,11 +18,11 @@ from fleet.document import AgentDocument
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "H100 SXM5 80GB": {"name": "NVIDIA H100 80GB HBM3", "pci": "0x233010DE", "family": "H100",
-                       "form_factor": "SXM", "memory_gb": 80, "power": 700.0, "peak": 760.0},
+                       "form_factor": "SXM", "memory_gb": 80, "power": 700.0, "peak": 989.0},
     "H100 PCIe 80GB": {"name": "NVIDIA H100 PCIe", "pci": "0x233110DE", "family": "H100",
-                       "form_factor": "PCIe", "memory_gb": 80, "power": 350.0, "peak": 520.0},
+                       "form_factor": "PCIe", "memory_gb": 80, "power": 350.0, "peak": 756.0},
     "A100 SXM4 80GB": {"name": "NVIDIA A100-SXM4-80GB", "pci": "0x20B210DE", "family": "A100",
-                       "form_factor": "SXM", "memory_gb": 80, "power": 400.0, "peak": 280.0},
+                       "form_factor": "SXM", "memory_gb": 80, "power": 400.0, "peak": 312.0},
 }
 CAPABILITIES = ("application_clocks", "locked_gpu_clocks", "locked_memory_clocks",
                 "power_limit", "persistence_mode", "compute_mode", "ecc")
@@ -72,7 +72,10 @@ def gpu(index: int, uuid: str | None, variant: str = "H100 SXM5 80GB",
         "variant": {
             "family": v["family"], "memory_gb": v["memory_gb"],
             "form_factor": v["form_factor"], "label": variant, "matched_by": "pci_id",
-            "pci_device_id": v["pci"], "vgpu_profile": None, "datasheet": None, "note": None,
+            "pci_device_id": v["pci"], "vgpu_profile": None, "note": None,
+            "datasheet": {"default_power_w": v["power"], "max_sm_clock_mhz": 1980,
+                          "memory_bandwidth_gbs": None, "peak_tflops": {"bf16": v["peak"]},
+                          "source": "tests/store/factory.py"},
         },
         "capabilities": {name: capability() for name in CAPABILITIES},
         "unavailable": {"nvmlDeviceGetBoardPartNumber": "NVML_ERROR_NOT_SUPPORTED"},
@@ -100,7 +103,8 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 def benchmark(index: int, uuid: str | None, tflops_target: float, rng: random.Random,
               runs: int = 50, size: int = 8192, dtype: str = "bf16",
-              power_capped: bool = True) -> dict[str, Any]:
+              power_capped: bool = True, sm_clock_mhz: float = 1410.0,
+              power_w: float = 699.5) -> dict[str, Any]:
     flops = 2.0 * size ** 3
     median_target = flops / (tflops_target * 1e12) * 1e3
     values = samples(rng, median_target, runs)
@@ -120,8 +124,8 @@ def benchmark(index: int, uuid: str | None, tflops_target: float, rng: random.Ra
                   "hw_slowdown": False, "contended": False, "not_steady": False,
                   "correctness_failed": False, "clocks_locked": False},
         "contention": [], "clock_lock": None,
-        "telemetry": {"samples": 40, "sm_clock_mhz_median": 1410.0,
-                      "mem_clock_mhz_median": 2619.0, "power_w_median": 699.5,
+        "telemetry": {"samples": 40, "sm_clock_mhz_median": sm_clock_mhz,
+                      "mem_clock_mhz_median": 2619.0, "power_w_median": power_w,
                       "temperature_c_max": 61.0,
                       "reason_shares": {"sw_power_cap": 0.95} if power_capped else {}},
         "telemetry_series": [[0.1 * i, 1410.0, 2619.0, 699.0, 55.0 + i % 5, 4.0]
@@ -140,18 +144,30 @@ def document(host: str = "gpu-01", gpus: int = 2, variant: str = "H100 SXM5 80GB
              tflops: float = 680.0, runs: int = 50, seed: int = 0,
              collected_at: dt.datetime | None = None, with_uuid: bool = True,
              errors: list[dict[str, Any]] | None = None, power_limit_w: float | None = None,
-             results_per_gpu: int = 1) -> dict[str, Any]:
-    """One host's document: `gpus` GPUs of one variant, `results_per_gpu` results each."""
+             results_per_gpu: int = 1, gpu_tflops: list[float] | None = None,
+             driver_version: str | None = None, sm_clock_mhz: float = 1410.0,
+             power_w: float = 699.5, variants: list[str] | None = None) -> dict[str, Any]:
+    """One host's document: `gpus` GPUs of one variant, `results_per_gpu` results each.
+
+    Each GPU's TFLOP/s is `tflops` with 2% GPU-to-GPU noise, or exactly `gpu_tflops[i]`
+    (up to the 1% run-to-run noise of its samples, which the median mostly removes);
+    `variants` gives each GPU its own variant.
+    """
     rng = random.Random(f"{host}/{seed}")
     when = collected_at or dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
     gpu_list = []
     results = []
     for index in range(gpus):
         uuid = gpu_uuid(host, index) if with_uuid else None
-        gpu_list.append(gpu(index, uuid, variant, power_limit_w))
+        card = gpu(index, uuid, variants[index] if variants else variant, power_limit_w)
+        if driver_version is not None:
+            card["driver_version"] = driver_version
+        gpu_list.append(card)
         for _ in range(results_per_gpu):
-            results.append(benchmark(index, uuid, tflops * (1.0 + rng.gauss(0, 0.02)), rng,
-                                     runs=runs))
+            target = (gpu_tflops[index] if gpu_tflops is not None
+                      else tflops * (1.0 + rng.gauss(0, 0.02)))
+            results.append(benchmark(index, uuid, target, rng, runs=runs,
+                                     sm_clock_mhz=sm_clock_mhz, power_w=power_w))
     data = {
         "format": "fleet-agent/1", "agent_version": "0.1.0",
         "collected_at": when.isoformat(timespec="seconds"),

@@ -66,6 +66,11 @@ def test_a_wheel_install_migrates_and_ingests(tmp_path: Path) -> None:
     assert ingested.stdout.startswith(f"stored          {document}")
     rows = json.loads(fleet("results", "--json").stdout)
     assert [row["host"] for row in rows] == ["gpu-01", "gpu-01"]
+    # The report's templates travel in the wheel too.
+    for name in ("report.html", "report.md"):
+        written = fleet("report", "-o", name)
+        assert written.returncode == 0, written.stderr
+        assert "lambda" in (work / name).read_text()
 
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
                             "from fleet.store.schema import MIGRATIONS; print(MIGRATIONS)"],

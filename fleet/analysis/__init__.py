@@ -1,0 +1,1 @@
+"""From stored documents to findings: mismatches, drift, provider gaps, stragglers, cost."""

@@ -1,0 +1,409 @@
+"""What a report rests on, read from the store once: each host's latest state and each
+GPU's measurements, reduced to per-GPU medians.
+
+The unit of evidence is a GPU, not a run (DESIGN.md, "Comparing providers honestly"):
+every result of one GPU under one benchmark configuration becomes one number, the median
+of its results' TFLOP/s, with the telemetry that explains it. Host facts (listing,
+fingerprint) come from the newest document of each host in scope, judged against the
+listing the inventory gave when that document was collected.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine, Select, Text, cast, select
+
+from fleet.document import AgentDocument
+from fleet.store.ingest import variant_of
+from fleet.store.models import (
+    BenchmarkResult,
+    Document,
+    Fingerprint,
+    Host,
+    HostError,
+    ProbeRun,
+    Provider,
+    RunHost,
+)
+from fleet.store.query import in_chunks
+
+if TYPE_CHECKING:
+    AnySelect = Select[*tuple[Any, ...]]
+
+POWER_CAP_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The report's filters. Times compare with when the agent collected."""
+
+    sweep: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    providers: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    runs: tuple[int, ...] = ()  # probe runs, by id (the report at the end of a probe)
+
+    def describe(self) -> str:
+        parts = []
+        if self.runs:
+            parts.append("probe run " + ", ".join(map(str, self.runs)))
+        if self.sweep:
+            parts.append(f"sweep {self.sweep}")
+        if self.since:
+            parts.append(f"since {self.since:%Y-%m-%d %H:%M} UTC")
+        if self.until:
+            parts.append(f"until {self.until:%Y-%m-%d %H:%M} UTC")
+        if self.providers:
+            parts.append("providers " + ", ".join(self.providers))
+        if self.variants:
+            parts.append("variants " + ", ".join(self.variants))
+        return "; ".join(parts) or "everything stored"
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """A benchmark configuration: results under different ones are never compared."""
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    mode: str
+    cache: str
+    concurrency: str
+    harness_version: str
+
+    @property
+    def label(self) -> str:
+        size = f"{self.m}³" if self.m == self.n == self.k else f"{self.m}×{self.n}×{self.k}"
+        return (f"{size} {self.dtype}, {self.mode}, {self.cache} L2, {self.concurrency} "
+                f"(harness {self.harness_version})")
+
+
+@dataclass(frozen=True)
+class Listing:
+    expect: dict[str, Any] | None
+    price_per_gpu_hour: float | None
+    currency: str | None
+    tags: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        """What was bought, in the listing's words: "H100 SXM5 80GB", "A100 80GB"..."""
+        expect = self.expect or {}
+        if expect.get("variant"):
+            return str(expect["variant"])
+        words = [str(expect[key]) for key in ("family", "form_factor") if expect.get(key)]
+        if expect.get("memory_gb"):
+            words.append(f"{expect['memory_gb']}GB")
+        return " ".join(words) or "not listed"
+
+
+@dataclass(frozen=True)
+class HostState:
+    """A host's newest document in scope, and what its listing said then."""
+
+    provider: str
+    host: str
+    sweep: str | None
+    collected_at: dt.datetime
+    document: AgentDocument
+    listing: Listing
+
+
+@dataclass(frozen=True)
+class HostFailure:
+    """A host whose newest attempt in scope sent no document."""
+
+    provider: str
+    host: str
+    sweep: str | None
+    when: dt.datetime
+    stage: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GpuMeasure:
+    """One GPU under one configuration: the median of its results, and what explains it."""
+
+    provider: str
+    host: str
+    gpu: str  # stable across probes: the store's GPU identity
+    gpu_index: int
+    variant: str
+    config: Config
+    tflops: float
+    results: int
+    sm_clock_mhz: float | None
+    power_w: float | None
+    power_capped_share: float | None  # share of telemetry samples under a power cap
+    power_limit_w: float | None
+    driver_version: str | None
+    virtualization_mode: str | None
+    flags: tuple[str, ...]
+    first: dt.datetime
+    last: dt.datetime
+
+    @property
+    def name(self) -> str:
+        return f"{self.host} GPU {self.gpu_index}"
+
+
+@dataclass(frozen=True)
+class Excluded:
+    provider: str
+    host: str
+    gpu_index: int
+    variant: str
+    results: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dataset:
+    scope: Scope
+    hosts: tuple[HostState, ...]
+    failures: tuple[HostFailure, ...]
+    measures: tuple[GpuMeasure, ...]
+    excluded: tuple[Excluded, ...]
+    runs: int
+    first: dt.datetime | None
+    last: dt.datetime | None
+
+
+FLAG_COLUMNS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended",
+                "not_steady", "clocks_locked")
+
+
+def _where_runs(stmt: AnySelect, scope: Scope) -> AnySelect:
+    if scope.sweep is not None:
+        stmt = stmt.where(ProbeRun.sweep == scope.sweep)
+    if scope.providers:
+        stmt = stmt.where(Provider.name.in_(scope.providers))
+    if scope.runs:
+        stmt = stmt.where(ProbeRun.id.in_(scope.runs))
+    return stmt
+
+
+def _within(when: dt.datetime, scope: Scope) -> bool:
+    return ((scope.since is None or when >= scope.since)
+            and (scope.until is None or when <= scope.until))
+
+
+def _listing(row: Any) -> Listing:
+    return Listing(row.expect, row.price_per_gpu_hour, row.currency, tuple(row.tags or ()))
+
+
+def _host_states(engine: Engine, scope: Scope
+                 ) -> tuple[list[HostState], list[HostFailure], int]:
+    stmt = _where_runs(
+        select(RunHost.id, RunHost.status, RunHost.document_id, RunHost.expect,
+               RunHost.price_per_gpu_hour, RunHost.currency, RunHost.tags,
+               RunHost.updated_at, RunHost.probe_run_id, RunHost.host_id, Provider.name,
+               Host.name.label("host"), ProbeRun.sweep, Document.collected_at)
+        .join(ProbeRun, ProbeRun.id == RunHost.probe_run_id)
+        .join(Host, Host.id == RunHost.host_id)
+        .join(Provider, Provider.id == Host.provider_id)
+        .outerjoin(Document, Document.id == RunHost.document_id), scope)
+    stored_last: dict[int, Any] = {}  # host id -> its newest stored row
+    tried_last: dict[int, Any] = {}  # host id -> its newest row, stored or failed
+    runs: set[int] = set()
+    with engine.connect() as conn:
+        for row in conn.execute(stmt):
+            when = _when(row)
+            if not _within(when, scope):
+                continue
+            runs.add(row.probe_run_id)
+            for newest, eligible in ((stored_last, row.status == "stored"), (tried_last, True)):
+                held = newest.get(row.host_id)
+                if eligible and (held is None or when > _when(held)):
+                    newest[row.host_id] = row
+        stored = list(stored_last.values())
+        # As text, validated in one pass by pydantic: twice as fast as decoding JSON and
+        # then validating the objects (bench/report_scale.py).
+        bodies = {r.id: r.body
+                  for ids in in_chunks([row.document_id for row in stored])
+                  for r in conn.execute(select(Document.id, cast(Document.body, Text)
+                                               .label("body"))
+                                        .where(Document.id.in_(ids)))}
+        # The report judges a host by its newest document, and says apart that its last
+        # attempt failed when it did.
+        failed = [row for row in tried_last.values() if row.status != "stored"]
+        errors = _errors(conn, failed)
+    hosts = [HostState(row.name, row.host, row.sweep, row.collected_at,
+                       AgentDocument.model_validate_json(bodies[row.document_id]),
+                       _listing(row))
+             for row in stored]
+    failures = [HostFailure(row.name, row.host, row.sweep, row.updated_at,
+                            *errors.get((row.probe_run_id, row.host_id), ("unknown", "")))
+                for row in failed]
+    hosts.sort(key=lambda h: (h.provider, h.host))
+    failures.sort(key=lambda f: (f.provider, f.host))
+    return hosts, failures, len(runs)
+
+
+def _when(row: Any) -> dt.datetime:
+    return row.collected_at if row.status == "stored" else row.updated_at  # type: ignore[no-any-return]
+
+
+def _errors(conn: Any, failed: list[Any]) -> dict[tuple[int, int], tuple[str, str]]:
+    if not failed:
+        return {}
+    stmt = (select(HostError.probe_run_id, HostError.host_id, HostError.stage,
+                   HostError.message)
+            .where(HostError.document_id.is_(None),
+                   HostError.probe_run_id.in_({row.probe_run_id for row in failed}))
+            .order_by(HostError.id))
+    return {(r.probe_run_id, r.host_id): (r.stage, r.message) for r in conn.execute(stmt)}
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _measures(engine: Engine, scope: Scope) -> tuple[list[GpuMeasure], list[Excluded]]:
+    r, f = BenchmarkResult, Fingerprint
+    stmt = _where_runs(
+        select(r.gpu_id, Provider.name.label("provider"), Host.name.label("host"),
+               r.gpu_index, r.variant, r.dtype, r.m, r.n, r.k, r.mode, r.cache,
+               r.concurrency, r.harness_version, r.tflops, r.sm_clock_mhz_median,
+               r.power_w_median, r.reason_shares, r.collected_at, r.correctness_failed,
+               *(getattr(r, flag) for flag in FLAG_COLUMNS),
+               f.power_limit_w, f.driver_version, f.virtualization_mode)
+        .join(Provider, Provider.id == r.provider_id)
+        .join(Host, Host.id == r.host_id)
+        .join(ProbeRun, ProbeRun.id == r.probe_run_id)
+        .outerjoin(f, f.id == r.fingerprint_id), scope)
+    if scope.variants:
+        stmt = stmt.where(r.variant.in_(scope.variants))
+    if scope.since is not None:
+        stmt = stmt.where(r.collected_at >= scope.since)
+    if scope.until is not None:
+        stmt = stmt.where(r.collected_at <= scope.until)
+    groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    with engine.connect() as conn:
+        for row in conn.execute(stmt.order_by(r.collected_at, r.id)):
+            config = Config(row.dtype, row.m, row.n, row.k, row.mode, row.cache,
+                            row.concurrency, row.harness_version)
+            groups[(row.gpu_id, config, row.correctness_failed)].append(row)
+    measures, excluded = [], []
+    for (gpu_id, config, failed), rows in groups.items():
+        last = rows[-1]
+        if failed:
+            # A result that failed the correctness gate timed a wrong answer.
+            excluded.append(Excluded(last.provider, last.host, last.gpu_index, last.variant,
+                                     len(rows), "failed the correctness check"))
+            continue
+        measures.append(GpuMeasure(
+            provider=last.provider, host=last.host, gpu=str(gpu_id),
+            gpu_index=last.gpu_index, variant=last.variant, config=config,
+            tflops=statistics.median(row.tflops for row in rows), results=len(rows),
+            sm_clock_mhz=_median(row.sm_clock_mhz_median for row in rows),
+            power_w=_median(row.power_w_median for row in rows),
+            power_capped_share=_median(
+                sum(float((row.reason_shares or {}).get(name, 0.0))
+                    for name in POWER_CAP_REASONS) for row in rows),
+            power_limit_w=last.power_limit_w, driver_version=last.driver_version,
+            virtualization_mode=last.virtualization_mode,
+            flags=tuple(flag for flag in FLAG_COLUMNS if any(getattr(row, flag) for row in rows)),
+            first=rows[0].collected_at, last=last.collected_at))
+    measures.sort(key=lambda m: (m.config, m.variant, m.provider, m.host, m.gpu_index))
+    return measures, excluded
+
+
+def load_dataset(engine: Engine, scope: Scope) -> Dataset:
+    hosts, failures, runs = _host_states(engine, scope)
+    if scope.variants:
+        hosts = [h for h in hosts if any(variant_of(g) in scope.variants
+                                         for g in h.document.gpus)]
+    measures, excluded = _measures(engine, scope)
+    times = [h.collected_at for h in hosts] + [m.last for m in measures] + \
+        [m.first for m in measures]
+    return Dataset(scope, tuple(hosts), tuple(failures), tuple(measures), tuple(excluded),
+                   runs, min(times, default=None), max(times, default=None))
+
+
+@dataclass(frozen=True)
+class Aliases:
+    """How an anonymized report names providers ("Provider A"...) and hosts ("A-1"...).
+
+    Letters follow the providers' names in sorted order, and numbers the hosts' names, so
+    two reports of one store letter the same provider alike.
+    """
+
+    providers: dict[str, str]
+    hosts: dict[tuple[str, str], str]
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> Aliases:
+        hosts_of: dict[str, set[str]] = defaultdict(set)
+        for provider, host in pairs:
+            hosts_of[provider].add(host)
+        letters = {name: _letters(i) for i, name in enumerate(sorted(hosts_of))}
+        return cls({name: f"Provider {letter}" for name, letter in letters.items()},
+                   {(provider, host): f"{letters[provider]}-{i + 1}"
+                    for provider, names in hosts_of.items()
+                    for i, host in enumerate(sorted(names))})
+
+    def provider(self, name: str) -> str:
+        return self.providers.get(name, "(hidden)")
+
+    def host(self, provider: str, name: str) -> str:
+        return self.hosts.get((provider, name), "(hidden)")
+
+
+def named_pairs(data: Dataset) -> set[tuple[str, str]]:
+    items: list[HostState | GpuMeasure | HostFailure | Excluded] = [
+        *data.hosts, *data.measures, *data.failures, *data.excluded]
+    return {(item.provider, item.host) for item in items}
+
+
+def _hidden_document(document: AgentDocument) -> AgentDocument:
+    gpus = [gpu.model_copy(update={"uuid": None, "serial": None, "pci_bus_id": None,
+                                   "board_part_number": None, "processes": []})
+            for gpu in document.gpus]
+    host = document.host.model_copy(update={"hostname": None, "user": None,
+                                            "python_executable": None})
+    return document.model_copy(update={"gpus": gpus, "host": host, "errors": []})
+
+
+def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
+    """Providers and hosts renamed by `names` (by default, aliases of this data's own);
+    GPU serials and UUIDs, tags and failure messages (which name addresses) dropped."""
+    names = names or Aliases.of(named_pairs(data))
+    return Dataset(
+        scope=replace(data.scope, providers=tuple(names.provider(p)
+                                                  for p in data.scope.providers)),
+        hosts=tuple(replace(h, provider=names.provider(h.provider),
+                            host=names.host(h.provider, h.host),
+                            document=_hidden_document(h.document),
+                            listing=replace(h.listing, tags=()))
+                    for h in data.hosts),
+        failures=tuple(replace(f, provider=names.provider(f.provider),
+                               host=names.host(f.provider, f.host),
+                               message="(hidden in an anonymized report)")
+                       for f in data.failures),
+        measures=tuple(replace(m, provider=names.provider(m.provider),
+                               host=names.host(m.provider, m.host)) for m in data.measures),
+        excluded=tuple(replace(e, provider=names.provider(e.provider),
+                               host=names.host(e.provider, e.host)) for e in data.excluded),
+        runs=data.runs, first=data.first, last=data.last)
+
+
+def _letters(i: int) -> str:
+    """A, B, ... Z, AA, AB, ...: as many letters as providers."""
+    text = ""
+    i += 1
+    while i:
+        i, rest = divmod(i - 1, 26)
+        text = chr(ord("A") + rest) + text
+    return text

@@ -1,0 +1,344 @@
+"""A sweep against its own past: regressions, configuration changes, new mismatches, hosts
+gone or new, and the TFLOP/s series the report charts.
+
+Pure functions over `Night`s (one sweep run each, read from the store by
+`fleet.store.sweeps.read_nights`), returning dataclasses; nothing here touches a database.
+
+The regression rule (a GPU slower than its own past beyond its own measured noise):
+for one GPU and one benchmark configuration, take its per-night medians over the previous
+`window` nights (at least `min_history` of them, else no verdict). With `centre` their
+median and `noise` = 1.4826 x their MAD (the MAD scaled to a standard deviation for normal
+data, robust to the odd bad night), tonight is a regression when
+
+    tonight < centre - max(k x noise, min_relative x centre)
+
+k = 4 keeps a GPU's normal night-to-night wobble out (a GPU's repeat spread on the H100 and
+H200 we measured was 0.6-1.5%, bench/RESULTS.md); `min_relative` = 3% keeps a GPU whose
+past nights happened to agree to 0.1% from alarming on a 0.5% dip that no buyer cares
+about. `min_history` = 5: the lent H100s settle at one of two operating points up to ~4%
+apart from one run to the next (bench/RESULTS.md, Harness section, "Why the misses": card
+B at 665.5 TFLOP/s in one and 693.9 in the other). Three nights all on the upper point
+are common, and give a tight median and MAD that the first night on the lower point falls
+under by more than 3%; five make it likelier that both points have shown, and where the
+lower one makes up a good share of the nights the MAD carries it. Where it has shown on
+fewer than half of them the MAD (which by design ignores up to half the values) does
+not, and such a night can still read as a regression, which is why every result carries
+its operating point (clock and power) beside it. A regression that lasts is reported
+every night it lasts, marked new only on the night it began (nights the GPU was not
+measured, a host that failed or a fingerprint-only night, neither begin nor end it); once
+most of the window is slow, slow is the GPU's new normal.
+
+Configuration changes and mismatches compare a host with its own newest earlier night on
+which it stored a document (a night it failed has nothing to compare); hosts gone or new
+compare with the previous sweep's hosts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MAD_TO_SIGMA = 1.4826
+# Fingerprint columns whose change between two nights is news to the buyer.
+CONFIG_FIELDS = ("uuid", "variant", "driver_version", "cuda_driver_version", "vbios_version",
+                 "power_limit_w", "max_sm_clock_mhz", "max_mem_clock_mhz", "memory_total_mib",
+                 "virtualization_mode", "mig_enabled", "ecc_enabled", "pcie_gen_max",
+                 "pcie_width_max", "nvlink_links_active")
+POWER_TOLERANCE_W = 1.0  # NVML reports milliwatts; a rounding wobble is no change
+FAIL_KINDS = ("regression", "mismatch", "change", "gone")
+
+
+@dataclass(frozen=True)
+class RegressionRule:
+    k: float = 4.0
+    min_relative: float = 0.03
+    min_history: int = 5  # see the module's docstring: two operating points ~4% apart
+    window: int = 10
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One GPU on one night: its fingerprint's compared fields and its TFLOP/s."""
+
+    index: int
+    uuid: str | None
+    variant: str
+    config: Mapping[str, Any]
+    tflops: Mapping[str, float] = field(default_factory=dict)  # benchmark label -> median
+
+    @property
+    def key(self) -> str:
+        return f"uuid:{self.uuid}" if self.uuid else f"index:{self.index}"
+
+
+@dataclass(frozen=True)
+class HostNight:
+    provider: str
+    host: str
+    status: str  # "stored" or "failed"
+    gpus: tuple[GpuState, ...] = ()
+    mismatches: tuple[str, ...] | None = None  # None: nothing listed, or no document
+
+    @property
+    def key(self) -> str:
+        return f"{self.provider}/{self.host}"
+
+
+@dataclass(frozen=True)
+class Night:
+    run_id: int
+    started_at: dt.datetime
+    hosts: Mapping[str, HostNight]  # by provider/host
+
+
+@dataclass(frozen=True)
+class Regression:
+    provider: str
+    host: str
+    gpu_index: int
+    gpu_uuid: str | None
+    benchmark: str
+    tflops: float
+    baseline: float  # median of the past nights
+    threshold: float  # below this is a regression
+    noise: float  # 1.4826 x MAD of the past nights
+    past_nights: int
+    began_run_id: int
+    began_at: dt.datetime
+    new: bool  # began tonight
+
+    @property
+    def drop(self) -> float:
+        return 1.0 - self.tflops / self.baseline
+
+    def describe(self) -> str:
+        since = "" if self.new else f" (since run #{self.began_run_id})"
+        return (f"{self.provider}/{self.host} GPU {self.gpu_index}: {self.tflops:.1f} TFLOP/s, "
+                f"{self.drop:.1%} below its median {self.baseline:.1f} of {self.past_nights} "
+                f"nights (threshold {self.threshold:.1f}, noise {self.noise:.2f}){since}")
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    provider: str
+    host: str
+    gpu_index: int | None  # None: the host as a whole (its GPU count)
+    field: str
+    before: Any
+    after: Any
+    since_run_id: int  # the earlier night compared with
+
+    def describe(self) -> str:
+        where = "" if self.gpu_index is None else f" GPU {self.gpu_index}"
+        return f"{self.provider}/{self.host}{where}: {self.field} {self.before} -> {self.after}"
+
+
+@dataclass(frozen=True)
+class NewMismatch:
+    provider: str
+    host: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"{self.provider}/{self.host}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What one night (sweep run) shows against the nights before it."""
+
+    run_id: int
+    started_at: dt.datetime
+    previous_run_id: int | None
+    regressions: tuple[Regression, ...] = ()
+    changes: tuple[ConfigChange, ...] = ()
+    mismatches: tuple[NewMismatch, ...] = ()
+    gone: tuple[str, ...] = ()
+    new: tuple[str, ...] = ()
+
+    @property
+    def new_regressions(self) -> tuple[Regression, ...]:
+        return tuple(r for r in self.regressions if r.new)
+
+    def kinds(self) -> set[str]:
+        """Which of FAIL_KINDS tonight has news of (a lasting regression is not news)."""
+        found = set()
+        if self.new_regressions:
+            found.add("regression")
+        if self.mismatches:
+            found.add("mismatch")
+        if self.changes:
+            found.add("change")
+        if self.gone:
+            found.add("gone")
+        return found
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["started_at"] = self.started_at.isoformat()
+        for item in data["regressions"]:
+            item["began_at"] = item["began_at"].isoformat()
+        return data
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _gpu_series(nights: Sequence[Night]) -> dict[tuple[str, str, str], list[float | None]]:
+    """TFLOP/s by (host, GPU, benchmark), one slot per night (None: not measured)."""
+    series: dict[tuple[str, str, str], list[float | None]] = {}
+    for i, night in enumerate(nights):
+        for host in night.hosts.values():
+            for gpu in host.gpus:
+                for label, value in gpu.tflops.items():
+                    slots = series.setdefault((host.key, gpu.key, label), [None] * len(nights))
+                    slots[i] = value
+    return series
+
+
+def _verdict(values: Sequence[float | None], i: int, rule: RegressionRule
+             ) -> tuple[float, float, float, int] | None:
+    """(baseline, threshold, noise, nights) when night i is a regression, else None."""
+    tonight = values[i]
+    if tonight is None:
+        return None
+    past = [v for v in values[max(0, i - rule.window):i] if v is not None]
+    if len(past) < rule.min_history:
+        return None
+    centre = _median(past)
+    noise = MAD_TO_SIGMA * _median([abs(v - centre) for v in past])
+    threshold = centre - max(rule.k * noise, rule.min_relative * centre)
+    return (centre, threshold, noise, len(past)) if tonight < threshold else None
+
+
+def _regressions(nights: Sequence[Night], i: int, rule: RegressionRule
+                 ) -> tuple[Regression, ...]:
+    found = []
+    night = nights[i]
+    for (host_key, gpu_key, label), values in sorted(_gpu_series(nights[:i + 1]).items()):
+        verdict = _verdict(values, i, rule)
+        if verdict is None:
+            continue
+        began = i
+        # Back over the nights it was slow, stepping over nights it was not measured.
+        earlier = began - 1
+        while earlier >= 0:
+            if values[earlier] is None:
+                earlier -= 1
+            elif _verdict(values, earlier, rule) is not None:
+                began, earlier = earlier, earlier - 1
+            else:
+                break
+        host = night.hosts[host_key]
+        gpu = next(g for g in host.gpus if g.key == gpu_key)
+        baseline, threshold, noise, count = verdict
+        found.append(Regression(
+            host.provider, host.host, gpu.index, gpu.uuid, label, float(values[i] or 0.0),
+            baseline, threshold, noise, count, nights[began].run_id, nights[began].started_at,
+            began == i))
+    return tuple(found)
+
+
+def _differs(name: str, before: Any, after: Any) -> bool:
+    if name == "power_limit_w" and before is not None and after is not None:
+        return bool(abs(float(before) - float(after)) > POWER_TOLERANCE_W)
+    return bool(before != after)
+
+
+def _config_changes(host: HostNight, earlier: HostNight, run_id: int
+                    ) -> list[ConfigChange]:
+    changes = []
+    if len(host.gpus) != len(earlier.gpus):
+        changes.append(ConfigChange(host.provider, host.host, None, "gpu_count",
+                                    len(earlier.gpus), len(host.gpus), run_id))
+    before = {g.index: g for g in earlier.gpus}
+    for gpu in host.gpus:
+        old = before.get(gpu.index)
+        if old is None:
+            continue
+        for name in CONFIG_FIELDS:
+            was, now = old.config.get(name), gpu.config.get(name)
+            if _differs(name, was, now):
+                changes.append(ConfigChange(host.provider, host.host, gpu.index, name, was,
+                                            now, run_id))
+    return changes
+
+
+def _last_stored(nights: Sequence[Night], i: int, key: str) -> tuple[HostNight, int] | None:
+    for night in reversed(nights[:i]):
+        host = night.hosts.get(key)
+        if host is not None and host.status == "stored":
+            return host, night.run_id
+    return None
+
+
+def compare_night(nights: Sequence[Night], i: int = -1,
+                  rule: RegressionRule | None = None) -> Findings:
+    """Night `i` (default: the newest) against the nights before it, oldest first."""
+    rule = rule or RegressionRule()
+    i = i % len(nights)
+    night = nights[i]
+    previous = nights[i - 1] if i > 0 else None
+    changes: list[ConfigChange] = []
+    mismatches: list[NewMismatch] = []
+    for key, host in sorted(night.hosts.items()):
+        if host.status != "stored":
+            continue
+        earlier = _last_stored(nights, i, key)
+        if earlier is not None:
+            changes += _config_changes(host, *earlier)
+        before = set(earlier[0].mismatches or ()) if earlier is not None else set()
+        mismatches += [NewMismatch(host.provider, host.host, problem)
+                       for problem in host.mismatches or () if problem not in before]
+    before_hosts = set(previous.hosts) if previous is not None else set()
+    return Findings(
+        night.run_id, night.started_at, previous.run_id if previous else None,
+        _regressions(nights, i, rule), tuple(changes), tuple(mismatches),
+        tuple(sorted(before_hosts - set(night.hosts))),
+        tuple(sorted(set(night.hosts) - before_hosts)))
+
+
+def findings_by_night(nights: Sequence[Night], rule: RegressionRule | None = None
+                      ) -> list[Findings]:
+    """Every night's findings, oldest first: the night each change began."""
+    return [compare_night(nights, i, rule) for i in range(len(nights))]
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One GPU's (or, with gpu_index None, one provider's median) TFLOP/s on one night."""
+
+    run_id: int
+    started_at: dt.datetime
+    provider: str
+    host: str | None
+    gpu_index: int | None
+    gpu_uuid: str | None
+    variant: str
+    benchmark: str
+    tflops: float
+    gpus: int = 1  # how many GPUs a provider point is the median of
+
+
+def tflops_series(nights: Sequence[Night]) -> list[SeriesPoint]:
+    """Per GPU, then per provider and variant (median over its GPUs), TFLOP/s per night:
+    what the report's history chart draws, beside `findings_by_night` for the changes."""
+    points: list[SeriesPoint] = []
+    for night in nights:
+        by_provider: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        for host in night.hosts.values():
+            for gpu in host.gpus:
+                for label, value in sorted(gpu.tflops.items()):
+                    points.append(SeriesPoint(night.run_id, night.started_at, host.provider,
+                                              host.host, gpu.index, gpu.uuid, gpu.variant,
+                                              label, value))
+                    by_provider[(host.provider, gpu.variant, label)].append(value)
+        for (provider, variant, label), values in sorted(by_provider.items()):
+            points.append(SeriesPoint(night.run_id, night.started_at, provider, None, None,
+                                      None, variant, label, _median(values), len(values)))
+    return points

@@ -1,0 +1,6 @@
+"""`fleet report`: findings built from the store (build), drawn (charts), written (render)."""
+
+from fleet.report.build import FINDING_KINDS, Report, ReportOptions, build_report
+from fleet.report.render import FORMATS, render
+
+__all__ = ["FINDING_KINDS", "FORMATS", "Report", "ReportOptions", "build_report", "render"]

@@ -1,0 +1,227 @@
+"""`fleet report`: what the store holds, turned into the answer a buyer needs.
+
+    report = build_report(engine, ReportOptions(scope=Scope(sweep="nightly")), "fleet.db")
+    text = render(report, "html")
+
+The report is plain data (findings with the evidence each rests on); `render` writes it as
+HTML, Markdown or JSON. Nothing here prints or exits: `fleet report` does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from fleet.analysis.cost import CostRow, cost_table
+from fleet.analysis.dataset import (
+    Aliases,
+    Config,
+    Dataset,
+    Excluded,
+    HostFailure,
+    Scope,
+    anonymize,
+    load_dataset,
+    named_pairs,
+)
+from fleet.analysis.drift import Drift, find_drift
+from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
+from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
+from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
+from fleet.report.charts import Chart, provider_charts
+from fleet.report.timeline import History, history_pairs, sweep_history
+
+FINDING_KINDS = ("mismatch", "gap", "drift", "straggler", "regression")
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    scope: Scope = field(default_factory=Scope)
+    anonymize: bool = False
+    gaps: GapOptions = field(default_factory=GapOptions)
+    stragglers: StragglerOptions = field(default_factory=StragglerOptions)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the summary: what to act on, and the evidence it rests on."""
+
+    kind: str  # one of FINDING_KINDS
+    provider: str
+    title: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The best measured offer for one variant under the headline configuration."""
+
+    variant: str
+    row: CostRow
+    why: str
+
+
+@dataclass(frozen=True)
+class Report:
+    generated_at: dt.datetime
+    store: str
+    scope: str
+    anonymized: bool
+    options: ReportOptions
+    runs: int
+    hosts: int
+    gpus_fingerprinted: int
+    gpus_measured: int
+    results: int
+    first: dt.datetime | None
+    last: dt.datetime | None
+    headline: Config | None  # the configuration with the most GPUs measured
+    buy: tuple[Offer, ...]
+    dispute: tuple[Finding, ...]
+    mismatches: tuple[Mismatch, ...]
+    mixed: tuple[MixedListing, ...]
+    drift: tuple[Drift, ...]
+    comparisons: tuple[Comparison, ...]
+    stragglers: tuple[Straggler, ...]
+    cost: tuple[CostRow, ...]
+    charts: tuple[Chart, ...]
+    failures: tuple[HostFailure, ...]
+    excluded: tuple[Excluded, ...]
+    providers: tuple[str, ...]
+    variants: tuple[str, ...]
+    history: History | None = None  # with --sweep: the sweep's nights
+
+    @property
+    def gaps(self) -> tuple[Comparison, ...]:
+        return tuple(c for c in self.comparisons if c.systematic)
+
+    @property
+    def regressions(self) -> int:
+        """GPUs slower than their own past on the newest night of the sweep."""
+        return 0 if self.history is None else self.history.regressed_last_night
+
+    def counts(self) -> dict[str, int]:
+        """Findings per kind, as `--fail-on` reads them."""
+        return {"mismatch": len(self.mismatches) + len(self.mixed), "gap": len(self.gaps),
+                "drift": len(self.drift), "straggler": len(self.stragglers),
+                "regression": self.regressions}
+
+
+def _headline(data: Dataset) -> Config | None:
+    gpus = Counter(m.config for m in data.measures)
+    if not gpus:
+        return None
+    # Most GPUs first; among equals the default benchmark (bf16, sustained, cold L2).
+    return max(sorted(gpus), key=lambda c: (gpus[c], c.dtype == "bf16", c.mode == "sustained",
+                                            c.cache == "cold"))
+
+
+def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison],
+            mismatches: list[Mismatch]) -> list[Offer]:
+    slower = {(c.group, c.slower) for c in gaps if c.config == headline}
+    by_variant: dict[str, list[CostRow]] = defaultdict(list)
+    for row in cost:
+        if row.config == headline:
+            by_variant[row.variant].append(row)
+    offers = []
+    for variant, rows in sorted(by_variant.items()):
+        priced = [r for r in rows if r.cost_per_pflop_hour is not None]
+        if priced:
+            best = min(priced, key=lambda r: r.cost_per_pflop_hour or 0.0)
+            why = (f"cheapest effective PFLOP-hour: {best.cost_per_pflop_hour:.2f} "
+                   f"{best.currency} at {best.median_tflops:.1f} TFLOP/s (median of "
+                   f"{best.gpus} GPUs) for {best.price_per_gpu_hour:g} {best.currency} "
+                   "per GPU-hour")
+        else:
+            best = max(rows, key=lambda r: r.median_tflops)
+            why = (f"fastest measured: {best.median_tflops:.1f} TFLOP/s (median of "
+                   f"{best.gpus} GPUs); no price listed to compare cost")
+        if (variant, best.provider) in slower:
+            why += "; but see the systematic gap against it below"
+        listed = sorted({m.listed for m in mismatches
+                         if m.provider == best.provider and variant in m.found})
+        if listed:
+            why += f"; note that {best.provider} listed these as {', '.join(listed)}"
+        offers.append(Offer(variant, best, why))
+    return offers
+
+
+def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[Comparison],
+             stragglers: list[Straggler], drift: list[Drift]) -> list[Finding]:
+    found = [Finding("mismatch", m.provider, f"{m.host}: listed {m.listed}, found {m.found}",
+                     "; ".join(m.problems)) for m in mismatches]
+    found += [Finding("mismatch", m.provider,
+                      f"one listing, several variants: {m.listed}", m.evidence) for m in mixed]
+    for gap in gaps:
+        reasons = ", ".join(f"{d.what} {d.slower} vs {d.faster}" for d in gap.differences[:3])
+        found.append(Finding(
+            "gap", gap.slower,
+            f"{gap.slower} is {gap.gap:.1%} slower than {gap.faster} on {gap.group}",
+            gap.evidence + (f". Differs: {reasons}" if reasons else
+                            ". No difference in fingerprint or telemetry explains it")))
+    found += [Finding("straggler", s.provider, f"{s.host} GPU {s.gpu_index} is a straggler",
+                      s.evidence) for s in stragglers]
+    # Of drift, what costs throughput: a power limit below the datasheet's, or below
+    # what the rest of the variant runs at (once per provider and value).
+    said: set[tuple[str, str, str]] = set()
+    for d in sorted(drift, key=lambda d: d.reference != "datasheet"):
+        if d.attribute not in ("power limit", "power limit below datasheet"):
+            continue
+        for outlier in d.outliers:
+            key = (d.variant, outlier.provider, outlier.value)
+            if key in said or (d.reference != "datasheet" and
+                               _watts(outlier.value) >= _watts(d.usual)):
+                continue
+            said.add(key)
+            found.append(Finding("drift", outlier.provider,
+                                 f"{d.variant}: {d.attribute} {outlier.value}", d.evidence))
+    return found
+
+
+def _watts(text: str) -> float:
+    return float(text.removesuffix(" W"))
+
+
+def build_report(engine: Engine, options: ReportOptions, store: str,
+                 now: dt.datetime | None = None) -> Report:
+    scope = options.scope
+    data = load_dataset(engine, scope)
+    upto = max(scope.runs) if scope.runs else None
+    names: Aliases | None = None
+    if options.anonymize:
+        pairs = named_pairs(data)
+        if scope.sweep is not None:
+            pairs |= history_pairs(engine, scope.sweep, upto)
+        names = Aliases.of(pairs)
+        data = anonymize(data, names)
+        store = "(hidden in an anonymized report)"
+    history = None if scope.sweep is None else sweep_history(engine, scope.sweep, upto, names)
+    mismatches = find_mismatches(data.hosts)
+    mixed = find_mixed_listings(data.hosts)
+    drift = find_drift(data.hosts)
+    comparisons = compare_providers(data, options.gaps)
+    gaps = [c for c in comparisons if c.systematic]
+    stragglers = find_stragglers(data, options.stragglers)
+    cost = cost_table(data)
+    headline = _headline(data)
+    providers = sorted({h.provider for h in data.hosts} | {m.provider for m in data.measures}
+                       | {f.provider for f in data.failures})
+    variants = sorted({m.variant for m in data.measures} | {
+        d.variant for d in drift})
+    return Report(
+        generated_at=now or dt.datetime.now(dt.UTC), store=store,
+        scope=data.scope.describe(), anonymized=options.anonymize, options=options,
+        runs=data.runs, hosts=len(data.hosts),
+        gpus_fingerprinted=sum(len(h.document.gpus) for h in data.hosts),
+        gpus_measured=len({m.gpu for m in data.measures}),
+        results=sum(m.results for m in data.measures), first=data.first, last=data.last,
+        headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches)),
+        dispute=tuple(_dispute(mismatches, mixed, gaps, stragglers, drift)),
+        mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
+        comparisons=tuple(comparisons), stragglers=tuple(stragglers), cost=tuple(cost),
+        charts=tuple(provider_charts(data, stragglers)), failures=data.failures,
+        excluded=data.excluded, providers=tuple(providers), variants=tuple(variants),
+        history=history)

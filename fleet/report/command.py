@@ -1,0 +1,166 @@
+"""`fleet report`: parse, build, write, pick the exit status."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from fleet.analysis.dataset import Scope
+from fleet.analysis.gaps import GapOptions
+from fleet.analysis.stragglers import StragglerOptions
+from fleet.errors import InputError
+from fleet.report.build import FINDING_KINDS, Report, ReportOptions, build_report
+from fleet.report.render import FORMATS, render
+from fleet.store.commands import db_option, reported
+from fleet.store.schema import open_store
+
+EXIT_FINDINGS = 1
+TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
+err_console = Console(stderr=True, highlight=False)
+
+
+def _utc(value: dt.datetime | None, end_of_day: bool = False) -> dt.datetime | None:
+    if value is None:
+        return None
+    if end_of_day and value.time() == dt.time(0) and value.tzinfo is None:
+        # --until 2026-11-22 means the whole of that day.
+        value = value + dt.timedelta(days=1) - dt.timedelta(microseconds=1)
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def parse_fail_on(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    kinds = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [k for k in kinds if k not in FINDING_KINDS]
+    if unknown:
+        raise InputError(f"--fail-on {text!r}: {', '.join(unknown)} is not a kind of finding; "
+                         f"use a comma-separated list of {', '.join(FINDING_KINDS)}")
+    return kinds
+
+
+def failing(report: Report, kinds: tuple[str, ...]) -> dict[str, int]:
+    """The findings that `--fail-on kinds` turns into exit status 1."""
+    counts = report.counts()
+    return {kind: counts[kind] for kind in kinds if counts[kind]}
+
+
+def write_report(report: Report, fmt: str, output: str) -> str:
+    """Write to `output` ("-" for stdout); returns where it went."""
+    text = render(report, fmt)
+    if output == "-":
+        sys.stdout.write(text)
+        return "standard output"
+    path = Path(output)
+    if path.is_dir():
+        raise InputError(f"--output {output}: is a directory; give a file name such as "
+                         f"{path / ('fleet-report.' + fmt)}")
+    try:
+        if path.exists() and not path.is_file():  # /dev/null, a pipe: write straight in
+            path.write_text(text, encoding="utf-8")
+            return str(path)
+        # Written beside and renamed, so a reader never sees half a report.
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError as exc:
+        raise InputError(f"--output {output}: cannot write the report ({exc.strerror})"
+                         ) from None
+    return str(path)
+
+
+def _format_for(fmt: str | None, output: str | None) -> str:
+    if fmt is not None:
+        return fmt
+    suffix = Path(output).suffix.lower() if output and output != "-" else ""
+    return {".md": "md", ".markdown": "md", ".json": "json"}.get(suffix, "html")
+
+
+@click.command("report")
+@db_option
+@click.option("--output", "-o", metavar="PATH",
+              help="Where to write it; - for standard output. Default: fleet-report.html "
+                   "(or .md, .json) in the current directory.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS),
+              help="html (one self-contained file), md or json. Default: from --output's "
+                   "extension, else html.")
+@click.option("--sweep", help="Only runs stored under this sweep name.")
+@click.option("--since", type=click.DateTime(TIME_FORMATS),
+              help="Only what was collected at or after this date or time (UTC unless given).")
+@click.option("--until", type=click.DateTime(TIME_FORMATS),
+              help="Only what was collected up to this date (the whole day) or time.")
+@click.option("--provider", "providers", multiple=True, metavar="NAME",
+              help="Only this provider; repeat for several.")
+@click.option("--variant", "variants", multiple=True, metavar="LABEL",
+              help='Only this variant, as the report labels it (e.g. "H100-SXM5-80GB"); '
+                   "repeat for several.")
+@click.option("--anonymize", is_flag=True,
+              help="Replace provider and host names by letters (Provider A, A-1...) and leave "
+                   "out serials, UUIDs, tags and failure messages, to share outside the company.")
+@click.option("--gap-threshold", type=click.FloatRange(0, 1), default=0.02, show_default=True,
+              metavar="FRACTION", help="Smallest provider gap called systematic.")
+@click.option("--straggler-threshold", type=click.FloatRange(0, 1), default=0.03,
+              show_default=True, metavar="FRACTION",
+              help="Smallest shortfall against a node's other GPUs called a straggler.")
+@click.option("--fail-on", metavar="KINDS",
+              help="Exit with status 1 when findings of these kinds exist: a comma-separated "
+                   f"list of {', '.join(FINDING_KINDS)}.")
+@reported
+def report_command(db: str | None, output: str | None, fmt: str | None, sweep: str | None,
+                   since: dt.datetime | None, until: dt.datetime | None,
+                   providers: tuple[str, ...], variants: tuple[str, ...], anonymize: bool,
+                   gap_threshold: float, straggler_threshold: float,
+                   fail_on: str | None) -> None:
+    """Write the procurement report from everything stored (or the part you filter).
+
+    It finds hosts that differ from their listing (the inventory's `expect`), listings
+    that hide several variants, settings that drift within a variant, systematic gaps
+    between providers (per-GPU medians, a bootstrap interval on the ratio and a rank
+    test), stragglers within a node, and what an effective PFLOP-hour costs at each
+    provider (with `price_per_gpu_hour` in the inventory). Every flag states the
+    evidence it rests on.
+
+    Exit status: 0, or 1 when --fail-on names a kind of finding that was found (for
+    scripts and schedulers), 2 for bad input.
+
+    \b
+    Examples:
+      fleet report                                   # fleet-report.html
+      fleet report --sweep nightly --since 2026-11-01 -o nightly.html
+      fleet report --format json -o - | jq .findings
+      fleet report --anonymize --format md -o for-the-vendor.md
+      fleet report --fail-on mismatch,gap -o /dev/null || echo "dispute something"
+    """
+    kinds = parse_fail_on(fail_on)
+    fmt = _format_for(fmt, output)
+    output = output or f"fleet-report.{fmt}"
+    if since and until and _utc(since) > _utc(until, True):  # type: ignore[operator]
+        raise InputError("--since is after --until: nothing can be in between")
+    options = ReportOptions(
+        scope=Scope(sweep=sweep, since=_utc(since), until=_utc(until, end_of_day=True),
+                    providers=providers, variants=variants),
+        anonymize=anonymize, gaps=GapOptions(threshold=gap_threshold),
+        stragglers=StragglerOptions(threshold=straggler_threshold))
+    with open_store(db) as store:
+        report = build_report(store.engine, options, str(store.location))
+    where = write_report(report, fmt, output)
+    counts = report.counts()
+    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    err_console.print(f"Report ({fmt}) written to {where}: {report.hosts} hosts, "
+                      f"{report.gpus_measured} GPUs measured; findings: {summary}.",
+                      markup=False)
+    if report.hosts == 0 and report.gpus_measured == 0:
+        err_console.print("Nothing stored matches: run `fleet probe INVENTORY` first, or "
+                          "widen the filters.", markup=False)
+    failed = failing(report, kinds)
+    if failed:
+        err_console.print("--fail-on: " + ", ".join(f"{n} {kind}" for kind, n in failed.items())
+                          + " found", markup=False)
+        sys.exit(EXIT_FINDINGS)

@@ -1,0 +1,333 @@
+"""`fleet schedule`: run a sweep every night from cron or a systemd user timer.
+
+The scheduled command runs the sweep, then the retention policy (`fleet db prune`), both
+appending to one log file, so a night nobody watched can be read the next morning. Entries
+are found again by a marker comment (cron) or by their unit names (systemd), so `show` and
+`remove` touch only fleet's own.
+
+The store is fixed at install time as an absolute URL (from --db, else $FLEET_DB, else
+the default file): cron starts the command in $HOME with almost no environment, so a
+relative `./fleet.db` or an exported FLEET_DB would otherwise name another store, or
+none. A PostgreSQL URL may carry its password, so unit files are written 0600 (a user's
+crontab is private to them already) and what is printed is redacted.
+
+Where the crontab is read and written is injectable: `$FLEET_CRONTAB` names a file to use
+instead of the user's crontab (`crontab -l` / `crontab -`), which is how the tests run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet.errors import FleetError, InputError
+from fleet.store.database import resolve
+
+CRONTAB_ENV = "FLEET_CRONTAB"
+MARKER = "# fleet schedule: sweep "
+DEFAULT_KEEP_SAMPLES_DAYS = 30
+CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?(,\d+(-\d+)?)*)(/\d+)?$")
+# (what, lowest, highest) of the five fields; 0 and 7 are both Sunday.
+CRON_RANGES = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31),
+               ("month", 1, 12), ("day of week", 0, 7))
+WEEK = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # systemd's week starts on Monday
+PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+
+
+def default_log(name: str) -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "fleet" / f"sweep-{name}.log"
+
+
+def default_unit_dir() -> Path:
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "systemd" / "user"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    inventory: Path
+    db: str | None = None
+    log: Path | None = None
+    keep_samples_days: int = DEFAULT_KEEP_SAMPLES_DAYS
+    sweep_args: tuple[str, ...] = ()  # e.g. ("--via", "celery", "--broker", URL)
+
+    def command(self) -> str:
+        """The shell command the scheduler runs (before the scheduler's own escaping)."""
+        fleet = [sys.executable, "-m", "fleet.cli"]
+        db = ["--db", store_url(self.db)]
+        log_path = self.log or default_log(self.name)
+        log = shlex.quote(str(log_path))
+        # The night's report beside the log, not in whatever directory the scheduler
+        # starts in; each night replaces the last (`fleet report` rebuilds any of them).
+        report = [] if {"--report", "--no-report"} & set(self.sweep_args) else [
+            "--report", str(log_path.with_suffix(".html"))]
+        sweep = shlex.join([*fleet, "sweep", str(self.inventory.resolve()), "--name",
+                            self.name, *db, *report, *self.sweep_args])
+        prune = shlex.join([*fleet, "db", "prune", "--keep-samples-days",
+                            str(self.keep_samples_days), *db])
+        # The prune runs whatever the sweep's exit status, which the line keeps for cron's
+        # mail and systemd's unit state.
+        return (f"mkdir -p {shlex.quote(str((self.log or default_log(self.name)).parent))}"
+                f" && {{ {sweep}; status=$?; {prune}; exit $status; }} >> {log} 2>&1")
+
+
+def store_url(db: str | None) -> str:
+    """The store as an absolute URL, resolved now (--db, else $FLEET_DB, else the default)."""
+    location = resolve(db)
+    if not location.is_sqlite:
+        return location.url.render_as_string(hide_password=False)
+    path = location.sqlite_path
+    if path is None:
+        raise InputError("a scheduled sweep needs a database file or PostgreSQL, not an "
+                         "in-memory database: give --db PATH")
+    return f"sqlite:///{path.expanduser().resolve()}"
+
+
+def redacted(line: str) -> str:
+    """A scheduled command as it may be printed: any URL's password hidden."""
+    return PASSWORD.sub(r"\1***@", line)
+
+
+def check_cron(spec: str) -> str:
+    fields = spec.split()
+    if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
+        raise InputError(f"--cron {spec!r}: give five fields, minute hour day month weekday, "
+                         'e.g. "0 3 * * *" for 03:00 every night')
+    for field, (what, low, high) in zip(fields, CRON_RANGES, strict=True):
+        values, _, step = field.partition("/")
+        if step and int(step) == 0:
+            raise InputError(f"--cron {spec!r}: the {what}'s step /{step} must be 1 or more")
+        for part in values.split(","):
+            if part == "*":
+                continue
+            first, _, last = part.partition("-")
+            for value in (first, last or first):
+                if not low <= int(value) <= high:
+                    raise InputError(f"--cron {spec!r}: {what} {value} is out of range; "
+                                     f"give {low} to {high}")
+            if int(first) > int(last or first):
+                raise InputError(f"--cron {spec!r}: the {what} range {part} runs backwards; "
+                                 f"give it low-high, within {low} to {high}")
+    return " ".join(fields)
+
+
+# --- cron ---------------------------------------------------------------------------------
+
+class Crontab:
+    """The user's crontab through `crontab`, or the file `$FLEET_CRONTAB` names."""
+
+    def __init__(self, file: Path | None = None) -> None:
+        env = os.environ.get(CRONTAB_ENV)
+        self.file = file or (Path(env) if env else None)
+
+    def read(self) -> str:
+        if self.file is not None:
+            return self.file.read_text() if self.file.exists() else ""
+        done = self._crontab("-l")
+        if done.returncode != 0:
+            if "no crontab" in done.stderr.lower():
+                return ""
+            raise FleetError(f"crontab -l failed: {done.stderr.strip()}")
+        return done.stdout
+
+    def write(self, text: str) -> None:
+        if self.file is not None:
+            _write_private(self.file, text)
+            return
+        done = self._crontab("-", text)
+        if done.returncode != 0:
+            raise FleetError(f"crontab - failed: {done.stderr.strip()}")
+
+    @staticmethod
+    def _crontab(arg: str, text: str | None = None) -> subprocess.CompletedProcess[str]:
+        if shutil.which("crontab") is None:
+            raise FleetError("no `crontab` command here: install cron, or use --systemd")
+        return subprocess.run(["crontab", arg], input=text, capture_output=True, text=True,
+                              check=False)
+
+
+def _without(text: str, name: str | None) -> tuple[list[str], list[tuple[str, str]]]:
+    """The crontab's lines without fleet's entry for `name` (all of fleet's for None), and
+    the (name, line) entries found."""
+    kept: list[str] = []
+    found: list[tuple[str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(MARKER) and i + 1 < len(lines):
+            entry = line[len(MARKER):].strip()
+            if name is None or entry == name:
+                found.append((entry, lines[i + 1]))
+                i += 2
+                continue
+        kept.append(line)
+        i += 1
+    return kept, found
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read: it may hold the store's password."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # an existing file keeps its mode otherwise
+        handle.write(text)
+
+
+def cron_command(command: str) -> str:
+    # cron turns an unescaped % into a newline (the rest becomes the command's stdin).
+    return command.replace("%", "\\%")
+
+
+def install_cron(schedule: Schedule, cron: str, crontab: Crontab) -> str:
+    """Add (or replace) the sweep's crontab entry; returns the entry's line."""
+    line = f"{check_cron(cron)} {cron_command(schedule.command())}"
+    kept, _ = _without(crontab.read(), schedule.name)
+    crontab.write("\n".join([*kept, f"{MARKER}{schedule.name}", line]) + "\n")
+    return line
+
+
+def cron_entries(crontab: Crontab) -> list[tuple[str, str]]:
+    return _without(crontab.read(), None)[1]
+
+
+def remove_cron(name: str, crontab: Crontab) -> bool:
+    kept, found = _without(crontab.read(), name)
+    if found:
+        crontab.write("\n".join(kept) + ("\n" if kept else ""))
+    return bool(found)
+
+
+# --- systemd ------------------------------------------------------------------------------
+
+def _weekdays(field: str) -> str:
+    """A cron day-of-week field (0-7, Sunday 0 and 7) as systemd's Monday-first days:
+    "" for every day, else runs of consecutive days, "Mon..Fri" or "Sat..Sun"."""
+    if field == "*":
+        return ""
+    days: set[int] = set()
+    for part in field.split(","):
+        first, _, last = part.partition("-")
+        # cron's Sunday (0 or 7) is systemd's last day, Monday (1) its first.
+        days.update((d + 6) % 7 for d in range(int(first), int(last or first) + 1))
+    if len(days) == 7:
+        return ""
+    runs: list[list[int]] = []
+    for day in sorted(days):
+        if runs and runs[-1][-1] == day - 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    return ",".join(WEEK[r[0]] + (f"..{WEEK[r[-1]]}" if len(r) > 1 else "")
+                    for r in runs) + " "
+
+
+def on_calendar(cron: str) -> str:
+    """A systemd OnCalendar= for the simple cron forms (numbers, lists, ranges, *)."""
+    minute, hour, day, month, weekday = check_cron(cron).split()
+    if any("/" in f for f in (minute, hour, day, month, weekday)):
+        raise InputError(f"--cron {cron!r}: steps (*/N) have no direct OnCalendar form; "
+                         "give --on-calendar for --systemd")
+    if day != "*" and weekday != "*":
+        raise InputError(f"--cron {cron!r}: cron runs when the day of month OR the day of "
+                         "week matches, systemd only when both do; give --on-calendar for "
+                         '--systemd, e.g. --on-calendar "Sun *-*-1,15 03:00:00" for both, '
+                         "or two schedules for either")
+
+    def part(field: str) -> str:
+        return field.replace("-", "..")
+
+    return f"{_weekdays(weekday)}*-{part(month)}-{part(day)} {part(hour)}:{part(minute)}:00"
+
+
+def unit_name(name: str) -> str:
+    return f"fleet-sweep-{name.replace(':', '-').replace('@', '-')}"
+
+
+def systemd_text(text: str) -> str:
+    # systemd unescapes C escapes in a unit's values, expands %-specifiers, and
+    # substitutes $VARIABLES in ExecStart= even inside quotes; double each to keep it.
+    return text.replace("\\", "\\\\").replace("%", "%%").replace("$", "$$")
+
+
+def install_systemd(schedule: Schedule, calendar: str, unit_dir: Path) -> list[Path]:
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    base = unit_name(schedule.name)
+    service = unit_dir / f"{base}.service"
+    timer = unit_dir / f"{base}.timer"
+    command = systemd_text(f"/bin/sh -c {shlex.quote(schedule.command())}")
+    inventory = systemd_text(str(schedule.inventory.resolve()))
+    _write_private(service, f"""\
+[Unit]
+Description=fleet sweep {schedule.name} of {inventory}
+
+[Service]
+Type=oneshot
+ExecStart={command}
+""")
+    _write_private(timer, f"""\
+[Unit]
+Description=Run fleet sweep {schedule.name} on schedule
+
+[Timer]
+OnCalendar={calendar}
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+""")
+    return [service, timer]
+
+
+def systemd_units(unit_dir: Path) -> list[Path]:
+    return sorted(unit_dir.glob("fleet-sweep-*.service")) + sorted(
+        unit_dir.glob("fleet-sweep-*.timer")) if unit_dir.is_dir() else []
+
+
+def remove_systemd(name: str, unit_dir: Path) -> list[Path]:
+    removed = []
+    for suffix in (".service", ".timer"):
+        path = unit_dir / f"{unit_name(name)}{suffix}"
+        if path.exists():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def stop_timer(name: str, unit_dir: Path) -> str | None:
+    """`systemctl --user disable --now` the sweep's timer in systemd's own unit directory,
+    before its files are deleted (after, disable no longer finds them); what happened, or
+    None when there is no such timer or no systemd here."""
+    timer = unit_dir / f"{unit_name(name)}.timer"
+    if not timer.exists() or shutil.which("systemctl") is None:
+        return None
+    command = ["systemctl", "--user", "disable", "--now", timer.name]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              timeout=30)
+    except subprocess.TimeoutExpired:
+        done = subprocess.CompletedProcess(command, 1, "", "no answer in 30 s")
+    if done.returncode != 0:
+        return (f"could not stop {timer.name} ({done.stderr.strip() or done.returncode}); "
+                f"if it still runs: `{shlex.join(command)}` while its files exist, or "
+                "`systemctl --user stop` it and `systemctl --user daemon-reload`")
+    return f"stopped and disabled {timer.name}"
+
+
+def removal_note(removed: list[Path]) -> str | None:
+    """What to run about timers removed from a unit directory fleet did not manage through
+    systemctl (--unit-dir): systemd may still hold them."""
+    timers = [p.name for p in removed if p.suffix == ".timer"]
+    if not timers:
+        return None
+    return ("If systemd had loaded " + ", ".join(timers) + ": systemctl --user disable --now "
+            + " ".join(timers) + " (before removing its files) and systemctl --user "
+            "daemon-reload")

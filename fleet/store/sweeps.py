@@ -1,0 +1,205 @@
+"""Sweep runs in the store: creating, finding, finishing, and reading them back as nights.
+
+A sweep is a probe_run of kind "sweep" named by `sweep`. It is created before any host is
+probed (so Celery tasks can carry its id) and finished only when its controller got to
+the end: a run with no `finished_at` is one that crashed or was killed, which is what
+`fleet sweep --resume` continues.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, insert, or_, select, update
+
+from fleet import __version__
+from fleet.document import AgentDocument
+from fleet.expectation import check_expectation
+from fleet.history import CONFIG_FIELDS, GpuState, HostNight, Night
+from fleet.inventory import Expect
+from fleet.store.database import WRITES
+from fleet.store.ingest import RunInfo
+from fleet.store.models import (
+    BenchmarkResult,
+    Document,
+    Fingerprint,
+    Gpu,
+    Host,
+    HostError,
+    ProbeRun,
+    Provider,
+    RunHost,
+)
+from fleet.store.query import in_chunks
+
+HISTORY_NIGHTS = 30
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    id: int
+    sweep: str
+    inventory: str | None
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class SettledHost:
+    status: str  # "stored" or "failed"
+    document_id: int | None
+    stage: str | None = None  # of the newest failure, when failed
+    message: str | None = None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def create_run(engine: Engine, run: RunInfo) -> int:
+    with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
+        return int(conn.execute(insert(ProbeRun).returning(ProbeRun.id), {
+            "kind": run.kind, "sweep": run.sweep, "inventory": run.inventory,
+            "controller_version": __version__, "agent_version": run.agent_version,
+            "started_at": _now(), "finished_at": None}).scalar_one())
+
+
+def finish_run(engine: Engine, run_id: int) -> None:
+    with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
+        conn.execute(update(ProbeRun).where(ProbeRun.id == run_id)
+                     .values(finished_at=_now()))
+
+
+def _sweep_run(row: Any) -> SweepRun:
+    return SweepRun(row.id, row.sweep, row.inventory, row.started_at, row.finished_at)
+
+
+def newest_run(engine: Engine, sweep: str, unfinished: bool = False) -> SweepRun | None:
+    stmt = select(ProbeRun).where(ProbeRun.kind == "sweep", ProbeRun.sweep == sweep)
+    if unfinished:
+        stmt = stmt.where(ProbeRun.finished_at.is_(None))
+    with engine.connect() as conn:
+        row = conn.execute(stmt.order_by(ProbeRun.id.desc()).limit(1)).first()
+    return None if row is None else _sweep_run(row)
+
+
+def settled_hosts(engine: Engine, run_id: int) -> dict[str, SettledHost]:
+    """The run's hosts that ended, by provider/host, with the newest failure's reason."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Provider.name, Host.name, RunHost.status, RunHost.document_id, Host.id)
+            .join(Host, RunHost.host_id == Host.id)
+            .join(Provider, Host.provider_id == Provider.id)
+            .where(RunHost.probe_run_id == run_id)).all()
+        errors = {host_id: (stage, message) for host_id, stage, message in conn.execute(
+            select(HostError.host_id, HostError.stage, HostError.message)
+            .where(HostError.probe_run_id == run_id, HostError.document_id.is_(None))
+            .order_by(HostError.id)).all()}
+    settled = {}
+    for provider, host, status, document_id, host_id in rows:
+        stage, message = errors.get(host_id, (None, None)) if status != "stored" else (None,
+                                                                                      None)
+        settled[f"{provider}/{host}"] = SettledHost(status, document_id, stage, message)
+    return settled
+
+
+def documents_stored(engine: Engine, run_id: int) -> dict[str, int]:
+    """How many documents the run holds per provider/host (exactly-once checks)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Provider.name, Host.name, Document.id)
+            .join(Host, Document.host_id == Host.id)
+            .join(Provider, Host.provider_id == Provider.id)
+            .where(Document.probe_run_id == run_id)).all()
+    counts: dict[str, int] = defaultdict(int)
+    for provider, host, _ in rows:
+        counts[f"{provider}/{host}"] += 1
+    return dict(counts)
+
+
+def load_documents(engine: Engine, ids: Collection[int]) -> dict[int, AgentDocument]:
+    if not ids:
+        return {}
+    with engine.connect() as conn:
+        rows = [row for chunk in in_chunks(sorted(ids))
+                for row in conn.execute(select(Document.id, Document.body)
+                                        .where(Document.id.in_(chunk)))]
+    return {int(i): AgentDocument.model_validate(body) for i, body in rows}
+
+
+def _label(row: Any) -> str:
+    return (f"{row.dtype} {row.m}x{row.n}x{row.k} {row.mode} {row.cache}-L2 "
+            f"{row.concurrency} harness {row.harness_version}")
+
+
+def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
+                limit: int = HISTORY_NIGHTS) -> list[Night]:
+    """The newest `limit` finished runs of `sweep` (up to `upto_run`, which counts even
+    while unfinished: it is the night being reported), oldest first, as Nights.
+
+    Another unfinished run is a night that was killed or left hosts unprobed: its hosts
+    missing from it would read as gone, and back the next night as new."""
+    stmt = select(ProbeRun.id, ProbeRun.started_at).where(ProbeRun.kind == "sweep",
+                                                          ProbeRun.sweep == sweep)
+    if upto_run is not None:
+        stmt = stmt.where(ProbeRun.id <= upto_run, or_(ProbeRun.finished_at.is_not(None),
+                                                       ProbeRun.id == upto_run))
+    else:
+        stmt = stmt.where(ProbeRun.finished_at.is_not(None))
+    with engine.connect() as conn:
+        runs = list(reversed(conn.execute(stmt.order_by(ProbeRun.id.desc()).limit(limit))
+                             .all()))
+        run_ids = [run_id for run_id, _ in runs]
+        hosts = conn.execute(
+            select(RunHost.probe_run_id, Provider.name, Host.name, Host.id, RunHost.status,
+                   RunHost.document_id, RunHost.expect)
+            .join(Host, RunHost.host_id == Host.id)
+            .join(Provider, Host.provider_id == Provider.id)
+            .where(RunHost.probe_run_id.in_(run_ids))).all()
+        # The nights' documents as a subquery: a list of their ids would pass SQLite's
+        # limit on bound values (32,766) for a thousand hosts over thirty nights.
+        document_ids = select(RunHost.document_id).where(RunHost.probe_run_id.in_(run_ids),
+                                                         RunHost.document_id.is_not(None))
+        compared = [getattr(Fingerprint, name) for name in CONFIG_FIELDS if name != "uuid"]
+        fingerprints = conn.execute(
+            select(Fingerprint.document_id, Fingerprint.gpu_index, Fingerprint.variant,
+                   Gpu.uuid, *compared).join(Gpu, Fingerprint.gpu_id == Gpu.id)
+            .where(Fingerprint.document_id.in_(document_ids.scalar_subquery()))).all()
+        results = conn.execute(
+            select(BenchmarkResult.document_id, BenchmarkResult.gpu_index,
+                   BenchmarkResult.tflops, BenchmarkResult.dtype, BenchmarkResult.m,
+                   BenchmarkResult.n, BenchmarkResult.k, BenchmarkResult.mode,
+                   BenchmarkResult.cache, BenchmarkResult.concurrency,
+                   BenchmarkResult.harness_version, BenchmarkResult.correctness_passed)
+            .where(BenchmarkResult.document_id.in_(document_ids.scalar_subquery()))).all()
+    tflops: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    for r in results:
+        if r.correctness_passed:  # a wrong answer's speed is no speed
+            tflops[(r.document_id, r.gpu_index)][_label(r)].append(r.tflops)
+    gpus: dict[int, list[GpuState]] = defaultdict(list)
+    for fp in fingerprints:
+        config = {name: getattr(fp, name) for name in CONFIG_FIELDS}
+        medians = {label: float(statistics.median(values)) for label, values in
+                   tflops[(fp.document_id, fp.gpu_index)].items()}
+        gpus[fp.document_id].append(GpuState(fp.gpu_index, fp.uuid, fp.variant, config,
+                                             medians))
+    listed = {h.document_id: h.expect for h in hosts
+              if h.document_id is not None and h.expect}
+    documents = load_documents(engine, list(listed))
+    by_run: dict[int, dict[str, HostNight]] = defaultdict(dict)
+    for run_id, provider, host, _, status, document_id, _ in hosts:
+        mismatches = None
+        if document_id in documents:
+            verdict = check_expectation(Expect(**listed[document_id]), documents[document_id])
+            mismatches = None if verdict is None else verdict.problems
+        states = tuple(sorted(gpus.get(document_id, []), key=lambda g: g.index)) \
+            if document_id is not None else ()
+        by_run[run_id][f"{provider}/{host}"] = HostNight(provider, host, status, states,
+                                                         mismatches)
+    return [Night(run_id, started_at, by_run.get(run_id, {})) for run_id, started_at in runs]

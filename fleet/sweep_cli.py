@@ -1,0 +1,351 @@
+"""`fleet sweep`, `fleet schedule` and `fleet worker`: parse, call the core, print.
+
+fleet.cli registers these through `add_commands`, handing over its harness options: this
+module must not import fleet.cli at load time (`python -m fleet.cli` runs that file as
+__main__, and importing it by name from here would run it twice).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from fleet.history import FAIL_KINDS, Findings
+from fleet.local_agent import BenchOptions
+from fleet.probe import DEFAULT_PARALLEL, ProbeOptions
+from fleet.sanitize import safe
+from fleet.store.commands import db_option, reported
+
+if TYPE_CHECKING:
+    from fleet.schedule import Crontab
+    from fleet.sweep import Via
+
+EXIT_SOME_FAILED = 3
+EXIT_FAIL_ON = 6
+EXIT_INTERRUPTED = 130
+err_console = Console(stderr=True, highlight=False)
+_bench_options: Callable[..., BenchOptions] | None = None
+
+
+def print_findings(console: Console, findings: Findings, nights: int) -> None:
+    console.print(f"Against {nights - 1} earlier night(s) of this sweep "
+                  f"(run #{findings.run_id}):", markup=False)
+    sections = [
+        ("regression", [r.describe() + ("" if r.new else " [lasting]")
+                        for r in findings.regressions]),
+        ("change", [c.describe() for c in findings.changes]),
+        ("new mismatch", [m.describe() for m in findings.mismatches]),
+        ("host gone", list(findings.gone)),
+        ("host new", list(findings.new)),
+    ]
+    said = False
+    for label, lines in sections:
+        for line in lines:
+            console.print(Text.assemble((f"  {label}: ", "bold"), safe(line)), soft_wrap=True)
+            said = True
+    if not said:
+        console.print("  nothing changed", markup=False)
+
+
+@click.command("sweep")
+@click.argument("inventory_file", metavar="INVENTORY",
+                type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--name", default="nightly", show_default=True,
+              help="The sweep's name: its history is the earlier runs of this name.")
+@click.option("--resume", is_flag=True,
+              help="Continue the newest unfinished run of this name (crashed, killed, "
+                   "interrupted): probe only the hosts it has no document for.")
+@click.option("--via", type=click.Choice(["local", "celery"]), default="local",
+              show_default=True, help="Probe from this machine, or through Celery workers.")
+@click.option("--broker", metavar="URL",
+              help="Celery broker for --via celery: redis://HOST:6379/0 or amqp://...")
+@click.option("--fail-on", "fail_on", default="", metavar="KINDS",
+              help=f"Exit 6 when tonight shows any of these: {','.join(FAIL_KINDS)} "
+                   "(a regression counts the night it begins), or gap, straggler, drift in "
+                   "tonight's report.")
+@db_option
+@click.option("--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL,
+              show_default=True, help="How many hosts to probe at once (--via local).")
+@click.option("--fingerprint-only", is_flag=True,
+              help="Only fingerprint; do not run the benchmark.")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Trust the key of a host seen for the first time (--via local; under "
+                   "--via celery each `fleet worker` decides with its own flag).")
+@click.option("--timeout", type=click.FloatRange(1, 7 * 86400), metavar="S",
+              help="Stop a host's agent after S seconds (default as `fleet probe`).")
+@click.option("--queue-timeout", type=click.FloatRange(1, 86400), default=60.0,
+              show_default=True, metavar="S",
+              help="--via celery: give up on a host whose queue has had no worker for S s.")
+@click.option("--visibility-timeout", type=click.FloatRange(1, 7 * 86400), metavar="S",
+              help="--via celery on Redis: an unacknowledged task (its worker died) goes "
+                   "to another worker after S s. Default 3600; longer than any host's probe.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary and findings as JSON on stdout.")
+@click.option("--report", "report_path", metavar="PATH",
+              help="Where to write the night's report (as `fleet report --sweep NAME`, with "
+                   "the sweep's history): .html, .md or .json. Default: fleet-sweep-NAME.html.")
+@click.option("--no-report", is_flag=True, help="Write no report.")
+@reported
+def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
+                  broker: str | None, fail_on: str, db: str | None, parallel: int,
+                  fingerprint_only: bool, accept_new_host_keys: bool, timeout: float | None,
+                  queue_timeout: float, visibility_timeout: float | None, as_json: bool,
+                  report_path: str | None, no_report: bool, **harness: Any) -> None:
+    """Probe every host of INVENTORY as the nightly sweep NAME, and compare with its past.
+
+    Reports, against the sweep's earlier nights: GPUs slower than their own past beyond
+    their own noise (regressions), configuration changes (driver, power limit, variant,
+    ...), new mismatches with the listing, hosts gone and new. One sweep of a name into a
+    store runs at a time; a killed one, or one whose hosts no Celery worker took, is
+    continued with --resume. --via celery needs a PostgreSQL --db. Exit status: 0, 3 some
+    hosts failed, 5 another sweep holds the lock, 6 a --fail-on kind was found, 130
+    interrupted.
+
+    \b
+    Examples:
+      fleet sweep inventory.yaml --db ./fleet.db --fail-on regression,mismatch
+      fleet sweep inventory.yaml --resume                   # after a crash or reboot
+      fleet sweep inventory.yaml --via celery --broker redis://10.0.0.5:6379/0 \\
+          --db postgresql://fleet@db.internal/fleet
+    """
+    from fleet.inventory import load_inventory
+    from fleet.probe_display import ProbeProgress, print_summary
+    from fleet.sweep import SweepOptions, check_fail_on, sweep
+
+    kinds = check_fail_on(fail_on, report=not no_report)
+    assert _bench_options is not None
+    inventory = load_inventory(inventory_file)
+    probe = ProbeOptions(
+        parallel=parallel, bench=None if fingerprint_only else _bench_options(**harness),
+        timeout_s=timeout, accept_new_host_keys=accept_new_host_keys)
+    options = SweepOptions(name=name, resume=resume, via=cast("Via", via), broker=broker,
+                           probe=probe,
+                           queue_timeout_s=queue_timeout,
+                           visibility_timeout_s=visibility_timeout,
+                           report=None if no_report else report_path or f"fleet-sweep-{name}.html")
+    with ProbeProgress(err_console, len(inventory.targets)) as progress:
+        report = sweep(inventory, options, db, progress)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        console = Console()
+        print_summary(console, report.probe)
+        print_findings(console, report.findings, report.nights)
+        if report.report_path is not None:
+            console.print(f"Report: {report.report_path}", markup=False)
+    if not report.finished and not report.interrupted:
+        err_console.print(f"Run #{report.run_id} stays open: some hosts were not probed by "
+                          "any worker; `fleet sweep --resume` probes them into it.",
+                          markup=False)
+    failing = report.failing(kinds)
+    if report.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if failing:
+        err_console.print(f"--fail-on: tonight shows {', '.join(failing)}", markup=False)
+        sys.exit(EXIT_FAIL_ON)
+    if report.probe.failed:
+        sys.exit(EXIT_SOME_FAILED)
+
+
+@click.command("worker")
+@click.argument("inventory_file", metavar="INVENTORY",
+                type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--queue", "queues", multiple=True, required=True, metavar="NAME",
+              help="Queue to serve (a provider's name, or a host's `queue:`); repeatable.")
+@click.option("--broker", required=True, metavar="URL",
+              help="The sweep's broker: redis://HOST:6379/0 or amqp://...")
+@db_option
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=16, show_default=True,
+              help="Hosts probed at once by this worker.")
+@click.option("--visibility-timeout", type=click.FloatRange(1, 7 * 86400), metavar="S",
+              help="Redis: give the tasks of a dead worker to this one after S s "
+                   "(the same value as the sweep's).")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Trust the key of a host this worker sees for the first time (the "
+                   "worker's own decision: a task never carries it).")
+@click.option("--name", help="Worker name shown in progress (default fleet-QUEUES-PID@HOST).")
+@reported
+def worker_command(inventory_file: Path, queues: tuple[str, ...], broker: str,
+                   db: str | None, concurrency: int, visibility_timeout: float | None,
+                   accept_new_host_keys: bool, name: str | None) -> None:
+    """Probe the hosts of QUEUE for `fleet sweep --via celery`, storing into --db.
+
+    Run it where the queue's hosts can be reached (inside a provider's network), with the
+    sweep's PostgreSQL --db. Host addresses, keys and host-key trust come from this
+    machine's INVENTORY and flags; the broker carries only host names. Stop it with
+    SIGTERM or Ctrl-C (running hosts finish first).
+
+    \b
+    Example:
+      fleet worker --queue lambda --broker redis://10.0.0.5:6379/0 \\
+          inventory.yaml --db postgresql://fleet@db.internal/fleet
+    """
+    from fleet.distributed import WorkerOptions, run_worker
+
+    options = WorkerOptions(queues, broker, concurrency, visibility_timeout, name,
+                            accept_new_host_keys)
+    run_worker(inventory_file, options, db)
+
+
+@click.group("schedule")
+def schedule_group() -> None:
+    """Run a sweep every night from cron or a systemd user timer.
+
+    \b
+    Examples:
+      fleet schedule install --cron "0 3 * * *" inventory.yaml --db ./fleet.db
+      fleet schedule show
+      fleet schedule remove --name nightly
+    """
+
+
+def _crontab(crontab_file: Path | None) -> Crontab:
+    from fleet.schedule import Crontab
+
+    return Crontab(crontab_file)
+
+
+CRONTAB_FILE = click.option(
+    "--crontab-file", type=click.Path(path_type=Path, dir_okay=False),
+    help="Edit this file instead of your crontab (default: $FLEET_CRONTAB, else "
+         "`crontab -l` / `crontab -`).")
+UNIT_DIR = click.option(
+    "--unit-dir", type=click.Path(path_type=Path, file_okay=False),
+    help="Where systemd units go (default ~/.config/systemd/user).")
+
+
+@schedule_group.command("install")
+@click.argument("inventory_file", metavar="INVENTORY",
+                type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--cron", "cron", default="0 3 * * *", show_default=True,
+              help="When, as five cron fields.")
+@click.option("--systemd", is_flag=True, help="Write a systemd user service + timer instead.")
+@click.option("--on-calendar", help="systemd OnCalendar= (default: from --cron).")
+@click.option("--name", default="nightly", show_default=True, help="The sweep's name.")
+@db_option
+@click.option("--log", type=click.Path(path_type=Path, dir_okay=False),
+              help="Log file (default ~/.local/state/fleet/sweep-NAME.log).")
+@click.option("--keep-samples-days", type=click.IntRange(0), default=30, show_default=True,
+              help="Retention: after each sweep, empty raw samples older than this.")
+@click.option("--sweep-args", default="", metavar="ARGS",
+              help='More `fleet sweep` options, e.g. "--fail-on regression --fingerprint-only".')
+@CRONTAB_FILE
+@UNIT_DIR
+@reported
+def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar: str | None,
+                     name: str, db: str | None, log: Path | None, keep_samples_days: int,
+                     sweep_args: str, crontab_file: Path | None, unit_dir: Path | None
+                     ) -> None:
+    """Schedule `fleet sweep INVENTORY`, logging to a file, then `fleet db prune`.
+
+    \b
+    Examples:
+      fleet schedule install --cron "0 3 * * *" inventory.yaml --db ./fleet.db
+      fleet schedule install --systemd --cron "30 2 * * 1-5" inventory.yaml
+    """
+    import shlex
+
+    from fleet.schedule import (
+        Schedule,
+        default_unit_dir,
+        install_cron,
+        install_systemd,
+        redacted,
+    )
+    from fleet.schedule import on_calendar as calendar_of
+    from fleet.sweep import check_name
+
+    schedule = Schedule(check_name(name), inventory_file, db, log, keep_samples_days,
+                        tuple(shlex.split(sweep_args)))
+    if systemd:
+        paths = install_systemd(schedule, on_calendar or calendar_of(cron),
+                                unit_dir or default_unit_dir())
+        for path in paths:
+            click.echo(f"wrote {path}")
+        click.echo(f"Enable it: systemctl --user daemon-reload && systemctl --user enable "
+                   f"--now {paths[1].name}")
+        click.echo("A user's timers run only while they are logged in unless lingering is "
+                   "on: loginctl enable-linger $USER")
+    else:
+        line = install_cron(schedule, cron, _crontab(crontab_file))
+        click.echo(f"crontab: {redacted(line)}")
+
+
+@schedule_group.command("show")
+@CRONTAB_FILE
+@UNIT_DIR
+@reported
+def schedule_show(crontab_file: Path | None, unit_dir: Path | None) -> None:
+    """Show fleet's scheduled sweeps (crontab entries and systemd units).
+
+    \b
+    Example:
+      fleet schedule show
+    """
+    from fleet.schedule import cron_entries, default_unit_dir, redacted, systemd_units
+
+    entries = cron_entries(_crontab(crontab_file))
+    units = systemd_units(unit_dir or default_unit_dir())
+    for name, line in entries:
+        click.echo(f"cron  {name}: {redacted(line)}")
+    for path in units:
+        click.echo(f"systemd  {path}")
+    if not entries and not units:
+        click.echo("No fleet sweep is scheduled.")
+
+
+@schedule_group.command("remove")
+@click.option("--name", default="nightly", show_default=True, help="The sweep's name.")
+@CRONTAB_FILE
+@UNIT_DIR
+@reported
+def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None) -> None:
+    """Remove the scheduled sweep NAME (its crontab entry and systemd units).
+
+    \b
+    Example:
+      fleet schedule remove --name nightly
+    """
+    from fleet.errors import InputError
+    from fleet.schedule import (
+        default_unit_dir,
+        removal_note,
+        remove_cron,
+        remove_systemd,
+        stop_timer,
+    )
+
+    if unit_dir is None:
+        # Only in systemd's own unit directory is the timer one it has loaded: stop and
+        # disable it there before its files go, or it stays loaded until a daemon-reload.
+        said = stop_timer(name, default_unit_dir())
+        if said:
+            click.echo(said)
+    removed = remove_systemd(name, unit_dir or default_unit_dir())
+    for path in removed:
+        click.echo(f"removed {path}")
+    note = removal_note(removed) if unit_dir is not None else None
+    if note:
+        click.echo(note)
+    if remove_cron(name, _crontab(crontab_file)):
+        click.echo(f"removed the crontab entry of sweep {name}")
+    elif not removed:
+        raise InputError(f"no scheduled sweep named {name!r}; `fleet schedule show` lists "
+                         "them")
+
+
+def add_commands(main: click.Group, harness_options: Callable[[Any], Any],
+                 bench_options: Callable[..., BenchOptions]) -> None:
+    """Register sweep, schedule and worker on `main`, with fleet.cli's harness options."""
+    global _bench_options
+    _bench_options = bench_options
+    main.add_command(harness_options(sweep_command))
+    main.add_command(schedule_group)
+    main.add_command(worker_command)

@@ -1,0 +1,60 @@
+"""A procurement scene stored through the real ingest path, with a known truth:
+
+- alpha: 2 hosts x 8 H100 SXM5 near 700 TFLOP/s, 2.49 USD; alpha-01 GPU 3 is a straggler.
+- beta: 2 hosts x 8 H100 SXM5, 3% slower, power limit 650 W (below the 700 W datasheet),
+  SM clock 1330 MHz under load; 2.10 USD.
+- gamma: listed "H100 SXM5 80GB"; gamma-01 is 8 x H100 PCIe (a mismatch, and the listing
+  hides two variants), gamma-02 is SXM5 on an older driver (drift); 1.90 USD.
+- delta-01 never answered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from typing import Any
+
+from sqlalchemy import Engine
+
+from fleet.document import AgentDocument
+from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
+from tests.store import factory
+
+SXM = {"variant": "H100 SXM5 80GB", "gpu_count": 8}
+WHEN = dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
+
+
+def _tflops(seed: str, centre: float, spread: float = 0.005) -> list[float]:
+    rng = random.Random(seed)
+    return [centre * (1.0 + rng.gauss(0.0, spread)) for _ in range(8)]
+
+
+def hosts() -> list[tuple[str, str, dict[str, Any], Listing]]:
+    alpha = Listing(SXM, 2.49, "USD", ("us-east",))
+    beta = Listing(SXM, 2.10, "USD", ())
+    gamma = Listing(SXM, 1.90, "USD", ())
+    straggling = _tflops("alpha-01", 700.0)
+    straggling[3] = 630.0
+    return [
+        ("alpha", "alpha-01", {"gpu_tflops": straggling}, alpha),
+        ("alpha", "alpha-02", {"gpu_tflops": _tflops("alpha-02", 700.0)}, alpha),
+        ("beta", "beta-01", {"gpu_tflops": _tflops("beta-01", 679.0), "power_limit_w": 650.0,
+                             "sm_clock_mhz": 1330.0, "power_w": 649.0}, beta),
+        ("beta", "beta-02", {"gpu_tflops": _tflops("beta-02", 679.0), "power_limit_w": 650.0,
+                             "sm_clock_mhz": 1330.0, "power_w": 649.0}, beta),
+        ("gamma", "gamma-01", {"gpu_tflops": _tflops("gamma-01", 560.0),
+                               "variant": "H100 PCIe 80GB", "power_w": 349.0}, gamma),
+        ("gamma", "gamma-02", {"gpu_tflops": _tflops("gamma-02", 700.0),
+                               "driver_version": "535.104.05"}, gamma),
+    ]
+
+
+def store_scene(engine: Engine, sweep: str = "nightly", when: dt.datetime = WHEN,
+                extra: list[tuple[str, str, dict[str, Any], Listing]] | None = None) -> None:
+    with Ingest(engine, RunInfo(kind="probe", sweep=sweep)) as ingest:
+        for provider, host, knobs, listing in [*hosts(), *(extra or [])]:
+            data = factory.document(host=host, gpus=8, collected_at=when, **knobs)
+            ingest.store(AgentDocument.model_validate(data),
+                         Origin(provider, host, listing))
+        ingest.record_error(Origin("delta", "delta-01", Listing(SXM, 1.50, "USD", ())),
+                            "connect", "delta-01 (10.0.0.9:22): connection refused")

@@ -1,0 +1,36 @@
+"""In-memory data sets with a known truth, for the analysis alone (no store): per-GPU
+medians drawn from chosen distributions, many seeds a second."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+from fleet.analysis.dataset import Config, Dataset, GpuMeasure, Scope
+
+CONFIG = Config("bf16", 8192, 8192, 8192, "sustained", "cold", "concurrent", "1.0.0")
+WHEN = dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
+
+
+def measure(provider: str, host: str, index: int, tflops: float, *,
+            variant: str = "H100-SXM5-80GB", power_limit_w: float = 700.0,
+            sm_clock_mhz: float = 1410.0, driver: str = "580.159.04",
+            capped: float = 1.0) -> GpuMeasure:
+    return GpuMeasure(
+        provider=provider, host=host, gpu=f"{provider}/{host}/{index}", gpu_index=index,
+        variant=variant, config=CONFIG, tflops=tflops, results=1,
+        sm_clock_mhz=sm_clock_mhz, power_w=power_limit_w - 1.0, power_capped_share=capped,
+        power_limit_w=power_limit_w, driver_version=driver,
+        virtualization_mode="passthrough", flags=(), first=WHEN, last=WHEN)
+
+
+def provider_gpus(rng: random.Random, provider: str, centre: float, spread: float,
+                  gpus: int = 8, per_host: int = 8, **facts: object) -> list[GpuMeasure]:
+    """`gpus` GPUs whose medians are normal around `centre` with relative sd `spread`."""
+    return [measure(provider, f"{provider}-{i // per_host:02d}", i % per_host,
+                    centre * (1.0 + rng.gauss(0.0, spread)), **facts)  # type: ignore[arg-type]
+            for i in range(gpus)]
+
+
+def dataset(measures: list[GpuMeasure]) -> Dataset:
+    return Dataset(Scope(), (), (), tuple(measures), (), 1, WHEN, WHEN)

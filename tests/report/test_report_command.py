@@ -1,0 +1,136 @@
+"""`fleet report` as a user runs it: the HTML read by headless Chromium, the JSON and
+Markdown forms, anonymizing, filters and --fail-on."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fleet.cli import main
+from fleet.store.database import open_engine, resolve
+from fleet.store.ingest import Listing
+from fleet.store.schema import upgrade
+from tests.report.browser import open_page, screenshot
+from tests.report.scene import store_scene
+
+EVIL_PROVIDER = '<script>document.title="pwned-provider"</script>'
+EVIL_HOST = '<img src=x onerror="document.title=\'pwned-host\'">'
+EVIL_VARIANT = '</title><script>document.title="pwned-variant"</script>'
+
+
+def fleet(*args: str, db: str) -> Result:
+    return CliRunner().invoke(main, [*args, "--db", db], catch_exceptions=False)
+
+
+def _evil_host() -> tuple[str, str, dict[str, Any], Listing]:
+    return (EVIL_PROVIDER, EVIL_HOST, {"gpu_tflops": [700.0] * 8},
+            Listing({"variant": "H100 SXM5 80GB"}, 2.0, "USD", ("<b>tag</b>",)))
+
+
+@pytest.fixture
+def scene_url(tmp_path: Path) -> str:
+    """The scene in SQLite: the command's output does not depend on the backend, which
+    tests/report/test_findings.py runs on both."""
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    engine = open_engine(resolve(url))
+    upgrade(engine)
+    store_scene(engine, extra=[_evil_host()])
+    engine.dispose()
+    return url
+
+
+def test_html_opens_in_chromium_without_errors_and_shows_names_as_text(
+        scene_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    done = fleet("report", "-o", str(out), db=scene_url)
+    assert done.exit_code == 0, done.output
+    assert "Report (html) written to" in done.output
+    page = open_page(out.as_uri(), tmp_path)
+    assert page.console == []
+    assert "pwned" not in re.search(r"<title>(.*?)</title>", page.dom, re.S).group(1)  # type: ignore[union-attr]
+    # The hostile names are there, as text: escaped in the DOM, never elements.
+    assert "&lt;script&gt;document.title=\"pwned-provider\"&lt;/script&gt;" in page.dom
+    assert "&lt;img src=x onerror=" in page.dom
+    assert "<img" not in page.dom
+    assert page.dom.count("<svg") == 2  # one chart per variant: SXM5 and PCIe
+    circles = re.findall(r'<circle class="gpu( straggler)?"', page.dom)
+    assert len(circles) == 56 and circles.count(" straggler") == 1
+    for section in ("summary", "mismatches", "gaps", "stragglers", "drift", "cost", "charts"):
+        assert f'id="{section}"' in page.dom
+    assert not re.search(r'class="[^"]*filtered-out', page.dom)  # nothing filtered by default
+    screenshot(out.as_uri(), "report.png", tmp_path)
+
+
+def test_a_link_can_carry_a_filter(scene_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert fleet("report", "-o", str(out), db=scene_url).exit_code == 0
+    page = open_page(out.as_uri() + "#provider=beta", tmp_path)
+    assert page.console == []
+    rows = re.findall(r'<tr data-provider="([^"]*)"[^>]*class="([^"]*)"', page.dom)
+    hidden = {p for p, cls in rows if "filtered-out" in cls}
+    assert hidden and "beta" not in hidden and "alpha" in hidden
+
+
+def test_json_and_markdown_carry_the_same_findings(scene_url: str, tmp_path: Path) -> None:
+    done = fleet("report", "--format", "json", "-o", "-", db=scene_url)
+    assert done.exit_code == 0
+    data = json.loads(done.stdout)
+    assert data["format"] == "fleet-report/1"
+    # The scene's findings, plus beta slower than the hostile provider's 700 TFLOP/s too.
+    assert data["findings"] == {"mismatch": 2, "gap": 3, "drift": 3, "straggler": 1,
+                                                    "regression": 0}
+    gaps = [c for c in data["comparisons"] if c["systematic"]]
+    assert {(g["slower"], g["faster"]) for g in gaps} == {
+        ("beta", "alpha"), ("beta", "gamma"), ("beta", EVIL_PROVIDER)}
+    assert all("ratio" in g["evidence"] and g["ci_high"] < 1 for g in gaps)
+    assert data["settings"]["gaps"]["threshold"] == 0.02
+    md_path = tmp_path / "report.md"
+    assert fleet("report", "-o", str(md_path), db=scene_url).exit_code == 0
+    md = md_path.read_text()
+    assert md.startswith("# What we got")
+    assert "<script>" not in md and "<img" not in md
+    assert "&lt;script&gt;" in md
+    assert "| beta (678." in md and "systematic" in md
+
+
+def test_anonymized_reports_name_no_provider_host_or_tag(scene_url: str, tmp_path: Path
+                                                          ) -> None:
+    for fmt, filters in (("html", ()), ("md", ()), ("json", ()),
+                         ("html", ("--provider", "beta", "--provider", "nobody"))):
+        out = tmp_path / f"anon.{fmt}"
+        assert fleet("report", "--anonymize", "-o", str(out), *filters,
+                     db=scene_url).exit_code == 0
+        text = out.read_text()
+        for secret in ("alpha", "beta", "gamma", "delta", "pwned-provider", "pwned-host",
+                       "10.0.0.9", "us-east", "<b>tag", "&lt;b&gt;tag", "nobody",
+                       scene_url.removeprefix("sqlite:///")):
+            assert secret not in text, (fmt, secret)
+        assert "Provider" in text
+
+
+def test_fail_on_gives_exit_status_one_when_found(scene_url: str) -> None:
+    failed = fleet("report", "--fail-on", "mismatch,gap", "-o", "/dev/null", db=scene_url)
+    assert failed.exit_code == 1
+    assert "--fail-on: 2 mismatch, 3 gap found" in failed.output
+    only_beta = fleet("report", "--provider", "beta", "--fail-on", "mismatch,straggler",
+                      "-o", "/dev/null", db=scene_url)
+    assert only_beta.exit_code == 0
+    bad = fleet("report", "--fail-on", "gaps", db=scene_url)
+    assert bad.exit_code == 2 and "'gaps' is not a kind of finding" in bad.output.replace(
+        "gaps is", "'gaps' is")
+
+
+def test_bad_output_and_dates_are_clear_errors(scene_url: str, tmp_path: Path) -> None:
+    done = fleet("report", "-o", str(tmp_path), db=scene_url)
+    assert done.exit_code == 2 and "is a directory" in done.output
+    reversed_dates = fleet("report", "--since", "2026-11-23", "--until", "2026-11-01",
+                           db=scene_url)
+    assert reversed_dates.exit_code == 2 and "--since is after --until" in reversed_dates.output
+    nothing = fleet("report", "--provider", "nobody", "-o", str(tmp_path / "r.html"),
+                    db=scene_url)
+    assert nothing.exit_code == 0 and "Nothing stored matches" in nothing.output

@@ -1,0 +1,305 @@
+"""`fleet sweep --via celery` for real: Redis on 127.0.0.1:6379, `fleet worker` processes on
+different queues, the real PostgreSQL store and the loopback SSH hosts.
+
+Every host is stored exactly once; a worker SIGKILLed in the middle of a host loses nothing
+(its task goes back to the queue after the broker's visibility timeout, and the
+replacement worker probes the host); a host on a queue no worker serves is reported, not
+waited for forever, and its run stays open for --resume. A worker refuses tasks of a
+finished run, and hands back those of another store or of a host it does not know. A
+controller stopped with SIGTERM revokes the tasks not yet started. What crosses the broker
+holds no address, user, key, password or trust decision.
+
+Each test's queues are named with a tag of its own on the shared Redis, and deleted (with
+their bindings) when it ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.distributed import TASK, make_app, run_on_celery, store_identity
+from fleet.inventory import load_inventory
+from fleet.probe import ProbeOptions
+from fleet.store.database import resolve
+from fleet.store.ingest import RunInfo
+from fleet.store.sweeps import (
+    create_run,
+    documents_stored,
+    finish_run,
+    newest_run,
+    settled_hosts,
+)
+from tests.probe.conftest import Workspace
+from tests.store.conftest import truncate
+from tests.sweep.conftest import (
+    engine_of,
+    fleet_process,
+    hang_once,
+    kill_marked,
+    stop,
+    wait_for,
+)
+
+BROKER = os.environ.get("FLEET_TEST_REDIS", "redis://127.0.0.1:6379/0")
+# The sweep's --timeout and the visibility timeout: a host's budget is its timeout plus
+# three connect attempts of 10 s and their backoff (48 s), which the visibility timeout
+# must exceed; the kill comes within a second or two of the host starting.
+HOST_TIMEOUT_S = "15"
+VISIBILITY_S = "50"
+
+
+@pytest.fixture(scope="module")
+def redis_up() -> Any:
+    import redis
+
+    client = redis.Redis.from_url(BROKER, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError as exc:
+        pytest.fail(f"Redis is not reachable at {BROKER} ({exc}): run .ci/run, or "
+                    "redis-server --daemonize yes --port 6379", pytrace=False)
+    # Queues earlier runs of these tests left behind, before they cleaned up after
+    # themselves.
+    for key in client.scan_iter("*orphan-*"):
+        client.delete(key)
+    return client
+
+
+@pytest.fixture
+def tag(redis_up: Any) -> Iterator[str]:
+    """A tag for this test's queue names; its keys are deleted afterwards."""
+    value = uuid.uuid4().hex[:8]
+    yield value
+    for key in redis_up.scan_iter(f"*{value}*"):
+        redis_up.delete(key)
+
+
+def _worker(workspace: Workspace, inventory: Path, db: str, queue: str, name: str,
+            *extra: str) -> subprocess.Popen[Any]:
+    return fleet_process(workspace, "worker", str(inventory), "--queue", queue,
+                         "--broker", BROKER, "--db", db, "--concurrency", "4",
+                         "--visibility-timeout", VISIBILITY_S, "--name", f"{name}@test",
+                         "--accept-new-host-keys", *extra,
+                         log=workspace.root / f"{name}.log")
+
+
+def _served(app: Any, queue: str) -> bool:
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    return any(q["name"] == queue for queues in replies.values() for q in queues)
+
+
+def test_celery_sweep_stores_each_host_once_and_survives_a_killed_worker(
+        workspace: Workspace, postgres_url: str, tag: str) -> None:
+    truncate(postgres_url)
+    fast, slow, orphan = f"fast-{tag}", f"slow-{tag}", f"orphan-{tag}"
+    script = hang_once(workspace.root)
+    mark = workspace.root / "mark"
+    servers = workspace.servers
+    hang = workspace.ssh_host(servers[2], "h100-sxm5-passthrough", queue=slow,
+                              python=str(script))
+    hang["env"]["FLEET_TEST_MARK"] = str(mark)
+    hosts = {
+        "lambda/a": workspace.ssh_host(servers[0], "provider-b-a100-sxm4", queue=fast),
+        "lambda/b": workspace.ssh_host(servers[1], "provider-a-a100-pcie", queue=fast),
+        "coreweave/c": hang,
+        "nebius/d": workspace.ssh_host(servers[3], "h200-sxm-x2-passthrough", queue=orphan),
+    }
+    inventory = workspace.inventory(hosts)
+    (workspace.home / ".config" / "fleet").mkdir(parents=True, exist_ok=True)
+    workers = [_worker(workspace, inventory, postgres_url, fast, "w-fast"),
+               _worker(workspace, inventory, postgres_url, slow, "w-slow-1")]
+    sweep = fleet_process(workspace, "sweep", str(inventory), "--via", "celery",
+                          "--broker", BROKER, "--db", postgres_url, "--fingerprint-only",
+                          "--timeout", HOST_TIMEOUT_S, "--queue-timeout", "25",
+                          "--visibility-timeout", VISIBILITY_S, "--json", "--no-report",
+                          log=workspace.root / "sweep.out")
+    try:
+        wait_for(mark.exists, 120, "coreweave/c to be mid-probe on w-slow-1")
+        os.kill(workers[1].pid, signal.SIGKILL)
+        workers[1].wait(10)
+        kill_marked(mark)
+        workers.append(_worker(workspace, inventory, postgres_url, slow, "w-slow-2"))
+        sweep.wait(240)
+    finally:
+        stop(sweep)
+        for worker in workers:
+            stop(worker)
+        kill_marked(mark)
+    out = (workspace.root / "sweep.out").read_text()
+    assert sweep.returncode == 3, out[-4000:]
+    report = json.loads(out[out.index("{\n"):out.rindex("}") + 1])
+    by_host = {f"{h['provider']}/{h['host']}": h for h in report["hosts"]}
+    assert [key for key, h in by_host.items() if h["ok"]] == ["lambda/a", "lambda/b",
+                                                              "coreweave/c"]
+    # The killed worker's host was probed again, by its replacement.
+    assert report["workers"]["coreweave/c"] == "w-slow-2@test"
+    assert report["workers"]["lambda/a"] == report["workers"]["lambda/b"] == "w-fast@test"
+    orphaned = by_host["nebius/d"]
+    assert orphaned["stage"] == "queue"
+    assert f"no worker consumes queue '{orphan}'" in orphaned["reason"]
+    assert "then `fleet sweep --resume`" in orphaned["reason"]
+    engine = engine_of(postgres_url)
+    run_id = report["run_id"]
+    try:
+        assert documents_stored(engine, run_id) == {"lambda/a": 1, "lambda/b": 1,
+                                                    "coreweave/c": 1}
+        settled = settled_hosts(engine, run_id)
+        assert {k: s.status for k, s in settled.items()} == {
+            "lambda/a": "stored", "lambda/b": "stored", "coreweave/c": "stored",
+            "nebius/d": "failed"}
+        # The queue's host was never reached, so the run stays open, as the message says.
+        assert not report["finished"] and "stays open" in out
+        run = newest_run(engine, "nightly")
+        assert run is not None and run.id == run_id and run.finished_at is None
+        resumed = workspace.fleet("sweep", str(inventory), "--resume", "--fingerprint-only",
+                                  "--accept-new-host-keys", "--json", "--no-report",
+                                  "--db", postgres_url)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert resumed.report["run_id"] == run_id
+        assert resumed.report["probed"] == ["nebius/d"]
+        assert documents_stored(engine, run_id) == {"lambda/a": 1, "lambda/b": 1,
+                                                    "coreweave/c": 1, "nebius/d": 1}
+        run = newest_run(engine, "nightly")
+        assert run is not None and run.finished_at is not None
+    finally:
+        engine.dispose()
+
+
+def test_a_task_carries_no_address_credential_or_trust(
+        workspace: Workspace, postgres_url: str, tag: str, redis_up: Any) -> None:
+    truncate(postgres_url)
+    queue = f"secret-{tag}"
+    workspace.env_extra["FLEET_TEST_PASSWORD"] = "hunter2"
+    inventory = load_inventory(workspace.inventory({"lambda/a": workspace.ssh_host(
+        workspace.servers[0], address="10.9.8.7", user="secret-user", queue=queue,
+        identity_file=["/keys/secret-key"], password_env="FLEET_TEST_PASSWORD")}))
+    engine = engine_of(postgres_url)
+    try:
+        run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly"))
+        store = store_identity(engine, resolve(postgres_url))
+    finally:
+        engine.dispose()
+    app = make_app(BROKER)
+    options = ProbeOptions(accept_new_host_keys=True, timeout_s=20.0)
+    outcomes, interrupted = run_on_celery(
+        app, inventory.targets, RunInfo(kind="sweep", sweep="nightly", run_id=run_id),
+        store, options, lambda target, stage, message: None, queue_timeout_s=1.0)
+    assert not interrupted and outcomes["lambda/a"].stage == "queue"
+    (raw,) = redis_up.lrange(queue, 0, -1)
+    message = json.loads(raw)
+    body = base64.b64decode(message["body"]).decode()
+    everything = body + json.dumps(message["headers"])
+    for secret in ("10.9.8.7", "secret-user", "/keys/secret-key", "FLEET_TEST_PASSWORD",
+                   "hunter2", "accept", "known_hosts", str(workspace.servers[0].port)):
+        assert secret not in everything, secret
+    _, kwargs, _ = json.loads(body)
+    assert kwargs == {"run_id": run_id, "sweep": "nightly", "store": store,
+                      "host": "lambda/a", "options": {
+                          "bench": None, "timeout_s": 20.0, "connect_timeout_s": 10.0,
+                          "connect_retries": 2}}
+    # It expires: the queue timeout, then the host's budget (timeout, connect attempts).
+    assert message["headers"]["expires"] is not None
+    assert message["headers"]["task"] == TASK
+
+
+def test_a_worker_refuses_a_finished_run_and_hands_back_what_it_cannot_serve(
+        workspace: Workspace, postgres_url: str, tag: str) -> None:
+    truncate(postgres_url)
+    queue = f"refuse-{tag}"
+    servers = workspace.servers
+    known = {"lambda/a": workspace.ssh_host(servers[0], "provider-b-a100-sxm4", queue=queue)}
+    partial = workspace.inventory(known, "partial.yaml")
+    full = workspace.inventory({**known, "lambda/z": workspace.ssh_host(
+        servers[1], "provider-a-a100-pcie", queue=queue)}, "full.yaml")
+    engine = engine_of(postgres_url)
+    finished = create_run(engine, RunInfo(kind="sweep", sweep="nightly"))
+    finish_run(engine, finished)
+    open_run = create_run(engine, RunInfo(kind="sweep", sweep="nightly"))
+    store = store_identity(engine, resolve(postgres_url))
+    app = make_app(BROKER)
+    options = {"bench": None, "timeout_s": 20.0, "connect_timeout_s": 10.0,
+               "connect_retries": 2}
+
+    def send(run_id: int, host: str, to: str = store, expires: float = 300) -> Any:
+        return app.send_task(TASK, kwargs={"run_id": run_id, "sweep": "nightly",
+                                           "store": to, "host": host, "options": options},
+                             queue=queue, expires=expires)
+
+    workers = [_worker(workspace, partial, postgres_url, queue, "w-partial")]
+    try:
+        wait_for(lambda: _served(app, queue), 60, "w-partial to consume its queue")
+        late = send(finished, "lambda/a")
+        elsewhere = send(open_run, "lambda/a", to="1234/another-database", expires=12)
+        unknown = send(open_run, "lambda/z")
+        assert late.get(timeout=60)["stage"] == "refused"
+        assert "finished at" in late.result["reason"]
+        # Handed back again and again until it expires: nothing of it is written.
+        wait_for(lambda: elsewhere.state == "REVOKED", 60, "the other store's task to expire")
+        log = (workspace.root / "w-partial.log").read_text()
+        assert "the task is for store 1234/another-database" in log
+        assert "does not list this host" in log
+        assert unknown.state != "SUCCESS"
+        assert settled_hosts(engine, finished) == {}
+        assert settled_hosts(engine, open_run) == {}
+        # A worker whose inventory has the host takes it.
+        workers.append(_worker(workspace, full, postgres_url, queue, "w-full"))
+        assert unknown.get(timeout=120)["ok"] is True
+        assert unknown.result["worker"] == "w-full@test"
+        assert documents_stored(engine, open_run) == {"lambda/z": 1}
+    finally:
+        for worker in workers:
+            stop(worker)
+        engine.dispose()
+
+
+def test_a_controller_stopped_with_sigterm_revokes_the_tasks_not_started(
+        workspace: Workspace, postgres_url: str, tag: str) -> None:
+    truncate(postgres_url)
+    queue = f"revoke-{tag}"
+    script = hang_once(workspace.root)
+    mark = workspace.root / "mark"
+    hang = workspace.ssh_host(workspace.servers[0], "provider-b-a100-sxm4", queue=queue,
+                              python=str(script))
+    hang["env"]["FLEET_TEST_MARK"] = str(mark)
+    inventory = workspace.inventory({
+        "lambda/a": hang,
+        "lambda/b": workspace.ssh_host(workspace.servers[1], "provider-a-a100-pcie",
+                                       queue=queue)})
+    # One slot: lambda/b waits in the queue while lambda/a hangs.
+    worker = _worker(workspace, inventory, postgres_url, queue, "w-one", "--concurrency",
+                     "1")
+    app = make_app(BROKER)
+    sweep = fleet_process(workspace, "sweep", str(inventory), "--via", "celery",
+                          "--broker", BROKER, "--db", postgres_url, "--fingerprint-only",
+                          "--timeout", HOST_TIMEOUT_S, "--visibility-timeout", VISIBILITY_S,
+                          "--no-report", log=workspace.root / "sweep.out")
+    engine = engine_of(postgres_url)
+    try:
+        wait_for(lambda: _served(app, queue), 60, "w-one to consume its queue")
+        wait_for(mark.exists, 120, "lambda/a to be mid-probe")
+        sweep.send_signal(signal.SIGTERM)
+        assert sweep.wait(60) == 130, (workspace.root / "sweep.out").read_text()[-3000:]
+        kill_marked(mark)  # lambda/a's probe fails now, and the slot frees up
+        run = newest_run(engine, "nightly")
+        assert run is not None and run.finished_at is None
+        wait_for(lambda: "lambda/a" in settled_hosts(engine, run.id), 60,
+                 "lambda/a's probe to end")
+        time.sleep(5)  # long enough for the worker to take lambda/b, were it not revoked
+        assert "lambda/b" not in settled_hosts(engine, run.id)
+        assert "Discarding revoked task" in (workspace.root / "w-one.log").read_text()
+    finally:
+        stop(sweep)
+        stop(worker)
+        kill_marked(mark)
+        engine.dispose()

@@ -1,0 +1,103 @@
+"""The regression verdict, table-driven over one GPU's nightly TFLOP/s, and the nights the
+store hands it (finished runs only, but for the one being reported)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from fleet.document import AgentDocument
+from fleet.history import GpuState, HostNight, Night, RegressionRule, compare_night
+from fleet.store.database import open_engine, resolve
+from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
+from fleet.store.schema import upgrade
+from fleet.store.sweeps import create_run, finish_run, read_nights
+from tests.store import factory
+
+LABEL = "bf16 8192x8192x8192 sustained cold-L2 concurrent harness 1.1.0"
+START = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.UTC)
+
+
+def _nights(series: list[float | None]) -> list[Night]:
+    """One host with one GPU; None: the host failed that night (no measurement)."""
+    nights = []
+    for i, value in enumerate(series):
+        if value is None:
+            host = HostNight("lambda", "a", "failed")
+        else:
+            gpu = GpuState(0, "GPU-0", "H100-SXM5-80GB", {}, {LABEL: value})
+            host = HostNight("lambda", "a", "stored", (gpu,))
+        nights.append(Night(i + 1, START + dt.timedelta(days=i), {"lambda/a": host}))
+    return nights
+
+
+H = 690.0
+SLOW = 0.75 * H
+
+
+@pytest.mark.parametrize(("why", "series", "regression", "new"), [
+    ("a noisy GPU's 4% dip over noisy history is within its own noise",
+     [690.0, 672.0, 684.0, 664.0, 688.0, 668.0, 680.0, 0.96 * 680.0], False, False),
+    ("the same dip over a quiet history is one",
+     [680.0, 680.5, 679.5, 680.2, 679.8, 0.96 * 680.0], True, True),
+    ("three past nights are too few to judge even a 25% drop",
+     [H, 689.0, 691.0, SLOW], False, False),
+    ("four past nights are still too few (min_history 5)",
+     [H, 689.0, 691.0, 690.5, SLOW], False, False),
+    ("five past nights and a 25% drop: a regression, new tonight",
+     [H, 689.0, 691.0, 690.5, 689.5, SLOW], True, True),
+    ("lasting: the second slow night is not news",
+     [H, 689.0, 691.0, 690.5, 689.5, SLOW, SLOW], True, False),
+    ("a night the GPU was not measured inside a lasting regression does not make it new",
+     [H, 689.0, 691.0, 690.5, 689.5, SLOW, None, SLOW], True, False),
+])
+def test_regression_verdict(why: str, series: list[float | None], regression: bool,
+                            new: bool) -> None:
+    found = compare_night(_nights(series)).regressions
+    assert bool(found) == regression, why
+    if found:
+        (one,) = found
+        assert one.new == new, why
+
+
+def test_a_lasting_regression_began_on_its_first_slow_night_across_a_gap() -> None:
+    nights = _nights([H, 689.0, 691.0, 690.5, 689.5, SLOW, None, SLOW])
+    (one,) = compare_night(nights).regressions
+    assert one.began_run_id == 6
+
+
+def test_min_history_is_five() -> None:
+    assert RegressionRule().min_history == 5
+
+
+def _store_night(engine: object, name: str, night: int, finish: bool) -> int:
+    from sqlalchemy import Engine
+
+    assert isinstance(engine, Engine)
+    run_id = create_run(engine, RunInfo(kind="sweep", sweep=name, inventory="inv.yaml"))
+    document = factory.document(host="b", gpus=1, seed=night,
+                                collected_at=START + dt.timedelta(days=night))
+    with Ingest(engine, RunInfo(kind="sweep", sweep=name, run_id=run_id)) as ingest:
+        ingest.store(AgentDocument.model_validate(document), Origin("coreweave", "b",
+                                                                    Listing()))
+    if finish:
+        finish_run(engine, run_id)
+    return run_id
+
+
+def test_read_nights_leaves_out_unfinished_runs_but_the_reported_one(tmp_path: Path) -> None:
+    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
+    upgrade(engine)
+    try:
+        one = _store_night(engine, "nightly", 1, finish=True)
+        killed = _store_night(engine, "nightly", 2, finish=False)
+        three = _store_night(engine, "nightly", 3, finish=True)
+        tonight = _store_night(engine, "nightly", 4, finish=False)
+        assert [n.run_id for n in read_nights(engine, "nightly", tonight)] == [
+            one, three, tonight]
+        assert [n.run_id for n in read_nights(engine, "nightly", killed)] == [one, killed]
+        assert [n.run_id for n in read_nights(engine, "nightly")] == [one, three]
+    finally:
+        engine.dispose()
