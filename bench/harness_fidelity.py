@@ -190,6 +190,7 @@ def main() -> None:
                       "wall_s_median": statistics.median(r["wall_s"] for r in results),
                       "values": values})
     args.out.write_text(json.dumps({"size": args.size, "device": gpus[0]["name"],
+                                    "serial": gpus[0].get("serial"),
                                     "driver": system["driver_version"],
                                     "torch": torch.__version__, "reference": ref,
                                     "table": table, "runs": runs}, indent=1))

@@ -4,8 +4,9 @@ Ingests 100,000 benchmark results with 200 raw samples each, as fleet-agent/1 do
 of --gpus GPUs (one result per GPU: 12,500 documents of 8 GPUs by default), into a new
 SQLite file and a new PostgreSQL database. Timed per document from its JSON text to
 committed rows, as `fleet ingest` does it: validation by the model, canonical JSON and
-hash, one transaction. Generating the documents is not timed. Then the report's main
-query (per provider and variant, the median of per-GPU medians) over all of it.
+hash, then 100 documents to a transaction (`--batch 1`: one each, as a probe stores
+them). Generating the documents is not timed. Then the report's main query (per
+provider and variant, the median of per-GPU medians) over all of it.
 
     python bench/store_ingest.py --gpus 8 --workers 1
     python bench/store_ingest.py --gpus 1 --workers 2 --postgresql postgresql://postgres@127.0.0.1/postgres
@@ -32,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 import psycopg
 
+from fleet.store.commands import BATCH_DOCUMENTS
 from fleet.store.database import open_engine, resolve
-from fleet.store.ingest import Ingest, Origin, RunInfo, parse_text, prepare
+from fleet.store.ingest import Ingest, Origin, Prepared, RunInfo, parse_text, prepare
 from fleet.store.models import pack_floats
 from fleet.store.query import ResultFilter, list_results, summarise_variants
 from fleet.store.schema import upgrade
@@ -81,8 +83,8 @@ class Documents:
         return provider, orjson.dumps(doc)
 
 
-def _ingest(args: tuple[str, int, int, int, int, int, Any]) -> dict[str, float]:
-    url, worker, workers, count, gpus, samples, barrier = args
+def _ingest(args: tuple[str, int, int, int, int, int, int, Any]) -> dict[str, float]:
+    url, worker, workers, count, gpus, samples, batch, barrier = args
     try:
         documents = Documents(gpus, samples, hosts=1000)
         mine = [documents.make(n) for n in range(worker, count, workers)]
@@ -94,13 +96,20 @@ def _ingest(args: tuple[str, int, int, int, int, int, Any]) -> dict[str, float]:
     barrier.wait()
     begin, cpu = time.perf_counter(), time.process_time()
     with Ingest(engine, RunInfo(sweep="bench")) as ingest:
-        for provider, text in mine:
+        pending: list[tuple[Prepared, Origin]] = []
+        for number, (provider, text) in enumerate(mine, 1):
             t0 = time.perf_counter()
             document = parse_text(text, "bench")
             t1 = time.perf_counter()
             prepared = prepare(document, "bench")
             t2 = time.perf_counter()
-            ingest.store_prepared(prepared, Origin(provider))
+            if batch == 1:
+                ingest.store_prepared(prepared, Origin(provider))
+            else:
+                pending.append((prepared, Origin(provider)))
+                if len(pending) == batch or number == len(mine):
+                    ingest.store_batch(pending)
+                    pending = []
             t3 = time.perf_counter()
             timing["validate"] += t1 - t0
             timing["prepare"] += t2 - t1
@@ -124,7 +133,7 @@ def run(url: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
     barrier = context.Manager().Barrier(args.workers + 1)
     with context.Pool(args.workers) as pool:
         pending = pool.map_async(_ingest, [(url, w, args.workers, count, args.gpus,
-                                            args.samples, barrier)
+                                            args.samples, args.batch, barrier)
                                            for w in range(args.workers)])
         load_before = os.getloadavg()[0]
         barrier.wait()
@@ -147,7 +156,8 @@ def run(url: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
     filtered_s = time.perf_counter() - t0
     engine.dispose()
     result = {
-        "backend": label, "workers": args.workers, "gpus_per_document": args.gpus,
+        "backend": label, "workers": args.workers, "batch": args.batch,
+        "gpus_per_document": args.gpus,
         "documents": documents, "results": documents * args.gpus,
         "samples_per_result": args.samples,
         "document_kib": sum(t["bytes"] for t in timings) / documents / 1024,
@@ -161,7 +171,8 @@ def run(url: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
         "main_query_gpus": sum(s.gpus for s in summary),
         "filtered_list_s": filtered_s, "filtered_rows": len(filtered),
     }
-    print(f"{label:10s} {args.workers} worker(s), {documents} documents of {args.gpus} GPU(s) "
+    print(f"{label:10s} {args.workers} worker(s), {args.batch} per transaction, "
+          f"{documents} documents of {args.gpus} GPU(s) "
           f"({result['document_kib']:.0f} KiB): {wall:.1f} s, "
           f"{result['documents_per_s']:.0f} documents/s, {result['results_per_s']:.0f} "
           f"results/s; per document: validate {per_doc['validate']:.2f} ms, prepare "
@@ -211,6 +222,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8, help="GPUs (results) per document")
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--workers", type=int, default=1, help="ingesting processes")
+    parser.add_argument("--batch", type=int, default=BATCH_DOCUMENTS,
+                        help="documents per transaction: as `fleet ingest` by default, 1 as "
+                             "a probe or sweep stores them")
     parser.add_argument("--sqlite", help="SQLite file to create (default: a temporary one)")
     parser.add_argument("--postgresql", metavar="ADMIN_URL",
                         help="a server where a scratch database is created and dropped")

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
@@ -17,10 +18,20 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy.exc import DBAPIError
 
 from fleet.errors import AgentError, InputError
 from fleet.store.database import database_errors, engine_for
-from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo, prepare, read_document_file
+from fleet.store.ingest import (
+    Ingest,
+    Origin,
+    Outcome,
+    Prepared,
+    RunInfo,
+    Stored,
+    prepare,
+    read_document_file,
+)
 from fleet.store.query import (
     ResultFilter,
     ResultRow,
@@ -170,7 +181,9 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
     document as JSON (`fleet fingerprint --document > FILE`); `-` reads standard input.
     A document is stored once, however often it is given. A file that fails validation
     is rejected whole, with the reason, and the others are still stored; the exit status
-    is then 2.
+    is then 2. Into SQLite, documents are committed 100 at a time, and each file's line
+    is printed once its batch is; if the database itself fails, every file printed as
+    stored is.
 
     \b
     Examples:
@@ -181,30 +194,94 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
     counts = dict.fromkeys(("stored", "already stored", "rejected"), 0)
     with open_store(db) as store, Ingest(store.engine, RunInfo(sweep=sweep)) as run:
         _note(store.created, store.location)
+        # SQLite has one writer at a time, so a batch waits for the lock and cannot
+        # deadlock; on PostgreSQL two batches holding rows the other wants do (seen in
+        # tests/store/test_concurrency.py), while single documents take their locks in
+        # one order (fleet/store/ingest.py).
+        batch = BATCH_DOCUMENTS if store.location.is_sqlite else 1
+        pending: list[_Pending] = []
+        started = time.monotonic()
         for path in files:
-            name = str(path)
-            try:
-                data = sys.stdin.buffer.read() if name == "-" else path.read_bytes()
-                document = read_document_file(name, data)
-                stored = run.store_prepared(prepare(document, name), origin)
-            except (AgentError, InputError) as exc:
-                counts["rejected"] += 1
-                click.echo(f"rejected        {exc}")
-                continue
-            except OSError as exc:
-                counts["rejected"] += 1
-                click.echo(f"rejected        {name}: cannot read it ({exc.strerror})")
-                continue
-            counts[stored.outcome.value] += 1
-            if stored.outcome is Outcome.STORED:
-                click.echo(f"stored          {name}: document {stored.document_id}, "
-                           f"{len(document.gpus)} GPUs, {len(document.benchmarks)} results")
-            else:
-                click.echo(f"already stored  {name}: document {stored.document_id}")
+            pending.append(_read(path))
+            if len(pending) >= batch or time.monotonic() - started > BATCH_S:
+                _store_pending(run, pending, origin, counts)
+                pending, started = [], time.monotonic()
+        _store_pending(run, pending, origin, counts)
     summary = ", ".join(f"{count} {what}" for what, count in counts.items() if count)
     err_console.print(f"{summary} in {store.location}", markup=False)
     if counts["rejected"]:
         sys.exit(InputError.exit_code)
+
+
+# Documents stored per transaction by `fleet ingest`, and the longest a validated one
+# waits for its batch, so that lines keep coming on a slow disk or a slow network mount.
+BATCH_DOCUMENTS = 100
+BATCH_S = 1.0
+
+
+@dataclasses.dataclass(eq=False)  # found in its batch by identity: a file may be given twice
+class _Pending:
+    """One file of `fleet ingest`: validated and waiting for its batch, or rejected."""
+
+    name: str
+    prepared: Prepared | None = None
+    rejected: str | None = None
+    stored: Stored | None = None
+
+
+def _read(path: Path) -> _Pending:
+    name = str(path)
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else path.read_bytes()
+        return _Pending(name, prepared=prepare(read_document_file(name, data), name))
+    except (AgentError, InputError) as exc:
+        return _Pending(name, rejected=str(exc))
+    except OSError as exc:
+        return _Pending(name, rejected=f"{name}: cannot read it ({exc.strerror})")
+
+
+def _store_pending(run: Ingest, pending: Sequence[_Pending], origin: Origin,
+                   counts: dict[str, int]) -> None:
+    """Store a batch in one transaction, then print each file's line in the given order.
+    A batch that fails is stored again one document at a time, so that the document at
+    fault is named (and, if only its host name is bad, the others are still stored)."""
+    valid = [(item, item.prepared) for item in pending if item.prepared is not None]
+    stored: list[Stored] | None = None
+    if len(valid) > 1:
+        try:
+            stored = run.store_batch([(prepared, origin) for _, prepared in valid])
+        except (InputError, DBAPIError):
+            stored = None  # rolled back whole: one by one below
+    if stored is not None:
+        for (item, _), outcome in zip(valid, stored, strict=True):
+            item.stored = outcome
+    else:
+        for item, prepared in valid:
+            try:
+                item.stored = run.store_prepared(prepared, origin)
+            except InputError as exc:
+                item.rejected = str(exc)
+            except DBAPIError:
+                # Say what was stored before the database failed, then fail as before.
+                for earlier in pending[:pending.index(item)]:
+                    _echo(earlier, counts)
+                raise
+    for item in pending:
+        _echo(item, counts)
+
+
+def _echo(item: _Pending, counts: dict[str, int]) -> None:
+    if item.stored is None:
+        counts["rejected"] += 1
+        click.echo(f"rejected        {item.rejected}")
+    elif item.stored.outcome is Outcome.STORED and item.prepared is not None:
+        counts["stored"] += 1
+        document = item.prepared.document
+        click.echo(f"stored          {item.name}: document {item.stored.document_id}, "
+                   f"{len(document.gpus)} GPUs, {len(document.benchmarks)} results")
+    else:
+        counts["already stored"] += 1
+        click.echo(f"already stored  {item.name}: document {item.stored.document_id}")
 
 
 def _since(value: dt.datetime | None) -> dt.datetime | None:

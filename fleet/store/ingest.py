@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
@@ -26,6 +27,7 @@ import orjson
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 
 from fleet import __version__
 from fleet.document import AgentDocument, BenchmarkResult, Gpu, parse_document
@@ -332,20 +334,7 @@ class Ingest:
         try:
             provider_id, host_id = self._host_ids(names)
             run_id = self._run_id()
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                document_id = self._insert_document(cursor, prepared, run_id, host_id)
-                if document_id is not None:
-                    gpu_ids = self._upsert_gpus(cursor, prepared, host_id)
-                    fingerprint_ids = self._insert_fingerprints(cursor, prepared, document_id,
-                                                                gpu_ids)
-                    self._insert_benchmarks(cursor, prepared, gpu_ids, fingerprint_ids, {
-                        "document_id": document_id, "provider_id": provider_id,
-                        "host_id": host_id, "probe_run_id": run_id,
-                        "collected_at": self._fast.time(prepared.collected_at)})
-                    self._insert_errors(cursor, prepared, document_id, host_id, run_id)
-            finally:
-                cursor.close()
+            document_id = self._write(prepared, run_id, provider_id, host_id)
             if document_id is None:
                 transaction.rollback()
                 with conn.begin():
@@ -369,6 +358,60 @@ class Ingest:
         self._hosts[names] = (provider_id, host_id)
         return Stored(Outcome.STORED, document_id, prepared.content_hash)
 
+    def store_batch(self, items: Sequence[tuple[Prepared, Origin]]) -> list[Stored]:
+        """Store several documents of hand ingest in one transaction: all of them or, on
+        any error, none (rolled back, the error raised; store them one by one then, with
+        `store_prepared`, to learn which one failed and keep the others).
+
+        Why: SQLite writes every page a transaction touched to the WAL at its commit, and
+        the documents of a batch share their index pages, so one commit for 100 documents
+        writes far less than 100 commits (bench/store_ingest.py). Only for hand ingest,
+        where a host's newer document replaces its older one in the run: a probe or sweep
+        settles each host once, and a refused second document must roll back alone.
+        """
+        if self.run.one_document_per_host:
+            raise ValueError("store_batch is for hand ingest; a probe stores one by one")
+        conn = self.conn
+        names = [_names(origin, prepared.document) for prepared, origin in items]
+        hosts = dict(self._hosts)
+        stored: list[Stored] = []
+        run_id: int | None = None  # created with the first document written, as ever
+        transaction = conn.begin()
+        try:
+            for (prepared, origin), name in zip(items, names, strict=True):
+                # A document stored before under another provider or host name must not
+                # leave that name behind as a host without documents, as a rolled-back
+                # single store would not.
+                existing = None if name in hosts else self._existing(prepared)
+                document_id = None
+                if existing is None:
+                    if name not in hosts:
+                        hosts[name] = self._host_ids(name)
+                    provider_id, host_id = hosts[name]
+                    if run_id is None:
+                        run_id = self._run_id()
+                    document_id = self._write(prepared, run_id, provider_id, host_id)
+                if document_id is None:
+                    if existing is None:  # stored under a known host: the insert said so
+                        existing = int(conn.execute(self._sql.document_id, {
+                            "hash": prepared.content_hash}).scalar_one())
+                    stored.append(Stored(Outcome.ALREADY_STORED, existing,
+                                         prepared.content_hash))
+                    continue
+                assert run_id is not None  # set just before the document was written
+                self._settle_host(run_id, host_id, "stored", document_id, origin.listing)
+                stored.append(Stored(Outcome.STORED, document_id, prepared.content_hash))
+            transaction.commit()
+        except BaseException:
+            if transaction.is_active:
+                transaction.rollback()
+            raise
+        # Only what was committed may be remembered, as in `store_prepared`.
+        if run_id is not None:
+            self.run_id = run_id
+        self._hosts = hosts
+        return stored
+
     def record_error(self, origin: Origin, stage: str, message: str) -> None:
         """A host that sent no document (unreachable, timed out, agent crashed)."""
         conn = self.conn
@@ -384,14 +427,51 @@ class Ingest:
         self.run_id = run_id
         self._hosts[names] = (provider_id, host_id)
 
+    def _existing(self, prepared: Prepared) -> int | None:
+        found = self.conn.execute(self._sql.document_id,
+                                  {"hash": prepared.content_hash}).scalar_one_or_none()
+        return None if found is None else int(found)
+
+    def _write(self, prepared: Prepared, run_id: int, provider_id: int,
+               host_id: int) -> int | None:
+        """The document's rows, in the open transaction; None when it is already stored."""
+        with self._cursor() as cursor:
+            document_id = self._insert_document(cursor, prepared, run_id, host_id)
+            if document_id is None:
+                return None
+            gpu_ids = self._upsert_gpus(cursor, prepared, host_id)
+            fingerprint_ids = self._insert_fingerprints(cursor, prepared, document_id, gpu_ids)
+            self._insert_benchmarks(cursor, prepared, gpu_ids, fingerprint_ids, {
+                "document_id": document_id, "provider_id": provider_id,
+                "host_id": host_id, "probe_run_id": run_id,
+                "collected_at": self._fast.time(prepared.collected_at)})
+            self._insert_errors(cursor, prepared, document_id, host_id, run_id)
+        return document_id
+
+    @contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        """The driver's own cursor (statements.py says why), with its errors raised as
+        SQLAlchemy's, as `connection.execute` would: the CLI's `database_errors` turns
+        those into a message, and a bare driver error would reach the user as a trace.
+        No statement or parameters go into the error: they can be a whole document."""
+        cursor = self.conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        driver_error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            yield cursor
+        except driver_error as exc:
+            raise DBAPIError.instance(None, None, exc, driver_error,
+                                      hide_parameters=True,
+                                      dialect=self.engine.dialect) from exc
+        finally:
+            cursor.close()
+
     def _settle_host(self, run_id: int, host_id: int, status: str, document_id: int | None,
                      listing: Listing) -> bool:
         """Record the host's end in this run; False when the run already stored it."""
         fast = self._fast
         statement = (fast.run_host_replace if status == "stored"
                      and not self.run.one_document_per_host else fast.run_host_once)
-        cursor = self.conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
+        with self._cursor() as cursor:
             settled = statement.one(cursor, {
                 "probe_run_id": run_id, "host_id": host_id, "status": status,
                 "document_id": document_id,
@@ -399,8 +479,6 @@ class Ingest:
                 "price_per_gpu_hour": listing.price_per_gpu_hour,
                 "currency": listing.currency, "tags": fast.json(list(listing.tags)),
                 "updated_at": fast.time(_now())})
-        finally:
-            cursor.close()
         return settled is not None
 
     def _host_ids(self, names: tuple[str, str]) -> tuple[int, int]:

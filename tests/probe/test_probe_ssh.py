@@ -52,7 +52,11 @@ def test_four_hosts_each_replaying_its_recording(workspace: Workspace) -> None:
     for key in GOOD_HOSTS:
         cached = [p.name for p in (workspace.cache / key.replace("/", "-")).iterdir()]
         assert cached == [first.report["payload"]["file"]]
-    assert len(workspace.known_hosts.read_text().splitlines()) == len(GOOD_HOSTS)
+    # One line per host, each naming its own sshd's port (seen once in CI with a line
+    # missing, not reproduced since: the message keeps what is needed to tell why).
+    recorded = workspace.known_hosts.read_text()
+    ports = sorted(f"[127.0.0.1]:{server.port}" for server in workspace.servers)
+    assert sorted(line.split()[0] for line in recorded.splitlines()) == ports, recorded
 
     second = workspace.probe(inventory, "--fingerprint-only")
     assert second.returncode == 0, second.stderr

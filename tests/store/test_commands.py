@@ -12,8 +12,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fleet.cli import main
+from fleet.store.database import open_engine, resolve
 from fleet.store.schema import head_revision
 from tests.store import factory
+from tests.store.refuse import refusing
 
 HEAD = head_revision()
 
@@ -99,6 +101,32 @@ def test_results_filters_and_formats(store_url: str, tmp_path: Path) -> None:
     assert none.exit_code == 0 and "No results match" in none.stderr
     limited = fleet("results", "--limit", "1", db=store_url, env={"COLUMNS": "200"})
     assert "Showing the newest 1 of 4 results" in limited.stderr
+
+
+def test_ingest_goes_on_past_a_batch_and_says_what_a_failing_database_kept(
+        store_url: str, tmp_path: Path) -> None:
+    """Documents are stored 100 to a transaction; when the database refuses one, the
+    files before it are still stored (and said to be), nothing of it is, and the command
+    fails naming the database."""
+    paths = []
+    for i in range(1, 131):
+        path = tmp_path / f"gpu-{i:03d}.json"
+        path.write_text(json.dumps(factory.document(host=f"gpu-{i:03d}", gpus=1, runs=5)))
+        paths.append(str(path))
+    engine = open_engine(resolve(store_url))
+    try:
+        with refusing(engine, "document", "NEW.hostname = 'gpu-120'"):
+            result = fleet("ingest", *paths, db=store_url)
+    finally:
+        engine.dispose()
+    assert result.exit_code == 4 and "refused by test" in result.stderr
+    said = [line.split()[1].rstrip(":") for line in result.stdout.splitlines()]
+    assert said == paths[:119]
+    rows = json.loads(fleet("results", "--json", "--limit", "1000", db=store_url).stdout)
+    assert sorted(row["host"] for row in rows) == [f"gpu-{i:03d}" for i in range(1, 120)]
+    again = fleet("ingest", *paths[118:], db=store_url)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.count("already stored") == 1 and again.stdout.count("stored ") == 12
 
 
 def test_a_hosts_strings_are_not_rich_markup(store_url: str, tmp_path: Path) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 
@@ -69,3 +72,44 @@ def test_concurrent_ingest_loses_nothing(store_url: str, engine: Engine) -> None
     assert sorted(hashes) == sorted(every_hash)
     assert results_stored == 2 * len(every_hash)
     assert gpus == 2 * HOSTS
+
+
+def test_concurrent_fleet_ingest_commands_lose_nothing(store_url: str, engine: Engine,
+                                                       tmp_path: Path) -> None:
+    """The same race through `fleet ingest`, which on SQLite stores its files in batches
+    (each waiting for the one writer's lock) and on PostgreSQL one by one: every document
+    ends up stored exactly once."""
+    shared = []
+    for seed in range(SHARED):
+        path = tmp_path / f"shared-{seed}.json"
+        path.write_text(_doc(seed))
+        shared.append(str(path))
+    commands = []
+    for worker in range(WORKERS):
+        files = list(shared)
+        for i in range(OWN):
+            path = tmp_path / f"own-{worker}-{i}.json"
+            path.write_text(_doc(1000 * (worker + 1) + i))
+            files.append(str(path))
+        random.Random(worker).shuffle(files)
+        commands.append(subprocess.Popen(
+            [sys.executable, "-m", "fleet", "ingest", "--provider", "lambda", *files,
+             "--db", store_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    finished = [(process, *process.communicate(timeout=300)) for process in commands]
+    for process, _, stderr in finished:
+        assert process.returncode == 0, stderr
+    said: dict[str, list[str]] = {}
+    for _, stdout, _ in finished:
+        for line in stdout.splitlines():
+            words = line.split()
+            outcome, name = ("already", words[2]) if words[0] == "already" else words[:2]
+            said.setdefault(name.rstrip(":"), []).append(outcome)
+    assert len(said) == SHARED + WORKERS * OWN
+    assert all(len(said[path]) == WORKERS for path in shared)
+    assert all(outcomes.count("stored") == 1 and set(outcomes) <= {"stored", "already"}
+               for outcomes in said.values()), "each file stored by exactly one command"
+    with engine.connect() as conn:
+        documents = conn.execute(select(func.count(Document.id))).scalar_one()
+        results_stored = conn.execute(select(func.count(BenchmarkResult.id))).scalar_one()
+    assert documents == SHARED + WORKERS * OWN
+    assert results_stored == 2 * documents

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select, text
+from sqlalchemy.exc import DBAPIError
 
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
@@ -34,6 +35,7 @@ from fleet.store.models import (
 )
 from fleet.store.query import load_document, load_samples
 from tests.store import factory
+from tests.store.refuse import refusing
 
 Counts = Callable[[Engine], dict[str, int]]
 
@@ -216,29 +218,13 @@ def test_an_invalid_document_is_rejected_whole(engine: Engine, counts: Counts,
     assert counts(engine) == before
 
 
-def test_a_failure_inside_the_transaction_leaves_nothing(engine: Engine, backend: str,
+def test_a_failure_inside_the_transaction_leaves_nothing(engine: Engine,
                                                          counts: Counts) -> None:
     """A real database error after the document row was written (a trigger refuses the
     benchmark rows) rolls the whole document back, probe run and GPUs included."""
-    with engine.begin() as conn:
-        if backend == "sqlite":
-            conn.execute(text("CREATE TRIGGER refuse BEFORE INSERT ON benchmark_result "
-                              "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"))
-        else:
-            conn.execute(text("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
-                              "$$ BEGIN RAISE EXCEPTION 'refused by test'; END $$"))
-            conn.execute(text("CREATE TRIGGER refuse BEFORE INSERT ON benchmark_result "
-                              "FOR EACH ROW EXECUTE FUNCTION refuse()"))
-    try:
-        with pytest.raises(Exception, match="refused by test"):
-            store(engine, factory.document(gpus=2))
-        assert sum(counts(engine).values()) == 0
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text("DROP TRIGGER refuse" if backend == "sqlite"
-                              else "DROP TRIGGER refuse ON benchmark_result"))
-            if backend != "sqlite":
-                conn.execute(text("DROP FUNCTION refuse()"))
+    with refusing(engine, "benchmark_result"), pytest.raises(Exception, match="refused by test"):
+        store(engine, factory.document(gpus=2))
+    assert sum(counts(engine).values()) == 0
     assert store(engine, factory.document(gpus=2)).outcome is Outcome.STORED
 
 
@@ -328,3 +314,57 @@ def test_hand_ingest_may_load_a_hosts_history_into_one_run(engine: Engine) -> No
             assert last.outcome is Outcome.STORED
     (row,) = _run_hosts(engine)
     assert row.document_id == last.document_id
+
+
+def _prepared(host: str, seed: int = 0) -> Any:
+    return prepare(AgentDocument.model_validate(factory.document(host=host, seed=seed)), host)
+
+
+def test_a_batch_stores_what_one_by_one_would(engine: Engine, counts: Counts) -> None:
+    """One transaction for several documents (`fleet ingest`): a copy within the batch and
+    a document stored before under another name are already stored, and that other name
+    is not left behind as a host."""
+    earlier = store(engine, factory.document(host="gpu-01", seed=9))
+    with Ingest(engine) as ingest:
+        stored = ingest.store_batch([
+            (_prepared("gpu-01"), Origin("lambda")),
+            (_prepared("gpu-02"), Origin("lambda")),
+            (_prepared("gpu-01"), Origin("lambda")),
+            (_prepared("gpu-01", seed=9), Origin("lambda", "renamed")),
+        ])
+    assert [s.outcome for s in stored] == [Outcome.STORED, Outcome.STORED,
+                                           Outcome.ALREADY_STORED, Outcome.ALREADY_STORED]
+    assert stored[2].document_id == stored[0].document_id
+    assert stored[3].document_id == earlier.document_id
+    with engine.connect() as conn:
+        hosts = sorted(conn.execute(text("SELECT name FROM host")).scalars())
+        runs = conn.execute(select(Document.probe_run_id)).scalars().all()
+    assert hosts == ["gpu-01", "gpu-02"]
+    assert len(set(runs)) == 2  # the earlier store's run and the batch's
+    assert counts(engine)["document"] == 3 and counts(engine)["run_host"] == 3
+
+
+def test_a_batch_of_known_documents_makes_no_run(engine: Engine, counts: Counts) -> None:
+    store(engine, factory.document(host="gpu-01"))
+    before = counts(engine)
+    with Ingest(engine) as ingest:
+        (stored,) = ingest.store_batch([(_prepared("gpu-01"), Origin("lambda"))])
+    assert stored.outcome is Outcome.ALREADY_STORED
+    assert counts(engine) == before
+
+
+def test_a_batch_that_fails_stores_none_of_it(engine: Engine, counts: Counts) -> None:
+    """A database error on the second document rolls the first back too; the caller then
+    stores them one by one (`fleet ingest`), and the first is stored alone."""
+    batch = [(_prepared("gpu-01"), Origin("lambda")), (_prepared("gpu-02"), Origin("lambda"))]
+    with refusing(engine, "document", "NEW.hostname = 'gpu-02'"), Ingest(engine) as ingest:
+        with pytest.raises(DBAPIError, match="refused by test"):
+            ingest.store_batch(batch)
+        assert sum(counts(engine).values()) == 0
+        assert ingest.store_prepared(*batch[0]).outcome is Outcome.STORED
+    assert counts(engine)["document"] == 1 and counts(engine)["probe_run"] == 1
+
+
+def test_a_probe_does_not_batch(engine: Engine) -> None:
+    with Ingest(engine, RunInfo(kind="probe")) as ingest, pytest.raises(ValueError):
+        ingest.store_batch([(_prepared("gpu-01"), Origin("lambda"))])
