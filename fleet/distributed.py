@@ -14,20 +14,33 @@ for a host its inventory lacks, so that a worker that can takes it. It refuses (
 writes nothing) a task whose run is finished or unknown to its store: a late task never
 writes into a night that is over. Every task expires (`expires_after_s`), so a task that
 no worker could serve leaves the broker instead of waiting there for a worker that starts
-next week; the controller reports it failed at stage "queue".
+next week; the controller reports it failed at stage "queue". On Redis that expiry also
+covers the visibility timeout, so that the task of a worker that died mid-host is still
+valid when Redis hands it to another worker; the controller waits for a task at most
+until its expiry plus one host's budget, then reports it failed at stage "worker" (at
+"queue" if no worker was seen starting it).
 
 Delivery: tasks are acknowledged late (after the host is stored) and each worker takes
 one task per slot at a time (prefetch 1). A task whose worker died unacknowledged is
 delivered again by the broker, not by the worker (the threads pool has no child process
 whose loss `task_reject_on_worker_lost` could notice): Redis hands it to another worker
 once its visibility timeout has passed since delivery; RabbitMQ requeues it as soon as
-the dead worker's channel closes. That visibility timeout must exceed the longest host's
-probe plus its connect budget (`host_budget_s`), or Redis hands a host still being probed
-to a second worker (stored once, measured twice, under each other's load): the controller
-refuses a shorter one. RabbitMQ's own `consumer_timeout` (30 min by default since 3.8.15)
-closes the channel of a worker that holds a delivery longer, so it must likewise exceed
-the longest host's probe (set it in rabbitmq.conf). Storage is idempotent by (run, host)
-through run_host (`Ingest`), so a host delivered twice is stored once.
+the dead worker's channel closes. Redis restores unacknowledged tasks on the *workers'*
+visibility timeout (their `fleet worker --visibility-timeout`), while the controller
+counts the expiry from its own `fleet sweep --visibility-timeout`: give both the same
+value (a worker whose own is longer than the sweep's says so in its log). That visibility
+timeout must exceed the longest host's probe plus its connect budget (`host_budget_s`), or
+Redis hands a host still being probed to a second worker (stored once, measured twice,
+under each other's load): the controller refuses a shorter one. RabbitMQ's own
+`consumer_timeout` (30 min by default since 3.8.15) closes the channel of a worker that
+holds a delivery longer, so it must likewise exceed the longest host's probe (set it in
+rabbitmq.conf). Storage is idempotent by (run, host) through run_host (`Ingest`), so a
+host delivered twice is stored once.
+
+The broker: `fleet sweep --via celery` checks that it answers before the run is created
+(`check_broker`, from `check_visibility`); a broker lost while tasks are sent or followed
+ends the sweep with a StoreError naming it (password hidden), the run left open for
+`fleet sweep --resume`.
 
 Celery is imported here only, lazily by the commands that need it, so `fleet probe` never
 pays for it.
@@ -50,11 +63,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sqlalchemy import select, text
 
 from agent import __version__ as agent_version
-from fleet.errors import FleetError, InputError
+from fleet.errors import FleetError, InputError, StoreError
 from fleet.inventory import LoadedInventory, Target, load_inventory
 from fleet.local_agent import BenchOptions
 from fleet.probe import HostProber, Observer, ProbeOptions, _sigterm_as_interrupt
-from fleet.store.database import Location, resolve
+from fleet.store.database import Location, redact, resolve
 from fleet.store.ingest import Ingest, RunInfo
 from fleet.store.models import ProbeRun
 from fleet.transport.ssh import RETRY_BACKOFF_S
@@ -76,6 +89,11 @@ INSPECT_EVERY_S = 2.0
 # back to the same worker, and a pause keeps that loop (until another worker takes it, or
 # it expires) from spinning and flooding the log.
 REJECT_PAUSE_S = 2.0
+# How long `check_broker` waits for the broker to answer.
+BROKER_CHECK_TIMEOUT_S = 5.0
+# A task the controller still waits for past its expiry plus one host's budget is given up
+# (stage "worker"); this much more covers storing the document and the result's return.
+SETTLE_GRACE_S = 60.0
 log = logging.getLogger(__name__)
 
 
@@ -99,11 +117,11 @@ def make_app(broker: str, visibility_timeout_s: float | None = None) -> Celery:
         raise InputError("give --broker URL, e.g. redis://127.0.0.1:6379/0 or "
                          "amqp://guest:guest@127.0.0.1:5672//")
     visibility = visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
-    transport: dict[str, Any] = {"visibility_timeout": visibility}
-    if visibility < 60:
-        # Look for unacknowledged tasks to restore every second instead of every ~10 s:
-        # only short (test) timeouts need it.
-        transport.update(unacked_restore_interval=1, unacked_restore_throttle=1)
+    # Look for unacknowledged tasks to restore every `restore_every_s` (kombu's default
+    # scans every ~100 s), so that `redelivery_s` bounds when a dead worker's task is back.
+    transport: dict[str, Any] = {"visibility_timeout": visibility,
+                                 "unacked_restore_interval": restore_every_s(visibility),
+                                 "unacked_restore_throttle": 1}
     app = Celery("fleet", broker=broker, backend=_result_backend(broker),
                  set_as_current=False)
     app.conf.update(
@@ -153,21 +171,46 @@ def host_budget_s(options: ProbeOptions, target: Target) -> float:
     return options.timeout_for(target) + attempts * options.connect_timeout_s + backoff
 
 
+def restore_every_s(visibility_timeout_s: float) -> int:
+    """How often a worker on Redis looks for unacknowledged tasks past their visibility
+    timeout to restore: every second for short (test) timeouts, else every 10 s."""
+    return 1 if visibility_timeout_s < 60 else 10
+
+
+def redelivery_s(broker: str, visibility_timeout_s: float | None) -> float:
+    """How long after its delivery the broker may hold the task of a worker that died
+    before another worker can get it: on Redis the visibility timeout and one restore
+    period (`restore_every_s`); RabbitMQ requeues it at once."""
+    if not _is_redis(broker):
+        return 0.0
+    visibility = visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
+    return visibility + restore_every_s(visibility)
+
+
 def expires_after_s(options: ProbeOptions, target: Target, position: int,
-                    queue_timeout_s: float) -> float:
+                    queue_timeout_s: float, redelivery: float = 0.0) -> float:
     """When a task leaves the broker unserved, counted from its sending: the queue timeout,
     then one host budget per wave of DEFAULT_CONCURRENCY hosts queued before it, so that a
-    queue served by one worker at the default --concurrency reaches every task in time."""
+    queue served by one worker at the default --concurrency reaches every task in time,
+    then `redelivery` (`redelivery_s`: on Redis the visibility timeout and a restore
+    period), so that the task of a worker that died mid-host is still valid when the
+    broker hands it to another."""
     waves = 1 + position // DEFAULT_CONCURRENCY
-    return queue_timeout_s + waves * host_budget_s(options, target)
+    return queue_timeout_s + waves * host_budget_s(options, target) + redelivery
 
 
 def check_visibility(broker: str, visibility_timeout_s: float | None, options: ProbeOptions,
                      targets: tuple[Target, ...]) -> None:
-    """Refuse a Redis visibility timeout that would hand a host still being probed to a
-    second worker."""
-    if not _is_redis(broker) or not targets:
-        return
+    """Before the run is created: refuse a Redis visibility timeout that would hand a host
+    still being probed to a second worker, then a broker that does not answer
+    (`check_broker`)."""
+    if _is_redis(broker) and targets:
+        _check_visibility(visibility_timeout_s, options, targets)
+    check_broker(broker)
+
+
+def _check_visibility(visibility_timeout_s: float | None, options: ProbeOptions,
+                      targets: tuple[Target, ...]) -> None:
     visibility = visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
     longest = max(host_budget_s(options, t) for t in targets)
     if visibility < longest:
@@ -177,6 +220,51 @@ def check_visibility(broker: str, visibility_timeout_s: float | None, options: P
             "hand a host still being probed to a second worker. Give --visibility-timeout "
             f"{math.ceil(longest) + 60} or more, to the sweep and to every `fleet worker`, "
             "or a shorter --timeout")
+
+
+def redacted_broker(broker: str) -> str:
+    """The broker's URL with any password hidden (also in a URL fleet cannot parse)."""
+    shown = redact(broker)
+    if shown.startswith("(") or ";" in broker:  # unparsed, or a kombu failover list
+        import re
+
+        shown = re.sub(r"(://[^:/@;]*):[^@;]*@", r"\1:***@", broker)
+    return shown
+
+
+def broker_failure(broker: str, exc: BaseException, doing: str, resume: bool) -> StoreError:
+    """A StoreError for a broker that cannot be reached or failed, password hidden."""
+    detail = (str(exc).strip().splitlines() or [""])[0].rstrip(".") or type(exc).__name__
+    for secret in _broker_secrets(broker):
+        detail = detail.replace(secret, "***")
+    then = ("The run stays open: when the broker is back, `fleet sweep --resume` probes the "
+            "hosts it has no document for" if resume else "No run was started")
+    return StoreError(f"the Celery broker {redacted_broker(broker)} failed while {doing}: "
+                      f"{detail}. Check that it is running and reachable at that address "
+                      f"(and its password). {then}")
+
+
+def _broker_secrets(broker: str) -> list[str]:
+    import re
+    from urllib.parse import unquote
+
+    found = re.findall(r"://[^:/@;]*:([^@;]+)@", broker)
+    found += re.findall(r"[?&][^=&]*password[^=&]*=([^&;]+)", broker, flags=re.IGNORECASE)
+    return [s for v in found for s in {v, unquote(v)} if s]
+
+
+def check_broker(broker: str, timeout_s: float = BROKER_CHECK_TIMEOUT_S) -> None:
+    """Refuse a broker that does not answer within `timeout_s`, before the run is created."""
+    try:
+        from kombu.connection import Connection
+    except ImportError:  # pragma: no cover - a dependency, but said plainly if missing
+        raise InputError("--via celery needs Celery: pip install 'celery[redis]'") from None
+    try:
+        with Connection(broker, connect_timeout=timeout_s) as connection:  # type: ignore[no-untyped-call]
+            connection.ensure_connection(max_retries=0, timeout=timeout_s)
+    except Exception as exc:  # kombu's OperationalError, an OSError, a bad URL's error
+        raise broker_failure(broker, exc, "checking it before the sweep",
+                             resume=False) from None
 
 
 # --- the worker side ---------------------------------------------------------------------
@@ -225,12 +313,17 @@ def options_message(options: ProbeOptions) -> dict[str, Any]:
             "connect_retries": options.connect_retries}
 
 
-def task_message(run: RunInfo, store: str, target: Target, options: ProbeOptions
-                 ) -> dict[str, Any]:
-    """The keyword arguments of one host's task: everything that crosses the broker."""
+def task_message(run: RunInfo, store: str, target: Target, options: ProbeOptions,
+                 visibility_timeout_s: float | None = None) -> dict[str, Any]:
+    """The keyword arguments of one host's task: everything that crosses the broker. On
+    Redis its options also say the visibility timeout that the sweep counted the task's
+    expiry with, which the worker checks against its own."""
     assert run.run_id is not None and run.sweep is not None
+    message = options_message(options)
+    if visibility_timeout_s:
+        message["visibility_timeout_s"] = visibility_timeout_s
     return {"run_id": run.run_id, "sweep": run.sweep, "store": store, "host": target.key,
-            "options": options_message(options)}
+            "options": message}
 
 
 def _hand_back(why: str) -> NoReturn:
@@ -276,6 +369,12 @@ def _probe_task(task: Any, run_id: int, sweep: str, store: str, host: str,
                 "worker": worker, "wall_s": time.monotonic() - started}
     visibility = state.options.visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
     probe_options = _options_from(options, state.options.accept_new_host_keys)
+    assumed = options.get("visibility_timeout_s")
+    if assumed and _is_redis(state.options.broker) and visibility > assumed:
+        log.warning("this worker's visibility timeout %g s is longer than the sweep's %g s: "
+                    "should a worker die mid-host, Redis hands its task to another only "
+                    "after %g s, when it may have expired. Give every `fleet worker` the "
+                    "sweep's --visibility-timeout", visibility, assumed, visibility)
     if host_budget_s(probe_options, target) > visibility:
         log.warning("%s may take %g s, more than this worker's visibility timeout %g s: "
                     "Redis may hand it to a second worker meanwhile", host,
@@ -366,6 +465,31 @@ class _QueueWatch:
             self._stop.wait(INSPECT_EVERY_S)
 
 
+@dataclass
+class _Pending:
+    target: Target
+    result: Any
+    expires: float  # its expiry, counted from its sending
+    budget: float  # host_budget_s
+    deadline: float  # when the controller stops waiting for it (clock())
+    started_on: str | None = None  # the worker seen probing it
+
+
+def _broker_errors(app: Celery) -> tuple[type[BaseException], ...]:
+    """What a broker or result store that failed raises: the transport's connection and
+    channel errors, kombu's, OSError, and the RuntimeError of Celery's Redis result backend
+    ("Retry limit exceeded while trying to reconnect")."""
+    from kombu.exceptions import KombuError
+
+    errors: tuple[type[BaseException], ...] = (KombuError, OSError, RuntimeError)
+    try:
+        connection = app.connection_for_write()
+        errors += tuple(connection.connection_errors) + tuple(connection.channel_errors)
+    except Exception:  # pragma: no cover - the transport could not be loaded
+        pass
+    return errors
+
+
 def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store: str,
                   options: ProbeOptions, observe: Observer,
                   queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
@@ -375,33 +499,48 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
 
     A host whose queue no live worker consumes for `queue_timeout_s` (none ever started,
     or the ones that did have died) ends as failed at stage "queue", naming the queue; so
-    does one whose task expired before a worker could serve it. Ctrl-C or SIGTERM revokes
-    the tasks not yet done (on the workers alive now: a revoke lives in their memory; a
-    worker started later drops them by their expiry) and returns interrupted."""
-    pending: dict[str, tuple[Target, Any, float]] = {}
+    does one whose task expired before a worker could serve it. One still unsettled at its
+    expiry plus one host budget (its worker died and the broker did not hand it to another
+    in time) ends as failed at stage "worker". Ctrl-C or SIGTERM revokes the tasks not yet
+    done (on the workers alive now: a revoke lives in their memory; a worker started later
+    drops them by their expiry) and returns interrupted. A broker that fails raises a
+    StoreError (`broker_failure`)."""
+    broker = str(app.conf.broker_url or "")
+    transport = app.conf.broker_transport_options or {}
+    visibility = transport.get("visibility_timeout") if _is_redis(broker) else None
+    redelivery = redelivery_s(broker, visibility)
+    errors = _broker_errors(app)
+    pending: dict[str, _Pending] = {}
     done: dict[str, RemoteOutcome] = {}
-    said: dict[str, str] = {}
     unserved_since: dict[str, float] = {}
     position: dict[str, int] = {}
+    doing = "sending the tasks"
     try:
         with _sigterm_as_interrupt():
             for target in targets:
                 queue = target.queue_name
                 expires = expires_after_s(options, target, position.get(queue, 0),
-                                          queue_timeout_s)
+                                          queue_timeout_s, redelivery)
                 position[queue] = position.get(queue, 0) + 1
-                result = app.send_task(TASK, kwargs=task_message(run, store, target, options),
+                budget = host_budget_s(options, target)
+                deadline = clock() + expires + budget + SETTLE_GRACE_S
+                result = app.send_task(TASK, kwargs=task_message(run, store, target, options,
+                                                                 visibility),
                                        queue=queue, expires=expires)
-                pending[target.key] = (target, result, expires)
+                pending[target.key] = _Pending(target, result, expires, budget, deadline)
                 observe(target, "queued", f"queued on {queue}")
+            doing = "following the tasks"
             with _QueueWatch(app) as watch:
                 while pending:
                     now = clock()
-                    for key, (target, result, expires) in list(pending.items()):
-                        outcome = _settled(result, target, expires)
+                    for key, task in list(pending.items()):
+                        target, result = task.target, task.result
+                        outcome = _settled(task)
                         if outcome is None:
                             outcome = _unserved(target, watch, unserved_since, now,
                                                 queue_timeout_s)
+                            if outcome is None and now > task.deadline:
+                                outcome = _lost(task, visibility)
                             if outcome is not None:
                                 result.revoke()
                         if outcome is not None:
@@ -410,18 +549,33 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                             observe(target, "done" if outcome.ok else "failed",
                                     _describe(outcome))
                             continue
-                        state = result.state
-                        if state == "STARTED" and said.get(key) != state:
+                        if result.state == "STARTED":
                             info = result.info if isinstance(result.info, dict) else {}
-                            observe(target, "agent",
-                                    f"probing on {info.get('hostname', '?')}")
-                            said[key] = state
+                            worker = str(info.get("hostname", "?"))
+                            if worker != task.started_on:  # first, or after a re-delivery
+                                task.started_on = worker
+                                observe(target, "agent", f"probing on {worker}")
                     time.sleep(POLL_S)
     except KeyboardInterrupt:
         if pending:
-            app.control.revoke([result.id for _, result, _ in pending.values()])
+            try:
+                app.control.revoke([task.result.id for task in pending.values()])
+            except errors as exc:
+                _detach(pending)
+                log.warning("could not revoke the tasks not yet done: %s",
+                            broker_failure(broker, exc, "revoking them", resume=True))
         return done, True
+    except errors as exc:
+        _detach(pending)
+        raise broker_failure(broker, exc, doing, resume=True) from None
     return done, False
+
+
+def _detach(pending: Mapping[str, _Pending]) -> None:
+    """Let go of results whose broker failed without telling it: an AsyncResult that is
+    collected tells its backend, which would fail again, as a traceback on stderr."""
+    for task in pending.values():
+        task.result.backend = None
 
 
 def _describe(outcome: RemoteOutcome) -> str:
@@ -431,7 +585,8 @@ def _describe(outcome: RemoteOutcome) -> str:
     return f"{outcome.stage}: {outcome.reason}{where}"
 
 
-def _settled(result: Any, target: Target, expires: float) -> RemoteOutcome | None:
+def _settled(task: _Pending) -> RemoteOutcome | None:
+    result, target, expires = task.result, task.target, task.expires
     state = result.state
     if state == "SUCCESS":
         value = result.result if isinstance(result.result, dict) else {}
@@ -446,12 +601,36 @@ def _settled(result: Any, target: Target, expires: float) -> RemoteOutcome | Non
     if state == "REVOKED":
         # Only its expiry revokes a task the controller still waits for.
         queue = target.queue_name
+        if task.started_on is not None:
+            return RemoteOutcome(False, "worker", (
+                f"worker {task.started_on} began probing it but never finished (it died "
+                f"or lost the broker), and no other worker took it before the task expired "
+                f"{expires:g} s after queueing on {queue!r}: on Redis a dead worker's task "
+                "goes to another worker after the workers' --visibility-timeout, which must "
+                "be the sweep's. Check the queue's workers, then `fleet sweep --resume`"),
+                task.started_on)
         return RemoteOutcome(False, "queue", (
             f"no worker probed it within {expires:g} s of queueing on {queue!r}, so the "
             "task expired: the queue's workers were busy, or none lists this host in its "
             f"inventory or writes to this store. Start `fleet worker --queue {queue}` with "
             "the sweep's inventory and --db, then `fleet sweep --resume`"))
     return None
+
+
+def _lost(task: _Pending, visibility: float | None) -> RemoteOutcome:
+    """A task past its expiry plus one host budget that never settled."""
+    queue = task.target.queue_name
+    began = (f"worker {task.started_on} began probing it" if task.started_on
+             else "it was never seen started")
+    redis = (f" (Redis does so {visibility:g} s after delivery by the sweep's "
+             "--visibility-timeout: every `fleet worker` must have the same)"
+             if visibility else "")
+    waited = task.expires + task.budget + SETTLE_GRACE_S
+    return RemoteOutcome(False, "worker" if task.started_on else "queue", (
+        f"no result {waited:g} s after queueing on {queue!r} (its expiry, {task.expires:g} "
+        f"s, and one host's probe): {began}, but no worker finished it and the broker did "
+        f"not hand it to another in time{redis}. Check the queue's workers, then "
+        "`fleet sweep --resume`"), task.started_on)
 
 
 def _unserved(target: Target, watch: _QueueWatch, since: dict[str, float], now: float,

@@ -333,7 +333,8 @@ class BenchmarkResult(Strict):
     m: Annotated[int, Field(ge=1, le=1 << 20)]
     n: Annotated[int, Field(ge=1, le=1 << 20)]
     k: Annotated[int, Field(ge=1, le=1 << 20)]
-    tflops: Annotated[float, Field(ge=0, le=1e6)]
+    # A product that took no time is not a measurement; the reports divide by this.
+    tflops: Annotated[float, Field(gt=0, le=1e6)]
     stats: Statistics
     warmup: Warmup
     measurement: Measurement | None = None

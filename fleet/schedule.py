@@ -8,8 +8,14 @@ are found again by a marker comment (cron) or by their unit names (systemd), so 
 The store is fixed at install time as an absolute URL (from --db, else $FLEET_DB, else
 the default file): cron starts the command in $HOME with almost no environment, so a
 relative `./fleet.db` or an exported FLEET_DB would otherwise name another store, or
-none. A PostgreSQL URL may carry its password, so unit files are written 0600 (a user's
-crontab is private to them already) and what is printed is redacted.
+none. A PostgreSQL URL (or a broker's, in --sweep-args) may carry a password, and any
+local user can read a running command's arguments (`ps`, /proc/PID/cmdline): so the store
+URL and the broker never go on the command line. They go into an environment file only
+its owner may read (0600), as FLEET_DB and FLEET_BROKER, which `fleet sweep` and
+`fleet db prune` read when --db / --broker are not given: for cron
+`$XDG_STATE_HOME/fleet/sweep-NAME.env` (~/.local/state by default), sourced by the
+scheduled shell command; for systemd `fleet-sweep-NAME.env` beside the units, loaded
+through EnvironmentFile=. Unit files are written 0600 too and what is printed is redacted.
 
 Where the crontab is read and written is injectable: `$FLEET_CRONTAB` names a file to use
 instead of the user's crontab (`crontab -l` / `crontab -`), which is how the tests run.
@@ -27,9 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.errors import FleetError, InputError
+from fleet.store.database import ENV_VAR as DB_ENV
 from fleet.store.database import resolve
 
 CRONTAB_ENV = "FLEET_CRONTAB"
+NO_CRONTAB = "no `crontab` command here: install cron, or use --systemd"
 MARKER = "# fleet schedule: sweep "
 DEFAULT_KEEP_SAMPLES_DAYS = 30
 CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?(,\d+(-\d+)?)*)(/\d+)?$")
@@ -38,11 +46,22 @@ CRON_RANGES = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31),
                ("month", 1, 12), ("day of week", 0, 7))
 WEEK = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # systemd's week starts on Monday
 PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+SYSTEMD_ENV_ESCAPE = re.compile(r'["\\]')
+BROKER_ENV = "FLEET_BROKER"  # `fleet sweep --broker`'s environment variable
+# What systemd takes in a unit name without escaping, less the ":" "@" "\\" it gives a
+# meaning to: with --systemd the sweep's name is used as it is, never mangled (mangling
+# let `a:b`, `a@b` and `a-b` share one set of units).
+SYSTEMD_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def default_log(name: str) -> Path:
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "fleet" / f"sweep-{name}.log"
+
+
+def cron_env_file(name: str) -> Path:
+    """The environment file (FLEET_DB, FLEET_BROKER) of the crontab entry of sweep `name`."""
+    return default_log(name).with_suffix(".env").absolute()
 
 
 def default_unit_dir() -> Path:
@@ -59,24 +78,90 @@ class Schedule:
     keep_samples_days: int = DEFAULT_KEEP_SAMPLES_DAYS
     sweep_args: tuple[str, ...] = ()  # e.g. ("--via", "celery", "--broker", URL)
 
-    def command(self) -> str:
-        """The shell command the scheduler runs (before the scheduler's own escaping)."""
+    def environment(self) -> dict[str, str]:
+        """What the scheduled command gets from its environment file, never its arguments:
+        the store's URL (FLEET_DB) and the broker's (FLEET_BROKER), which may hold passwords."""
+        env = {DB_ENV: store_url(self.db)}
+        broker = split_sweep_args(self.sweep_args)[1]
+        if broker is not None:
+            env[BROKER_ENV] = broker
+        return env
+
+    def command(self, env_file: Path | None = None) -> str:
+        """The shell command the scheduler runs (before the scheduler's own escaping); it
+        sources `env_file` first when given (cron), else its environment is set for it
+        (systemd's EnvironmentFile=)."""
         fleet = [sys.executable, "-m", "fleet.cli"]
-        db = ["--db", store_url(self.db)]
+        args = split_sweep_args(self.sweep_args)[0]
         log_path = self.log or default_log(self.name)
         log = shlex.quote(str(log_path))
         # The night's report beside the log, not in whatever directory the scheduler
         # starts in; each night replaces the last (`fleet report` rebuilds any of them).
-        report = [] if {"--report", "--no-report"} & set(self.sweep_args) else [
+        report = [] if {"--report", "--no-report"} & set(args) else [
             "--report", str(log_path.with_suffix(".html"))]
         sweep = shlex.join([*fleet, "sweep", str(self.inventory.resolve()), "--name",
-                            self.name, *db, *report, *self.sweep_args])
+                            self.name, *report, *args])
         prune = shlex.join([*fleet, "db", "prune", "--keep-samples-days",
-                            str(self.keep_samples_days), *db])
+                            str(self.keep_samples_days)])
+        # A missing file stops the shell at `.` (a special built-in): never a sweep or a
+        # prune of the default store instead.
+        load = (f"set -a; . {shlex.quote(str(env_file))}; set +a; " if env_file is not None
+                else "")
         # The prune runs whatever the sweep's exit status, which the line keeps for cron's
         # mail and systemd's unit state.
-        return (f"mkdir -p {shlex.quote(str((self.log or default_log(self.name)).parent))}"
-                f" && {{ {sweep}; status=$?; {prune}; exit $status; }} >> {log} 2>&1")
+        return (f"mkdir -p {shlex.quote(str(log_path.parent))}"
+                f" && {{ {load}{sweep}; status=$?; {prune}; exit $status; }} >> {log} 2>&1")
+
+
+def split_sweep_args(args: tuple[str, ...]) -> tuple[list[str], str | None]:
+    """--sweep-args without --broker URL, and that URL (it goes to the environment file).
+    Refuses --db (the store is install's --db, the prune's too) and any other URL with a
+    password, which would be on the command line."""
+    kept: list[str] = []
+    broker: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--broker":
+            if i + 1 == len(args):
+                raise InputError("--sweep-args: --broker needs a URL")
+            broker, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--broker="):
+            broker, i = arg.partition("=")[2], i + 1
+            continue
+        if arg == "--db" or arg.startswith("--db="):
+            raise InputError("--sweep-args: give the store as `fleet schedule install --db "
+                             "URL` (the prune uses it too), not in --sweep-args")
+        if PASSWORD.search(arg):
+            raise InputError(f"--sweep-args: {redacted(arg)} holds a password, which any "
+                             "local user could read on the command line; only --broker's "
+                             "URL is kept out of it (in the environment file)")
+        kept.append(arg)
+        i += 1
+    return kept, broker
+
+
+def sh_env(env: dict[str, str]) -> str:
+    """An environment file for `set -a; . FILE; set +a`: each value single-quoted as sh
+    reads it (a ' as '\\''), so quotes, spaces, $, ` and backslashes stay as they are."""
+    return _env_header() + "".join(f"{key}={shlex.quote(value)}\n"
+                                   for key, value in env.items())
+
+
+def systemd_env(env: dict[str, str]) -> str:
+    """An environment file for systemd's EnvironmentFile=: each value double-quoted, with a
+    backslash before " and \\ only (sh's '\\'' means nothing to systemd). systemd expands
+    nothing in the file, so $ and ` stay bare: older systemd keeps the backslash of \\$."""
+    def quoted(value: str) -> str:
+        return '"' + SYSTEMD_ENV_ESCAPE.sub(r"\\\g<0>", value) + '"'
+
+    return _env_header() + "".join(f"{key}={quoted(value)}\n" for key, value in env.items())
+
+
+def _env_header() -> str:
+    return ("# Written by `fleet schedule install`: the scheduled sweep's store and broker, "
+            "kept off its command line.\n")
 
 
 def store_url(db: str | None) -> str:
@@ -131,12 +216,19 @@ class Crontab:
     def read(self) -> str:
         if self.file is not None:
             return self.file.read_text() if self.file.exists() else ""
+        if shutil.which("crontab") is None:
+            return ""  # no cron here: no entries (only writing needs the command)
         done = self._crontab("-l")
         if done.returncode != 0:
             if "no crontab" in done.stderr.lower():
                 return ""
             raise FleetError(f"crontab -l failed: {done.stderr.strip()}")
         return done.stdout
+
+    def check_writable(self) -> None:
+        """Raise the clear error now, before anything else is written, if write would."""
+        if self.file is None and shutil.which("crontab") is None:
+            raise FleetError(NO_CRONTAB)
 
     def write(self, text: str) -> None:
         if self.file is not None:
@@ -149,7 +241,7 @@ class Crontab:
     @staticmethod
     def _crontab(arg: str, text: str | None = None) -> subprocess.CompletedProcess[str]:
         if shutil.which("crontab") is None:
-            raise FleetError("no `crontab` command here: install cron, or use --systemd")
+            raise FleetError(NO_CRONTAB)
         return subprocess.run(["crontab", arg], input=text, capture_output=True, text=True,
                               check=False)
 
@@ -187,12 +279,32 @@ def cron_command(command: str) -> str:
     return command.replace("%", "\\%")
 
 
-def install_cron(schedule: Schedule, cron: str, crontab: Crontab) -> str:
-    """Add (or replace) the sweep's crontab entry; returns the entry's line."""
-    line = f"{check_cron(cron)} {cron_command(schedule.command())}"
+def install_cron(schedule: Schedule, cron: str, crontab: Crontab) -> tuple[str, Path]:
+    """Add (or replace) the sweep's crontab entry and its environment file; returns the
+    entry's line and the file."""
+    env_file = cron_env_file(schedule.name)
+    _check_log(schedule, env_file)
+    line = f"{check_cron(cron)} {cron_command(schedule.command(env_file))}"
+    env = sh_env(schedule.environment())
     kept, _ = _without(crontab.read(), schedule.name)
-    crontab.write("\n".join([*kept, f"{MARKER}{schedule.name}", line]) + "\n")
-    return line
+    crontab.check_writable()
+    existed = env_file.exists()
+    env_file.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(env_file, env)
+    try:
+        crontab.write("\n".join([*kept, f"{MARKER}{schedule.name}", line]) + "\n")
+    except BaseException:
+        if not existed:
+            env_file.unlink(missing_ok=True)
+        raise
+    return line, env_file
+
+
+def _check_log(schedule: Schedule, env_file: Path) -> None:
+    log = schedule.log or default_log(schedule.name)
+    if log.absolute() == env_file.absolute():
+        raise InputError(f"--log {log}: that is the schedule's environment file; give "
+                         "another path")
 
 
 def cron_entries(crontab: Crontab) -> list[tuple[str, str]]:
@@ -204,6 +316,16 @@ def remove_cron(name: str, crontab: Crontab) -> bool:
     if found:
         crontab.write("\n".join(kept) + ("\n" if kept else ""))
     return bool(found)
+
+
+def remove_cron_env(name: str) -> Path | None:
+    """Delete the environment file of sweep `name`'s crontab entry; the file, if there was
+    one."""
+    path = cron_env_file(name)
+    if not path.exists():
+        return None
+    path.unlink()
+    return path
 
 
 # --- systemd ------------------------------------------------------------------------------
@@ -248,8 +370,15 @@ def on_calendar(cron: str) -> str:
     return f"{_weekdays(weekday)}*-{part(month)}-{part(day)} {part(hour)}:{part(minute)}:00"
 
 
+def check_systemd_name(name: str) -> str:
+    if not SYSTEMD_NAME.match(name):
+        raise InputError(f"--name {name!r}: with --systemd, use only letters, digits and "
+                         ". _ - (the name is part of the unit names, fleet-sweep-NAME.timer)")
+    return name
+
+
 def unit_name(name: str) -> str:
-    return f"fleet-sweep-{name.replace(':', '-').replace('@', '-')}"
+    return f"fleet-sweep-{check_systemd_name(name)}"
 
 
 def systemd_text(text: str) -> str:
@@ -259,18 +388,26 @@ def systemd_text(text: str) -> str:
 
 
 def install_systemd(schedule: Schedule, calendar: str, unit_dir: Path) -> list[Path]:
-    unit_dir.mkdir(parents=True, exist_ok=True)
+    """Write the sweep's service, timer and environment file; returns them in that order."""
     base = unit_name(schedule.name)
+    unit_dir = unit_dir.absolute()
     service = unit_dir / f"{base}.service"
     timer = unit_dir / f"{base}.timer"
+    env_file = unit_dir / f"{base}.env"
+    _check_log(schedule, env_file)
     command = systemd_text(f"/bin/sh -c {shlex.quote(schedule.command())}")
+    env = systemd_env(schedule.environment())
     inventory = systemd_text(str(schedule.inventory.resolve()))
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    _write_private(env_file, env)
+    # EnvironmentFile= expands %-specifiers in its path, nothing else.
     _write_private(service, f"""\
 [Unit]
 Description=fleet sweep {schedule.name} of {inventory}
 
 [Service]
 Type=oneshot
+EnvironmentFile={str(env_file).replace("%", "%%")}
 ExecStart={command}
 """)
     _write_private(timer, f"""\
@@ -284,7 +421,7 @@ Persistent=true
 [Install]
 WantedBy=timers.target
 """)
-    return [service, timer]
+    return [service, timer, env_file]
 
 
 def systemd_units(unit_dir: Path) -> list[Path]:
@@ -293,8 +430,10 @@ def systemd_units(unit_dir: Path) -> list[Path]:
 
 
 def remove_systemd(name: str, unit_dir: Path) -> list[Path]:
-    removed = []
-    for suffix in (".service", ".timer"):
+    removed: list[Path] = []
+    if not SYSTEMD_NAME.match(name):
+        return removed  # no units can have this name
+    for suffix in (".service", ".timer", ".env"):
         path = unit_dir / f"{unit_name(name)}{suffix}"
         if path.exists():
             path.unlink()
@@ -306,6 +445,8 @@ def stop_timer(name: str, unit_dir: Path) -> str | None:
     """`systemctl --user disable --now` the sweep's timer in systemd's own unit directory,
     before its files are deleted (after, disable no longer finds them); what happened, or
     None when there is no such timer or no systemd here."""
+    if not SYSTEMD_NAME.match(name):
+        return None
     timer = unit_dir / f"{unit_name(name)}.timer"
     if not timer.exists() or shutil.which("systemctl") is None:
         return None

@@ -12,6 +12,7 @@ sweep's earlier nights (`fleet.history`).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Collection
@@ -23,7 +24,7 @@ from sqlalchemy import Engine
 
 from agent import __version__ as agent_version
 from fleet.distributed import DEFAULT_QUEUE_TIMEOUT_S, RemoteOutcome, require_postgres
-from fleet.errors import InputError
+from fleet.errors import FleetError, InputError
 from fleet.expectation import check_expectation
 from fleet.history import FAIL_KINDS, Findings, RegressionRule, compare_night
 from fleet.inventory import LoadedInventory, Target
@@ -36,6 +37,7 @@ from fleet.store.sweeps import (
     HISTORY_NIGHTS,
     SettledHost,
     create_run,
+    end_run,
     finish_run,
     load_documents,
     newest_run,
@@ -88,6 +90,7 @@ class SweepReport:
     workers: dict[str, str] = field(default_factory=dict)  # host -> Celery worker that did it
     report_path: Path | None = None
     report_findings: dict[str, int] = field(default_factory=dict)  # the report's counts
+    report_error: str | None = None  # the report could not be written: the night stands
 
     @property
     def interrupted(self) -> bool:
@@ -104,6 +107,7 @@ class SweepReport:
                 "via": self.via, "probed": list(self.probed), "nights": self.nights,
                 "finished": self.finished, "workers": self.workers,
                 "report": None if self.report_path is None else str(self.report_path),
+                "report_error": self.report_error,
                 **self.probe.as_dict(), "findings": self.findings.as_dict()}
 
 
@@ -145,6 +149,8 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
                              "give `fleet worker --accept-new-host-keys` instead")
         check_visibility(options.broker, options.visibility_timeout_s, probe_options,
                          inventory.targets)
+    if options.report is not None:
+        check_report_path(options.report)  # before a night of probing, not after
     observe = observe or (lambda target, stage, message: None)
     started = time.monotonic()
     with open_store(db) as store, SweepLock(store.location, options.name):
@@ -164,6 +170,8 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
                                                for o in remote.values())
         if finished:
             finish_run(store.engine, run_id)
+        elif not interrupted:
+            end_run(store.engine, run_id)
         outcomes = _outcomes(store.engine, inventory, run_id, live, remote)
         nights = read_nights(store.engine, options.name, run_id, options.history_nights)
         findings = compare_night(nights, rule=options.rule)
@@ -174,8 +182,26 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
                          tuple(sorted(todo)), findings, len(nights), finished, workers)
     if options.report is None:
         return result
-    path, counts = write_report(result, db, options.report)
+    try:
+        path, counts = write_report(result, db, options.report)
+    except FleetError as exc:
+        # Everything is stored and compared; `fleet report --sweep NAME` can write it later.
+        return replace(result, report_error=str(exc))
     return replace(result, report_path=path, report_findings=counts)
+
+
+def check_report_path(path: str) -> None:
+    """Refuse a --report path that cannot be written, naming what to change."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"--report {path}: is a directory; give a file name such as "
+                         f"{target / 'fleet-sweep.html'}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise InputError(f"--report {path}: the directory {folder} does not exist; create "
+                         "it or give another path")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"--report {path}: cannot write in {folder}; give another path")
 
 
 def _inventory_of(inventory: LoadedInventory) -> str:

@@ -64,8 +64,9 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
                    "interrupted): probe only the hosts it has no document for.")
 @click.option("--via", type=click.Choice(["local", "celery"]), default="local",
               show_default=True, help="Probe from this machine, or through Celery workers.")
-@click.option("--broker", metavar="URL",
-              help="Celery broker for --via celery: redis://HOST:6379/0 or amqp://...")
+@click.option("--broker", metavar="URL", envvar="FLEET_BROKER",
+              help="Celery broker for --via celery: redis://HOST:6379/0 or amqp://... "
+                   "Default: $FLEET_BROKER (which keeps a password off the command line).")
 @click.option("--fail-on", "fail_on", default="", metavar="KINDS",
               help=f"Exit 6 when tonight shows any of these: {','.join(FAIL_KINDS)} "
                    "(a regression counts the night it begins), or gap, straggler, drift in "
@@ -85,7 +86,9 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
               help="--via celery: give up on a host whose queue has had no worker for S s.")
 @click.option("--visibility-timeout", type=click.FloatRange(1, 7 * 86400), metavar="S",
               help="--via celery on Redis: an unacknowledged task (its worker died) goes "
-                   "to another worker after S s. Default 3600; longer than any host's probe.")
+                   "to another worker after S s, and each task's expiry leaves room for it. "
+                   "Default 3600; longer than any host's probe. Redis applies the workers' "
+                   "own --visibility-timeout: give every `fleet worker` the same S.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary and findings as JSON on stdout.")
 @click.option("--report", "report_path", metavar="PATH",
@@ -140,6 +143,10 @@ def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
         print_findings(console, report.findings, report.nights)
         if report.report_path is not None:
             console.print(f"Report: {report.report_path}", markup=False)
+    if report.report_error is not None:
+        err_console.print(f"The report was not written: {report.report_error}. The night "
+                          f"is stored; `fleet report --sweep {report.name} --output PATH` "
+                          "writes it.", markup=False)
     if not report.finished and not report.interrupted:
         err_console.print(f"Run #{report.run_id} stays open: some hosts were not probed by "
                           "any worker; `fleet sweep --resume` probes them into it.",
@@ -165,8 +172,9 @@ def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=16, show_default=True,
               help="Hosts probed at once by this worker.")
 @click.option("--visibility-timeout", type=click.FloatRange(1, 7 * 86400), metavar="S",
-              help="Redis: give the tasks of a dead worker to this one after S s "
-                   "(the same value as the sweep's).")
+              help="Redis: give the tasks of a dead worker to this one after S s. "
+                   "Default 3600; give the sweep's --visibility-timeout, which its tasks' "
+                   "expiry counts on (a longer one is logged).")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Trust the key of a host this worker sees for the first time (the "
                    "worker's own decision: a task never carries it).")
@@ -235,7 +243,8 @@ UNIT_DIR = click.option(
 @click.option("--keep-samples-days", type=click.IntRange(0), default=30, show_default=True,
               help="Retention: after each sweep, empty raw samples older than this.")
 @click.option("--sweep-args", default="", metavar="ARGS",
-              help='More `fleet sweep` options, e.g. "--fail-on regression --fingerprint-only".')
+              help='More `fleet sweep` options, e.g. "--fail-on regression --fingerprint-only"; '
+                   "a --broker URL goes to the environment file (FLEET_BROKER).")
 @CRONTAB_FILE
 @UNIT_DIR
 @reported
@@ -244,6 +253,11 @@ def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar
                      sweep_args: str, crontab_file: Path | None, unit_dir: Path | None
                      ) -> None:
     """Schedule `fleet sweep INVENTORY`, logging to a file, then `fleet db prune`.
+
+    The store's URL and any --broker in --sweep-args go into a file only you can read
+    (FLEET_DB, FLEET_BROKER), not on the command line, where a password would show in `ps`:
+    ~/.local/state/fleet/sweep-NAME.env for cron, fleet-sweep-NAME.env beside the units for
+    --systemd. With --systemd, NAME is letters, digits and . _ - only.
 
     \b
     Examples:
@@ -254,27 +268,37 @@ def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar
 
     from fleet.schedule import (
         Schedule,
+        check_systemd_name,
         default_unit_dir,
         install_cron,
         install_systemd,
         redacted,
+        store_url,
     )
     from fleet.schedule import on_calendar as calendar_of
     from fleet.sweep import check_name
 
-    schedule = Schedule(check_name(name), inventory_file, db, log, keep_samples_days,
+    check_name(name)
+    if systemd:
+        check_systemd_name(name)
+    schedule = Schedule(name, inventory_file, db, log, keep_samples_days,
                         tuple(shlex.split(sweep_args)))
+    # The store as fixed now (--db, else $FLEET_DB, else the default), password hidden.
+    store = f"store: {redacted(store_url(db))}"
     if systemd:
         paths = install_systemd(schedule, on_calendar or calendar_of(cron),
                                 unit_dir or default_unit_dir())
         for path in paths:
             click.echo(f"wrote {path}")
+        click.echo(store)
         click.echo(f"Enable it: systemctl --user daemon-reload && systemctl --user enable "
                    f"--now {paths[1].name}")
         click.echo("A user's timers run only while they are logged in unless lingering is "
                    "on: loginctl enable-linger $USER")
     else:
-        line = install_cron(schedule, cron, _crontab(crontab_file))
+        line, env_file = install_cron(schedule, cron, _crontab(crontab_file))
+        click.echo(f"wrote {env_file}")
+        click.echo(store)
         click.echo(f"crontab: {redacted(line)}")
 
 
@@ -307,7 +331,7 @@ def schedule_show(crontab_file: Path | None, unit_dir: Path | None) -> None:
 @UNIT_DIR
 @reported
 def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None) -> None:
-    """Remove the scheduled sweep NAME (its crontab entry and systemd units).
+    """Remove the scheduled sweep NAME (its crontab entry, systemd units, environment files).
 
     \b
     Example:
@@ -318,6 +342,7 @@ def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None)
         default_unit_dir,
         removal_note,
         remove_cron,
+        remove_cron_env,
         remove_systemd,
         stop_timer,
     )
@@ -334,9 +359,13 @@ def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None)
     note = removal_note(removed) if unit_dir is not None else None
     if note:
         click.echo(note)
-    if remove_cron(name, _crontab(crontab_file)):
+    in_cron = remove_cron(name, _crontab(crontab_file))
+    if in_cron:
         click.echo(f"removed the crontab entry of sweep {name}")
-    elif not removed:
+    env_file = remove_cron_env(name)
+    if env_file is not None:
+        click.echo(f"removed {env_file}")
+    if not (in_cron or removed or env_file):
         raise InputError(f"no scheduled sweep named {name!r}; `fleet schedule show` lists "
                          "them")
 

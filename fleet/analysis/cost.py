@@ -54,7 +54,9 @@ def _peaks(data: Dataset) -> dict[tuple[str, str], float]:
     for host in data.hosts:
         for gpu in host.document.gpus:
             sheet = gpu.variant.datasheet
-            if sheet is None:
+            # A vGPU carries its physical board's datasheet, but may run on a time or MIG
+            # slice of it: the board's peak would understate what the slice delivers.
+            if sheet is None or gpu.variant.form_factor == "vGPU":
                 continue
             for dtype, value in sheet.peak_tflops.items():
                 if value:

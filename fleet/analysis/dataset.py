@@ -105,6 +105,15 @@ class Listing:
             words.append(f"{expect['memory_gb']}GB")
         return " ".join(words) or "not listed"
 
+    @property
+    def names_hardware(self) -> bool:
+        """Whether the listing says what was bought (variant, family, form factor or
+        memory): listings that say only a GPU count or a power limit are not one offer,
+        and hosts under them are not grouped as one."""
+        expect = self.expect or {}
+        return any(expect.get(key) for key in ("variant", "family", "form_factor",
+                                               "memory_gb"))
+
 
 @dataclass(frozen=True)
 class HostState:
@@ -336,8 +345,9 @@ def load_dataset(engine: Engine, scope: Scope) -> Dataset:
 class Aliases:
     """How an anonymized report names providers ("Provider A"...) and hosts ("A-1"...).
 
-    Letters follow the providers' names in sorted order, and numbers the hosts' names, so
-    two reports of one store letter the same provider alike.
+    Letters follow the providers' names in sorted order, and numbers the hosts' names,
+    among the providers and hosts of the report itself: a report filtered to fewer
+    providers may letter them differently from one of the whole store.
     """
 
     providers: dict[str, str]
@@ -373,7 +383,10 @@ def _hidden_document(document: AgentDocument) -> AgentDocument:
             for gpu in document.gpus]
     host = document.host.model_copy(update={"hostname": None, "user": None,
                                             "python_executable": None})
-    return document.model_copy(update={"gpus": gpus, "host": host, "errors": []})
+    # The agent's own words may name the host ("nvidia-smi not found on gpu-17.internal").
+    reason = None if document.no_gpu_reason is None else "(hidden in an anonymized report)"
+    return document.model_copy(update={"gpus": gpus, "host": host, "errors": [],
+                                       "no_gpu_reason": reason})
 
 
 def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:

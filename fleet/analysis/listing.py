@@ -72,7 +72,7 @@ def find_mixed_listings(hosts: tuple[HostState, ...]) -> list[MixedListing]:
     gpus: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     members: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for host in hosts:
-        if not host.listing.expect:
+        if not host.listing.names_hardware:
             continue
         key = (host.provider, host.listing.label)
         for gpu in host.document.gpus:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine
 
@@ -120,7 +120,7 @@ def _headline(data: Dataset) -> Config | None:
 
 
 def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison],
-            mismatches: list[Mismatch]) -> list[Offer]:
+            mismatches: list[Mismatch], mixed: list[MixedListing]) -> list[Offer]:
     slower = {(c.group, c.slower) for c in gaps if c.config == headline}
     by_variant: dict[str, list[CostRow]] = defaultdict(list)
     for row in cost:
@@ -128,24 +128,36 @@ def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison]
             by_variant[row.variant].append(row)
     offers = []
     for variant, rows in sorted(by_variant.items()):
-        priced = [r for r in rows if r.cost_per_pflop_hour is not None]
-        if priced:
+        # Prices are compared within one currency only: fleet converts none.
+        by_currency: dict[str, list[CostRow]] = defaultdict(list)
+        for row in rows:
+            if row.cost_per_pflop_hour is not None and row.currency is not None:
+                by_currency[row.currency].append(row)
+        best_rows: list[tuple[CostRow, str]] = []
+        for currency, priced in sorted(by_currency.items()):
             best = min(priced, key=lambda r: r.cost_per_pflop_hour or 0.0)
-            why = (f"cheapest effective PFLOP-hour: {best.cost_per_pflop_hour:.2f} "
-                   f"{best.currency} at {best.median_tflops:.1f} TFLOP/s (median of "
-                   f"{best.gpus} GPUs) for {best.price_per_gpu_hour:g} {best.currency} "
-                   "per GPU-hour")
-        else:
+            others = (f" (among offers priced in {currency}; prices in other currencies "
+                      "are not converted)" if len(by_currency) > 1 else "")
+            best_rows.append((best, (
+                f"cheapest effective PFLOP-hour: {best.cost_per_pflop_hour:.2f} "
+                f"{currency} at {best.median_tflops:.1f} TFLOP/s (median of {best.gpus} "
+                f"GPUs) for {best.price_per_gpu_hour:g} {currency} per GPU-hour{others}")))
+        if not best_rows:
             best = max(rows, key=lambda r: r.median_tflops)
-            why = (f"fastest measured: {best.median_tflops:.1f} TFLOP/s (median of "
-                   f"{best.gpus} GPUs); no price listed to compare cost")
-        if (variant, best.provider) in slower:
-            why += "; but see the systematic gap against it below"
-        listed = sorted({m.listed for m in mismatches
-                         if m.provider == best.provider and variant in m.found})
-        if listed:
-            why += f"; note that {best.provider} listed these as {', '.join(listed)}"
-        offers.append(Offer(variant, best, why))
+            best_rows.append((best, f"fastest measured: {best.median_tflops:.1f} TFLOP/s "
+                                    f"(median of {best.gpus} GPUs); no price listed to "
+                                    "compare cost"))
+        for best, why in best_rows:
+            if (variant, best.provider) in slower:
+                why += "; but see the systematic gap against it below"
+            listed = sorted({m.listed for m in mismatches if m.provider == best.provider})
+            listed += sorted({m.listed for m in mixed if m.provider == best.provider}
+                             - set(listed))
+            if listed:
+                # What was delivered under a listing is what the next order gets too.
+                why += (f"; but {best.provider} delivered other hardware than listed "
+                        f"under {', '.join(listed)} (see What to dispute)")
+            offers.append(Offer(variant, best, why))
     return offers
 
 
@@ -198,7 +210,8 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         names = Aliases.of(pairs)
         data = anonymize(data, names)
         store = "(hidden in an anonymized report)"
-    history = None if scope.sweep is None else sweep_history(engine, scope.sweep, upto, names)
+    history = None if scope.sweep is None else sweep_history(
+        engine, scope.sweep, upto, names, scope.providers, scope.variants)
     mismatches = find_mismatches(data.hosts)
     mixed = find_mixed_listings(data.hosts)
     drift = find_drift(data.hosts)
@@ -213,12 +226,14 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         d.variant for d in drift})
     return Report(
         generated_at=now or dt.datetime.now(dt.UTC), store=store,
-        scope=data.scope.describe(), anonymized=options.anonymize, options=options,
+        scope=data.scope.describe(), anonymized=options.anonymize,
+        # The filters as given name real providers: an anonymized report keeps them aliased.
+        options=replace(options, scope=data.scope) if options.anonymize else options,
         runs=data.runs, hosts=len(data.hosts),
         gpus_fingerprinted=sum(len(h.document.gpus) for h in data.hosts),
         gpus_measured=len({m.gpu for m in data.measures}),
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
-        headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches)),
+        headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
         dispute=tuple(_dispute(mismatches, mixed, gaps, stragglers, drift)),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), stragglers=tuple(stragglers), cost=tuple(cost),

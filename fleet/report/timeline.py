@@ -21,6 +21,7 @@ from fleet.history import (
     Findings,
     HostNight,
     Night,
+    RegressionRule,
     SeriesPoint,
     findings_by_night,
     tflops_series,
@@ -83,6 +84,7 @@ class History:
     events: tuple[Event, ...]  # oldest first
     charts: tuple[LineChart, ...]
     regressed_last_night: int  # GPU results below their own past on the newest night
+    rule: RegressionRule  # what "regressed" meant, for the report to say
 
 
 def _hide(nights: list[Night], names: Aliases) -> list[Night]:
@@ -189,18 +191,40 @@ def _charts(nights: list[Night], regressed: set[tuple[str, str, int]]) -> list[L
 
 
 def sweep_history(engine: Engine, sweep: str, upto_run: int | None = None,
-                  names: Aliases | None = None) -> History | None:
-    """The sweep's nights up to `upto_run`; None when it has no night."""
-    nights = read_nights(engine, sweep, upto_run)
+                  names: Aliases | None = None, providers: tuple[str, ...] = (),
+                  variants: tuple[str, ...] = ()) -> History | None:
+    """The sweep's nights up to `upto_run`, of the given providers' hosts and variants'
+    GPUs (all when empty); None when it has no night. Dates do not filter the nights: a
+    night's regressions are judged against the nights before it, whatever the report's
+    window."""
+    nights = [_only(night, providers, variants)
+              for night in read_nights(engine, sweep, upto_run)]
     if not nights:
         return None
     if names is not None:
         nights = _hide(nights, names)
-    findings = findings_by_night(nights)
+    rule = RegressionRule()
+    findings = findings_by_night(nights, rule)
     regressed = {(r.provider, r.host, r.gpu_index) for f in findings for r in f.regressions}
     return History(sweep, tuple((n.run_id, n.started_at) for n in nights),
                    tuple(_events(findings)), tuple(_charts(nights, regressed)),
-                   len(findings[-1].regressions))
+                   len(findings[-1].regressions), rule)
+
+
+def _only(night: Night, providers: tuple[str, ...], variants: tuple[str, ...]) -> Night:
+    if not providers and not variants:
+        return night
+    hosts = {}
+    for key, host in night.hosts.items():
+        if providers and host.provider not in providers:
+            continue
+        if variants:
+            gpus = tuple(g for g in host.gpus if g.variant in variants)
+            if not gpus:
+                continue  # none of its GPUs is of these variants (or it sent none)
+            host = dataclasses.replace(host, gpus=gpus)
+        hosts[key] = host
+    return dataclasses.replace(night, hosts=hosts)
 
 
 def history_pairs(engine: Engine, sweep: str, upto_run: int | None = None

@@ -270,7 +270,8 @@ class _Lookups:
                                                host.c.name == bindparam("name"))
         self.run = insert(run).returning(run.c.id)
         self.finish = (update(run).where(run.c.id == bindparam("run_id"))
-                       .values(finished_at=bindparam("finished_at")))
+                       .values(finished_at=bindparam("finished_at"),
+                               ended_at=bindparam("finished_at")))
         self.document_id = select(document.c.id).where(
             document.c.content_hash == bindparam("hash"))
         self.run_host_document = select(run_host.c.document_id).where(
@@ -503,7 +504,7 @@ class Ingest:
         return int(self.conn.execute(self._sql.run, {
             "kind": run.kind, "sweep": run.sweep, "inventory": run.inventory,
             "controller_version": __version__, "agent_version": run.agent_version,
-            "started_at": _now(), "finished_at": None}).scalar_one())
+            "started_at": _now(), "finished_at": None, "ended_at": None}).scalar_one())
 
     def _insert_document(self, cursor: Any, prepared: Prepared, run_id: int,
                          host_id: int) -> int | None:

@@ -172,7 +172,10 @@ class ProbeRun(Base):
     # The agent payload a probe shipped; NULL for hand ingest, where each document says.
     agent_version: Mapped[str | None] = mapped_column(String(128))
     started_at: Mapped[dt.datetime]
-    finished_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]  # every host settled: nothing left to resume
+    # The controller got to the end (set with finished_at, or alone when hosts stay open
+    # for --resume): a whole night for the history, unlike a killed run.
+    ended_at: Mapped[dt.datetime | None]
 
 
 class Document(Base):

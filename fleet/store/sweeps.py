@@ -66,13 +66,21 @@ def create_run(engine: Engine, run: RunInfo) -> int:
         return int(conn.execute(insert(ProbeRun).returning(ProbeRun.id), {
             "kind": run.kind, "sweep": run.sweep, "inventory": run.inventory,
             "controller_version": __version__, "agent_version": run.agent_version,
-            "started_at": _now(), "finished_at": None}).scalar_one())
+            "started_at": _now(), "finished_at": None, "ended_at": None}).scalar_one())
 
 
 def finish_run(engine: Engine, run_id: int) -> None:
     with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
+        now = _now()
         conn.execute(update(ProbeRun).where(ProbeRun.id == run_id)
-                     .values(finished_at=_now()))
+                     .values(finished_at=now, ended_at=now))
+
+
+def end_run(engine: Engine, run_id: int) -> None:
+    """The controller reached the end, leaving hosts open for --resume."""
+    with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
+        conn.execute(update(ProbeRun).where(ProbeRun.id == run_id)
+                     .values(ended_at=_now()))
 
 
 def _sweep_run(row: Any) -> SweepRun:
@@ -139,18 +147,19 @@ def _label(row: Any) -> str:
 
 def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                 limit: int = HISTORY_NIGHTS) -> list[Night]:
-    """The newest `limit` finished runs of `sweep` (up to `upto_run`, which counts even
-    while unfinished: it is the night being reported), oldest first, as Nights.
+    """The newest `limit` ended runs of `sweep` (up to `upto_run`, which counts even
+    while running: it is the night being reported), oldest first, as Nights.
 
-    Another unfinished run is a night that was killed or left hosts unprobed: its hosts
-    missing from it would read as gone, and back the next night as new."""
+    A run that did not end is a night that was killed: its hosts missing from it would
+    read as gone, and back the next night as new. One that ended with hosts no worker
+    reached (left open for --resume) counts: those hosts are settled as failed in it."""
     stmt = select(ProbeRun.id, ProbeRun.started_at).where(ProbeRun.kind == "sweep",
                                                           ProbeRun.sweep == sweep)
     if upto_run is not None:
-        stmt = stmt.where(ProbeRun.id <= upto_run, or_(ProbeRun.finished_at.is_not(None),
+        stmt = stmt.where(ProbeRun.id <= upto_run, or_(ProbeRun.ended_at.is_not(None),
                                                        ProbeRun.id == upto_run))
     else:
-        stmt = stmt.where(ProbeRun.finished_at.is_not(None))
+        stmt = stmt.where(ProbeRun.ended_at.is_not(None))
     with engine.connect() as conn:
         runs = list(reversed(conn.execute(stmt.order_by(ProbeRun.id.desc()).limit(limit))
                              .all()))

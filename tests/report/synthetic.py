@@ -25,7 +25,7 @@ def measure(provider: str, host: str, index: int, tflops: float, *,
 
 
 def provider_gpus(rng: random.Random, provider: str, centre: float, spread: float,
-                  gpus: int = 8, per_host: int = 8, **facts: object) -> list[GpuMeasure]:
+                  gpus: int = 8, per_host: int = 2, **facts: object) -> list[GpuMeasure]:
     """`gpus` GPUs whose medians are normal around `centre` with relative sd `spread`."""
     return [measure(provider, f"{provider}-{i // per_host:02d}", i % per_host,
                     centre * (1.0 + rng.gauss(0.0, spread)), **facts)  # type: ignore[arg-type]
@@ -34,3 +34,16 @@ def provider_gpus(rng: random.Random, provider: str, centre: float, spread: floa
 
 def dataset(measures: list[GpuMeasure]) -> Dataset:
     return Dataset(Scope(), (), (), tuple(measures), (), 1, WHEN, WHEN)
+
+
+def provider_nodes(rng: random.Random, provider: str, centre: float, spread: float,
+                   hosts: int, per_host: int, node_spread: float) -> list[GpuMeasure]:
+    """Like `provider_gpus`, with each node off `centre` by its own normal effect (relative
+    sd `node_spread`), shared by its GPUs: cooling, power feed, operating point."""
+    measures = []
+    for h in range(hosts):
+        node = rng.gauss(0.0, node_spread)
+        measures += [measure(provider, f"{provider}-{h:02d}", i,
+                             centre * (1.0 + node + rng.gauss(0.0, spread)))
+                     for i in range(per_host)]
+    return measures

@@ -85,3 +85,14 @@ def test_anonymized_history_names_no_provider_or_host(engine: Engine) -> None:
         text = render(report, fmt)
         assert not re.search(r"alpha|beta-01|GPU-[0-9a-f]{8}", text), fmt
         assert "Provider A/A-2 GPU 5" in text
+
+
+def test_the_history_keeps_to_the_reports_providers(engine: Engine) -> None:
+    """alpha regressed; a report of beta alone neither counts nor shows it."""
+    _store_nights(engine)
+    report = build_report(engine, ReportOptions(scope=Scope(sweep="nightly",
+                                                            providers=("beta",))), "test")
+    assert report.history is not None
+    assert [e.kind for e in report.history.events] == ["change"]
+    assert report.counts()["regression"] == 0
+    assert "alpha" not in render(report, "html")

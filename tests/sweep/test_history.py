@@ -13,7 +13,7 @@ from fleet.history import GpuState, HostNight, Night, RegressionRule, compare_ni
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.schema import upgrade
-from fleet.store.sweeps import create_run, finish_run, read_nights
+from fleet.store.sweeps import create_run, end_run, finish_run, read_nights
 from tests.store import factory
 
 LABEL = "bf16 8192x8192x8192 sustained cold-L2 concurrent harness 1.1.0"
@@ -72,7 +72,8 @@ def test_min_history_is_five() -> None:
     assert RegressionRule().min_history == 5
 
 
-def _store_night(engine: object, name: str, night: int, finish: bool) -> int:
+def _store_night(engine: object, name: str, night: int, finish: bool,
+                 end: bool = False) -> int:
     from sqlalchemy import Engine
 
     assert isinstance(engine, Engine)
@@ -84,6 +85,8 @@ def _store_night(engine: object, name: str, night: int, finish: bool) -> int:
                                                                     Listing()))
     if finish:
         finish_run(engine, run_id)
+    elif end:
+        end_run(engine, run_id)
     return run_id
 
 
@@ -99,5 +102,8 @@ def test_read_nights_leaves_out_unfinished_runs_but_the_reported_one(tmp_path: P
             one, three, tonight]
         assert [n.run_id for n in read_nights(engine, "nightly", killed)] == [one, killed]
         assert [n.run_id for n in read_nights(engine, "nightly")] == [one, three]
+        # Ended with a queue no worker served: open for --resume, but a whole night.
+        unserved = _store_night(engine, "nightly", 5, finish=False, end=True)
+        assert [n.run_id for n in read_nights(engine, "nightly")] == [one, three, unserved]
     finally:
         engine.dispose()

@@ -16,7 +16,7 @@ from typing import Any
 
 from fleet.document import AgentDocument
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
-from fleet.store.sweeps import create_run, documents_stored
+from fleet.store.sweeps import create_run, documents_stored, newest_run
 from tests.probe.conftest import Workspace
 from tests.store import factory
 from tests.sweep.conftest import engine_of, recording_copy
@@ -162,3 +162,19 @@ def test_fail_on_exits_non_zero_on_the_night_of_a_change(workspace: Workspace) -
             assert "driver_version 580.159.04 -> 590.44.01" in result.stdout
             assert "--fail-on: tonight shows change" in result.stderr
     assert exits == [0, 6]
+
+
+def test_a_report_path_that_cannot_be_written_is_refused_before_probing(
+        workspace: Workspace) -> None:
+    recording = recording_copy(workspace.root, "h100-sxm5-passthrough", "r1", None)
+    inventory = workspace.inventory({"lambda/a": workspace.ssh_host(
+        workspace.servers[0], env={"FLEET_NVML_REPLAY": str(recording)})}, "report.yaml")
+    missing = workspace.root / "no-such-dir" / "night.html"
+    refused = workspace.fleet("sweep", str(inventory), "--fingerprint-only",
+                              "--accept-new-host-keys", "--db", str(workspace.db),
+                              "--report", str(missing))
+    assert refused.returncode == 2
+    assert f"--report {missing}: the directory {missing.parent} does not exist" in \
+        refused.stderr
+    assert not workspace.db.exists() or newest_run(engine_of(f"sqlite:///{workspace.db}"),
+                                                   "nightly") is None
