@@ -38,7 +38,7 @@ rabbitmq.conf). Storage is idempotent by (run, host) through run_host (`Ingest`)
 host delivered twice is stored once.
 
 The broker: `fleet sweep --via celery` checks that it answers before the run is created
-(`check_broker`, from `check_visibility`); a broker lost while tasks are sent or followed
+(`check_broker`, called by `fleet.sweep`); a broker lost while tasks are sent or followed
 ends the sweep with a StoreError naming it (password hidden), the run left open for
 `fleet sweep --resume`.
 
@@ -52,6 +52,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -59,6 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import unquote
 
 from sqlalchemy import select, text
 
@@ -201,16 +203,10 @@ def expires_after_s(options: ProbeOptions, target: Target, position: int,
 
 def check_visibility(broker: str, visibility_timeout_s: float | None, options: ProbeOptions,
                      targets: tuple[Target, ...]) -> None:
-    """Before the run is created: refuse a Redis visibility timeout that would hand a host
-    still being probed to a second worker, then a broker that does not answer
-    (`check_broker`)."""
-    if _is_redis(broker) and targets:
-        _check_visibility(visibility_timeout_s, options, targets)
-    check_broker(broker)
-
-
-def _check_visibility(visibility_timeout_s: float | None, options: ProbeOptions,
-                      targets: tuple[Target, ...]) -> None:
+    """Refuse a Redis visibility timeout that would hand a host still being probed to a
+    second worker."""
+    if not _is_redis(broker) or not targets:
+        return
     visibility = visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
     longest = max(host_budget_s(options, t) for t in targets)
     if visibility < longest:
@@ -226,8 +222,6 @@ def redacted_broker(broker: str) -> str:
     """The broker's URL with any password hidden (also in a URL fleet cannot parse)."""
     shown = redact(broker)
     if shown.startswith("(") or ";" in broker:  # unparsed, or a kombu failover list
-        import re
-
         shown = re.sub(r"(://[^:/@;]*):[^@;]*@", r"\1:***@", broker)
     return shown
 
@@ -245,9 +239,6 @@ def broker_failure(broker: str, exc: BaseException, doing: str, resume: bool) ->
 
 
 def _broker_secrets(broker: str) -> list[str]:
-    import re
-    from urllib.parse import unquote
-
     found = re.findall(r"://[^:/@;]*:([^@;]+)@", broker)
     found += re.findall(r"[?&][^=&]*password[^=&]*=([^&;]+)", broker, flags=re.IGNORECASE)
     return [s for v in found for s in {v, unquote(v)} if s]

@@ -138,7 +138,7 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
         raise InputError(f"--via {options.via!r}: choose local or celery")
     probe_options = replace(options.probe, sweep=options.name)
     if options.via == "celery":
-        from fleet.distributed import check_visibility
+        from fleet.distributed import check_broker, check_visibility
 
         if not options.broker:
             raise InputError("--via celery needs --broker URL, e.g. redis://127.0.0.1:6379/0")
@@ -151,6 +151,8 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
                          inventory.targets)
     if options.report is not None:
         check_report_path(options.report)  # before a night of probing, not after
+    if options.via == "celery" and options.broker:
+        check_broker(options.broker)  # last: it waits up to seconds for an answer
     observe = observe or (lambda target, stage, message: None)
     started = time.monotonic()
     with open_store(db) as store, SweepLock(store.location, options.name):

@@ -146,7 +146,7 @@ def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
     if report.report_error is not None:
         err_console.print(f"The report was not written: {report.report_error}. The night "
                           f"is stored; `fleet report --sweep {report.name} --output PATH` "
-                          "writes it.", markup=False)
+                          "writes the sweep's report, this night included.", markup=False)
     if not report.finished and not report.interrupted:
         err_console.print(f"Run #{report.run_id} stays open: some hosts were not probed by "
                           "any worker; `fleet sweep --resume` probes them into it.",
