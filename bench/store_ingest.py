@@ -2,14 +2,17 @@
 
 Ingests 100,000 benchmark results with 200 raw samples each, as fleet-agent/1 documents
 of --gpus GPUs (one result per GPU: 12,500 documents of 8 GPUs by default), into a new
-SQLite file and a new PostgreSQL database. Timed per document from its JSON text to
-committed rows, as `fleet ingest` does it: validation by the model, canonical JSON and
-hash, then 100 documents to a transaction (`--batch 1`: one each, as a probe stores
-them). Generating the documents is not timed. Then the report's main query (per
-provider and variant, the median of per-GPU medians) over all of it.
+SQLite file and a new PostgreSQL database. The documents are written as files, one
+directory per provider (not timed), then stored through `fleet ingest`'s own pipeline
+(fleet/store/intake.py: reader processes read, validate and prepare them, this process
+stores 100 to a transaction; `--jobs 1`: all in one process, `--batch 1`: one document
+to a transaction), one provider after the other, as `fleet ingest --provider P DIR`
+four times. Timed from the first file read to the last commit. Then the report's main
+query (per provider and variant, the median of per-GPU medians) over all of it.
 
-    python bench/store_ingest.py --gpus 8 --workers 1
-    python bench/store_ingest.py --gpus 1 --workers 2 --postgresql postgresql://postgres@127.0.0.1/postgres
+    python bench/store_ingest.py --gpus 1
+    python bench/store_ingest.py --gpus 8 --jobs 1
+    python bench/store_ingest.py --gpus 1 --batch 1 --workers 2 --no-sqlite --postgresql postgresql://postgres@127.0.0.1/postgres
     python bench/store_ingest.py --compare-samples   # packed float64 against JSON text
 """
 
@@ -25,6 +28,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 import psycopg
 
-from fleet.store.commands import BATCH_DOCUMENTS
 from fleet.store.database import open_engine, resolve
-from fleet.store.ingest import Ingest, Origin, Prepared, RunInfo, parse_text, prepare
+from fleet.store.ingest import Ingest, Origin, RunInfo
+from fleet.store.intake import BATCH_DOCUMENTS, default_jobs, ingest_files
 from fleet.store.models import pack_floats
 from fleet.store.query import ResultFilter, list_results, summarise_variants
 from fleet.store.schema import upgrade
@@ -83,68 +87,79 @@ class Documents:
         return provider, orjson.dumps(doc)
 
 
-def _ingest(args: tuple[str, int, int, int, int, int, int, Any]) -> dict[str, float]:
-    url, worker, workers, count, gpus, samples, batch, barrier = args
-    try:
-        documents = Documents(gpus, samples, hosts=1000)
-        mine = [documents.make(n) for n in range(worker, count, workers)]
-    except BaseException:
-        barrier.abort()  # or the others, and the parent, wait for this worker forever
-        raise
+def machine_busy_s() -> float:
+    """CPU-seconds every core of the machine has been busy since boot (/proc/stat): the
+    readers are the forkserver's children, not this process's, and the machine is shared,
+    so this says how much of it the run kept busy."""
+    with open("/proc/stat") as stat:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = \
+            (int(v) for v in stat.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def write_documents(directory: Path, count: int, gpus: int, samples: int) -> dict[str, list[str]]:
+    """The documents as files, one directory per provider (not timed)."""
+    documents = Documents(gpus, samples, hosts=1000)
+    names: dict[str, list[str]] = {provider: [] for provider in PROVIDERS}
+    for provider in PROVIDERS:
+        (directory / provider).mkdir()
+    for number in range(count):
+        provider, text = documents.make(number)
+        path = directory / provider / f"{number:06d}.json"
+        path.write_bytes(text)
+        names[provider].append(str(path))
+    return names
+
+
+def _ingest(args: tuple[str, int, int, dict[str, list[str]], int, int, Any]
+            ) -> dict[str, float]:
+    """One ingesting process: `fleet ingest --provider P DIR` for each provider in turn,
+    on its share of the files, through the command's own pipeline."""
+    url, worker, workers, names, batch, jobs, barrier = args
+    mine = {provider: paths[worker::workers] for provider, paths in names.items()}
     engine = open_engine(resolve(url))
-    timing = {"validate": 0.0, "prepare": 0.0, "store": 0.0}
     barrier.wait()
     begin, cpu = time.perf_counter(), time.process_time()
-    with Ingest(engine, RunInfo(sweep="bench")) as ingest:
-        pending: list[tuple[Prepared, Origin]] = []
-        for number, (provider, text) in enumerate(mine, 1):
-            t0 = time.perf_counter()
-            document = parse_text(text, "bench")
-            t1 = time.perf_counter()
-            prepared = prepare(document, "bench")
-            t2 = time.perf_counter()
-            if batch == 1:
-                ingest.store_prepared(prepared, Origin(provider))
-            else:
-                pending.append((prepared, Origin(provider)))
-                if len(pending) == batch or number == len(mine):
-                    ingest.store_batch(pending)
-                    pending = []
-            t3 = time.perf_counter()
-            timing["validate"] += t1 - t0
-            timing["prepare"] += t2 - t1
-            timing["store"] += t3 - t2
-    timing["wall"] = time.perf_counter() - begin
-    # The development machine is shared: CPU time says what this process cost, whatever
-    # else ran beside it (the database server's own work is not in it).
-    timing["cpu"] = time.process_time() - cpu
-    timing["documents"] = len(mine)
-    timing["bytes"] = sum(len(text) for _, text in mine)
+    stored = 0
+    with Ingest(engine, RunInfo(sweep="bench")) as run:
+        for provider, paths in mine.items():
+            counts = ingest_files(run, paths, Origin(provider), batch=batch, jobs=jobs,
+                                  on_item=lambda item: None)
+            stored += counts["stored"]
+    wall = time.perf_counter() - begin
     engine.dispose()
-    return timing
+    return {"wall": wall, "documents": stored, "cpu": time.process_time() - cpu,
+            "bytes": sum(os.path.getsize(p) for paths in mine.values() for p in paths)}
 
 
-def run(url: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
+def run(url: str, label: str, args: argparse.Namespace, names: dict[str, list[str]]
+        ) -> dict[str, Any]:
     engine = open_engine(resolve(url))
     upgrade(engine)
     engine.dispose()
-    count = args.results // args.gpus
     context = multiprocessing.get_context("spawn")
     barrier = context.Manager().Barrier(args.workers + 1)
-    with context.Pool(args.workers) as pool:
-        pending = pool.map_async(_ingest, [(url, w, args.workers, count, args.gpus,
-                                            args.samples, args.batch, barrier)
-                                           for w in range(args.workers)])
+    # Not multiprocessing.Pool: its daemonic workers may not start the readers.
+    with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+        pending = [pool.submit(_ingest, (url, w, args.workers, names, args.batch, args.jobs,
+                                         barrier)) for w in range(args.workers)]
         load_before = os.getloadavg()[0]
         barrier.wait()
-        begin = time.perf_counter()
-        timings = pending.get()
+        begin, busy = time.perf_counter(), machine_busy_s()
+        timings = [future.result() for future in pending]
         wall = time.perf_counter() - begin
+        busy = machine_busy_s() - busy
         load_after = os.getloadavg()[0]
     documents = sum(t["documents"] for t in timings)
-    per_doc = {key: 1e3 * sum(t[key] for t in timings) / documents
-               for key in ("validate", "prepare", "store")}
+    expected = sum(len(paths) for paths in names.values())
+    if documents != expected:
+        raise SystemExit(f"stored {documents} documents of {expected}")
     engine = open_engine(resolve(url))
+    if args.drop_caches:
+        # The first query after a load of 1.3 GiB can find its pages evicted; this makes
+        # that case certain (Linux, root).
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
     query_times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -155,31 +170,32 @@ def run(url: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
                                                  since=START + dt.timedelta(days=5)), 100)
     filtered_s = time.perf_counter() - t0
     engine.dispose()
+    cpu = sum(t["cpu"] for t in timings)
     result = {
-        "backend": label, "workers": args.workers, "batch": args.batch,
+        "backend": label, "workers": args.workers, "jobs": args.jobs, "batch": args.batch,
         "gpus_per_document": args.gpus,
         "documents": documents, "results": documents * args.gpus,
         "samples_per_result": args.samples,
         "document_kib": sum(t["bytes"] for t in timings) / documents / 1024,
         "wall_s": wall, "documents_per_s": documents / wall,
         "results_per_s": documents * args.gpus / wall,
-        "ingest_cpu_s": sum(t["cpu"] for t in timings),
-        "documents_per_cpu_s": documents / sum(t["cpu"] for t in timings),
+        "writer_cpu_s": cpu, "machine_busy_s": busy,
         "load_average": [load_before, load_after],
-        "ms_per_document": per_doc,
-        "main_query_s": query_times, "main_query_groups": len(summary),
+        "main_query_s": query_times, "main_query_cold": args.drop_caches,
+        "main_query_groups": len(summary),
         "main_query_gpus": sum(s.gpus for s in summary),
         "filtered_list_s": filtered_s, "filtered_rows": len(filtered),
     }
-    print(f"{label:10s} {args.workers} worker(s), {args.batch} per transaction, "
-          f"{documents} documents of {args.gpus} GPU(s) "
+    print(f"{label:10s} {args.workers} ingest(s) of {args.jobs} reader(s), {args.batch} per "
+          f"transaction, {documents} documents of {args.gpus} GPU(s) "
           f"({result['document_kib']:.0f} KiB): {wall:.1f} s, "
           f"{result['documents_per_s']:.0f} documents/s, {result['results_per_s']:.0f} "
-          f"results/s; per document: validate {per_doc['validate']:.2f} ms, prepare "
-          f"{per_doc['prepare']:.2f} ms, store {per_doc['store']:.2f} ms; "
-          f"{result['documents_per_cpu_s']:.0f} documents per CPU-second of ingest; "
+          f"results/s; CPU per document: writer {1e3 * cpu / documents:.2f} ms, whole "
+          f"machine {1e3 * busy / documents:.2f} ms ({busy / wall:.2f} of {os.cpu_count()} "
+          f"cores busy); "
           f"load average {load_before:.1f} -> {load_after:.1f}", flush=True)
-    print(f"{label:10s} main query over {documents * args.gpus} results: "
+    print(f"{label:10s} main query over {documents * args.gpus} results"
+          f"{' (page cache dropped first)' if args.drop_caches else ''}: "
           f"{', '.join(f'{t:.2f}' for t in query_times)} s ({len(summary)} groups, "
           f"{result['main_query_gpus']} GPUs); filtered list: {filtered_s:.3f} s", flush=True)
     return result
@@ -221,14 +237,21 @@ def main() -> None:
     parser.add_argument("--results", type=int, default=100_000)
     parser.add_argument("--gpus", type=int, default=8, help="GPUs (results) per document")
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--workers", type=int, default=1, help="ingesting processes")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="concurrent ingests (as several `fleet ingest` commands)")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help="reader processes of each ingest (`fleet ingest --jobs`; 1: "
+                             "read and validate in the writing process)")
     parser.add_argument("--batch", type=int, default=BATCH_DOCUMENTS,
-                        help="documents per transaction: as `fleet ingest` by default, 1 as "
-                             "a probe or sweep stores them")
+                        help="documents per transaction: as `fleet ingest` into SQLite by "
+                             "default, 1 as a probe or sweep (or PostgreSQL) stores them")
     parser.add_argument("--sqlite", help="SQLite file to create (default: a temporary one)")
     parser.add_argument("--postgresql", metavar="ADMIN_URL",
                         help="a server where a scratch database is created and dropped")
     parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--drop-caches", action="store_true",
+                        help="drop the page cache before the main query, to time it cold "
+                             "(needs root)")
     parser.add_argument("--compare-samples", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -237,21 +260,26 @@ def main() -> None:
     if args.compare_samples:
         figures["samples"] = compare_samples(args.results, args.samples)
     else:
-        if not args.no_sqlite:
-            with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            names = write_documents(Path(tmp), args.results // args.gpus, args.gpus,
+                                    args.samples)
+            print(f"wrote {args.results // args.gpus} documents in "
+                  f"{time.perf_counter() - t0:.0f} s (not timed)", flush=True)
+            if not args.no_sqlite:
                 path = args.sqlite or os.path.join(tmp, "bench.db")
-                figures["runs"].append(run(f"sqlite:///{path}", "SQLite", args))
+                figures["runs"].append(run(f"sqlite:///{path}", "SQLite", args, names))
                 figures["runs"][-1]["db_mib"] = os.path.getsize(path) / 2**20
-        if args.postgresql:
-            name = f"fleet_bench_{os.getpid()}"
-            with psycopg.connect(args.postgresql, autocommit=True) as admin:
-                admin.execute(f'CREATE DATABASE "{name}"')
-            try:
-                url = args.postgresql.rsplit("/", 1)[0] + f"/{name}"
-                figures["runs"].append(run(url, "PostgreSQL", args))
-            finally:
+            if args.postgresql:
+                name = f"fleet_bench_{os.getpid()}"
                 with psycopg.connect(args.postgresql, autocommit=True) as admin:
-                    admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+                    admin.execute(f'CREATE DATABASE "{name}"')
+                try:
+                    url = args.postgresql.rsplit("/", 1)[0] + f"/{name}"
+                    figures["runs"].append(run(url, "PostgreSQL", args, names))
+                finally:
+                    with psycopg.connect(args.postgresql, autocommit=True) as admin:
+                        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -11,6 +11,7 @@ listing the inventory gave when that document was collected.
 from __future__ import annotations
 
 import datetime as dt
+import random
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
@@ -345,24 +346,32 @@ def load_dataset(engine: Engine, scope: Scope) -> Dataset:
 class Aliases:
     """How an anonymized report names providers ("Provider A"...) and hosts ("A-1"...).
 
-    Letters follow the providers' names in sorted order, and numbers the hosts' names,
-    among the providers and hosts of the report itself: a report filtered to fewer
-    providers may letter them differently from one of the whole store.
+    Letters and numbers are dealt at random for each report, among the providers and
+    hosts of the report itself: in the names' sorted order, a reader who knows which
+    providers were compared (or a vendor who knows its own hostnames) could undo them.
+    Two anonymized reports therefore letter the same provider differently.
     """
 
     providers: dict[str, str]
     hosts: dict[tuple[str, str], str]
 
     @classmethod
-    def of(cls, pairs: Iterable[tuple[str, str]]) -> Aliases:
+    def of(cls, pairs: Iterable[tuple[str, str]], rng: random.Random | None = None
+           ) -> Aliases:
+        deal = rng or random.SystemRandom()
         hosts_of: dict[str, set[str]] = defaultdict(set)
         for provider, host in pairs:
             hosts_of[provider].add(host)
-        letters = {name: _letters(i) for i, name in enumerate(sorted(hosts_of))}
-        return cls({name: f"Provider {letter}" for name, letter in letters.items()},
-                   {(provider, host): f"{letters[provider]}-{i + 1}"
-                    for provider, names in hosts_of.items()
-                    for i, host in enumerate(sorted(names))})
+        providers = sorted(hosts_of)
+        deal.shuffle(providers)
+        letters = {name: _letters(i) for i, name in enumerate(providers)}
+        hosts: dict[tuple[str, str], str] = {}
+        for provider, names in hosts_of.items():
+            ordered = sorted(names)
+            deal.shuffle(ordered)
+            hosts.update({(provider, host): f"{letters[provider]}-{i + 1}"
+                          for i, host in enumerate(ordered)})
+        return cls({name: f"Provider {letter}" for name, letter in letters.items()}, hosts)
 
     def provider(self, name: str) -> str:
         return self.providers.get(name, "(hidden)")
@@ -394,8 +403,9 @@ def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
     GPU serials and UUIDs, tags and failure messages (which name addresses) dropped."""
     names = names or Aliases.of(named_pairs(data))
     return Dataset(
-        scope=replace(data.scope, providers=tuple(names.provider(p)
-                                                  for p in data.scope.providers)),
+        # Sorted: the filter's own order (often alphabetical) would hint at the names.
+        scope=replace(data.scope, providers=tuple(sorted(names.provider(p)
+                                                         for p in data.scope.providers))),
         hosts=tuple(replace(h, provider=names.provider(h.provider),
                             host=names.host(h.provider, h.host),
                             document=_hidden_document(h.document),

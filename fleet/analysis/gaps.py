@@ -40,10 +40,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
 
@@ -124,6 +124,14 @@ def _ratio_of_medians(slower: NDArray[np.float64], faster: NDArray[np.float64],
     return result
 
 
+def _scipy_stats() -> Any:
+    """scipy.stats, imported when a report needs it: it takes half a second, and every
+    fleet command (`fleet ingest` of one file too) imports this module."""
+    from scipy import stats
+
+    return stats
+
+
 def ratio_interval(slower: Sequence[float], faster: Sequence[float], options: GapOptions
                    ) -> tuple[float, float]:
     """Bootstrap interval of median(slower) / median(faster), GPUs resampled per side."""
@@ -135,6 +143,7 @@ def ratio_interval(slower: Sequence[float], faster: Sequence[float], options: Ga
     # values per side fewer resamples suffice (their Monte Carlo error on a 95% interval
     # stays near 0.5% of its width at 1,000) and the report stays fast.
     resamples = min(options.resamples, max(1000, RESAMPLED_VALUES // max(len(a), len(b))))
+    stats = _scipy_stats()
     result = stats.bootstrap((a, b), _ratio_of_medians, vectorized=True, paired=False,
                              n_resamples=resamples,
                              confidence_level=options.confidence, method="percentile",
@@ -186,14 +195,14 @@ def host_test(slower: Sequence[Sequence[float]], faster: Sequence[Sequence[float
     b = np.log([statistics.median(h) for h in faster])
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return 0.0 if a[0] != b[0] else 1.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return float(_scipy_stats().ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def rank_test(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Mann-Whitney p-value (exact for small samples without ties)."""
     if len(set(a) | set(b)) == 1:
         return 1.0
-    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    return float(_scipy_stats().mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

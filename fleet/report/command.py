@@ -102,8 +102,9 @@ def _format_for(fmt: str | None, output: str | None) -> str:
               help='Only this variant, as the report labels it (e.g. "H100-SXM5-80GB"); '
                    "repeat for several.")
 @click.option("--anonymize", is_flag=True,
-              help="Replace provider and host names by letters (Provider A, A-1...) and leave "
-                   "out serials, UUIDs, tags and failure messages, to share outside the company.")
+              help="Replace provider and host names by letters (Provider A, A-1...), dealt "
+                   "at random for each report, and leave out serials, UUIDs, tags and "
+                   "failure messages, to share outside the company.")
 @click.option("--gap-threshold", type=click.FloatRange(0, 1), default=0.02, show_default=True,
               metavar="FRACTION", help="Smallest provider gap called systematic.")
 @click.option("--straggler-threshold", type=click.FloatRange(0, 1), default=0.03,

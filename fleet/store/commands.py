@@ -7,7 +7,7 @@ import dataclasses
 import datetime as dt
 import json
 import sys
-import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
@@ -18,19 +18,17 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.exc import DBAPIError
 
-from fleet.errors import AgentError, InputError
+from fleet.errors import InputError
 from fleet.store.database import database_errors, engine_for
-from fleet.store.ingest import (
-    Ingest,
-    Origin,
-    Outcome,
-    Prepared,
-    RunInfo,
-    Stored,
-    prepare,
-    read_document_file,
+from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo
+from fleet.store.intake import (
+    BATCH_DOCUMENTS,
+    MAX_DEFAULT_JOBS,
+    PARALLEL_FROM,
+    Item,
+    default_jobs,
+    ingest_files,
 )
 from fleet.store.query import (
     ResultFilter,
@@ -166,32 +164,38 @@ def db_current(db: str | None) -> None:
 
 @click.command()
 @click.argument("files", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
+                type=click.Path(exists=True, allow_dash=True, path_type=Path))
 @click.option("--provider", default="unknown", show_default=True,
               help="The provider the hosts were rented from.")
 @click.option("--host", help="The host's name, instead of the hostname in the document.")
 @click.option("--sweep", help="Name these documents' run, to filter on it later.")
+@click.option("--jobs", type=click.IntRange(min=1), default=default_jobs,
+              show_default=f"the CPU count, at most {MAX_DEFAULT_JOBS}",
+              help=f"Processes that read and validate the files while this one stores "
+                   f"them, from {PARALLEL_FROM} files on; 1 does it all in this one.")
 @db_option
 @reported
 def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | None,
-           db: str | None) -> None:
+           jobs: int, db: str | None) -> None:
     """Store agent documents collected by hand.
 
     Each FILE is the agent's JSON-lines output (`python3 -m agent bench > FILE`) or one
-    document as JSON (`fleet fingerprint --document > FILE`); `-` reads standard input.
-    A document is stored once, however often it is given. A file that fails validation
-    is rejected whole, with the reason, and the others are still stored; the exit status
-    is then 2. Into SQLite, documents are committed 100 at a time, and each file's line
-    is printed once its batch is; if the database itself fails, every file printed as
-    stored is.
+    document as JSON (`fleet fingerprint --document > FILE`); a directory stands for its
+    *.json and *.jsonl files, in name order; `-` reads standard input. All of them go
+    into one run. A document is stored once, however often it is given. A file that
+    fails validation is rejected whole, with the reason, and the others are still
+    stored; the exit status is then 2. Into SQLite, documents are committed 100 at a
+    time, and each file's line is printed once its batch is; if the database itself
+    fails, every file printed as stored is.
 
     \b
     Examples:
       fleet ingest --provider lambda --sweep 2026-11-22 gpu-01.jsonl gpu-02.jsonl
+      fleet ingest --provider aws collected/
       ssh gpu-03 python3 -m agent bench | fleet ingest --provider coreweave -
     """
+    names = _expand(files)
     origin = Origin(provider=provider, host=host)
-    counts = dict.fromkeys(("stored", "already stored", "rejected"), 0)
     with open_store(db) as store, Ingest(store.engine, RunInfo(sweep=sweep)) as run:
         _note(store.created, store.location)
         # SQLite has one writer at a time, so a batch waits for the lock and cannot
@@ -199,88 +203,52 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
         # tests/store/test_concurrency.py), while single documents take their locks in
         # one order (fleet/store/ingest.py).
         batch = BATCH_DOCUMENTS if store.location.is_sqlite else 1
-        pending: list[_Pending] = []
-        started = time.monotonic()
-        for path in files:
-            pending.append(_read(path))
-            if len(pending) >= batch or time.monotonic() - started > BATCH_S:
-                _store_pending(run, pending, origin, counts)
-                pending, started = [], time.monotonic()
-        _store_pending(run, pending, origin, counts)
-    summary = ", ".join(f"{count} {what}" for what, count in counts.items() if count)
-    err_console.print(f"{summary} in {store.location}", markup=False)
+        counts: Counter[str] = Counter()
+        try:
+            ingest_files(run, names, origin, batch=batch, jobs=jobs, on_item=_echo,
+                         counts=counts)
+        except KeyboardInterrupt:
+            # The batch in flight was rolled back; every line printed is stored.
+            err_console.print(f"Interrupted: {_summary(counts)} in {store.location}; the "
+                              "same command again stores the rest (stored documents are "
+                              "skipped)", markup=False)
+            sys.exit(130)
+    err_console.print(f"{_summary(counts)} in {store.location}", markup=False)
     if counts["rejected"]:
         sys.exit(InputError.exit_code)
 
 
-# Documents stored per transaction by `fleet ingest`, and the longest a validated one
-# waits for its batch, so that lines keep coming on a slow disk or a slow network mount.
-BATCH_DOCUMENTS = 100
-BATCH_S = 1.0
+def _summary(counts: Counter[str]) -> str:
+    return ", ".join(f"{counts[what]} {what}" for what in
+                     ("stored", "already stored", "rejected") if counts[what]) or "nothing"
 
 
-@dataclasses.dataclass(eq=False)  # found in its batch by identity: a file may be given twice
-class _Pending:
-    """One file of `fleet ingest`: validated and waiting for its batch, or rejected."""
-
-    name: str
-    prepared: Prepared | None = None
-    rejected: str | None = None
-    stored: Stored | None = None
+DOCUMENT_SUFFIXES = (".json", ".jsonl")
 
 
-def _read(path: Path) -> _Pending:
-    name = str(path)
-    try:
-        data = sys.stdin.buffer.read() if name == "-" else path.read_bytes()
-        return _Pending(name, prepared=prepare(read_document_file(name, data), name))
-    except (AgentError, InputError) as exc:
-        return _Pending(name, rejected=str(exc))
-    except OSError as exc:
-        return _Pending(name, rejected=f"{name}: cannot read it ({exc.strerror})")
+def _expand(paths: Sequence[Path]) -> list[str]:
+    names: list[str] = []
+    for path in paths:
+        if str(path) != "-" and path.is_dir():
+            found = sorted(str(child) for child in path.iterdir()
+                           if child.suffix in DOCUMENT_SUFFIXES and child.is_file())
+            if not found:
+                raise InputError(f"{path}: a directory without *.json or *.jsonl files; "
+                                 "give the documents' files or their directory")
+            names += found
+        else:
+            names.append(str(path))
+    return names
 
 
-def _store_pending(run: Ingest, pending: Sequence[_Pending], origin: Origin,
-                   counts: dict[str, int]) -> None:
-    """Store a batch in one transaction, then print each file's line in the given order.
-    A batch that fails is stored again one document at a time, so that the document at
-    fault is named (and, if only its host name is bad, the others are still stored)."""
-    valid = [(item, item.prepared) for item in pending if item.prepared is not None]
-    stored: list[Stored] | None = None
-    if len(valid) > 1:
-        try:
-            stored = run.store_batch([(prepared, origin) for _, prepared in valid])
-        except (InputError, DBAPIError):
-            stored = None  # rolled back whole: one by one below
-    if stored is not None:
-        for (item, _), outcome in zip(valid, stored, strict=True):
-            item.stored = outcome
-    else:
-        for item, prepared in valid:
-            try:
-                item.stored = run.store_prepared(prepared, origin)
-            except InputError as exc:
-                item.rejected = str(exc)
-            except DBAPIError:
-                # Say what was stored before the database failed, then fail as before.
-                for earlier in pending[:pending.index(item)]:
-                    _echo(earlier, counts)
-                raise
-    for item in pending:
-        _echo(item, counts)
-
-
-def _echo(item: _Pending, counts: dict[str, int]) -> None:
+def _echo(item: Item) -> None:
     if item.stored is None:
-        counts["rejected"] += 1
         click.echo(f"rejected        {item.rejected}")
     elif item.stored.outcome is Outcome.STORED and item.prepared is not None:
-        counts["stored"] += 1
-        document = item.prepared.document
+        prepared = item.prepared
         click.echo(f"stored          {item.name}: document {item.stored.document_id}, "
-                   f"{len(document.gpus)} GPUs, {len(document.benchmarks)} results")
+                   f"{prepared.gpu_count} GPUs, {prepared.benchmark_count} results")
     else:
-        counts["already stored"] += 1
         click.echo(f"already stored  {item.name}: document {item.stored.document_id}")
 
 

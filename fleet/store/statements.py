@@ -20,7 +20,6 @@ from sqlalchemy import Dialect, TableClause, case, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
-from fleet.store.database import SerializedJson
 from fleet.store.models import Base
 
 # SQLAlchemy's storage format for DateTime on SQLite: what its reads parse and its
@@ -154,7 +153,8 @@ class Statements:
             return when.astimezone(dt.UTC).strftime(SQLITE_TIME)
         return when
 
-    def json(self, value: Any) -> str:
-        if isinstance(value, SerializedJson):
-            return str(value)
-        return orjson.dumps(value).decode("utf-8")
+
+def to_json(value: Any) -> str:
+    """JSON as both drivers bind it: text (the agent's values were validated, so orjson
+    meets no NaN here)."""
+    return orjson.dumps(value).decode("utf-8")

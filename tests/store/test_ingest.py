@@ -104,7 +104,8 @@ def test_nothing_is_lost(engine: Engine) -> None:
     assert again == AgentDocument.model_validate(data)
     again_prepared = prepare(again, "stored")
     assert again_prepared.content_hash == stored.content_hash
-    assert hashlib.sha256(again_prepared.text.encode()).hexdigest() == stored.content_hash
+    body = again_prepared.document["body"]
+    assert hashlib.sha256(body.encode()).hexdigest() == stored.content_hash
     with engine.connect() as conn:
         rows = conn.execute(select(BenchmarkResult.id, BenchmarkResult.gpu_index,
                                    BenchmarkResult.telemetry_series)).all()

@@ -11,7 +11,14 @@ from sqlalchemy import Engine
 
 from fleet.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo
-from fleet.store.query import ResultFilter, count_results, list_results, summarise_variants
+from fleet.store.models import SUMMARY_INDEX
+from fleet.store.query import (
+    ResultFilter,
+    count_results,
+    list_results,
+    summarise_variants,
+    summary_statement,
+)
 from tests.store import factory
 
 DAY1 = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.UTC)
@@ -112,3 +119,25 @@ def test_main_query_keeps_harness_versions_apart_and_drops_wrong_results(
     summaries = {s.harness_version: s for s in summarise_variants(engine, ResultFilter())}
     assert summaries["1"].gpus == 2
     assert summaries["2"].gpus == 1 and summaries["2"].results == 1
+
+
+def test_main_query_reads_the_summary_index_alone(fleet_db: Engine) -> None:
+    """Unfiltered, the main query must not touch the results' rows (each carries its raw
+    samples): over 100,000 results from a cold cache that is 9 s against 0.2 s."""
+    statement = summary_statement(ResultFilter())
+    dialect = fleet_db.dialect
+    sql = str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    with fleet_db.connect() as conn:
+        if dialect.name == "sqlite":
+            plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}"))
+            assert f"USING COVERING INDEX {SUMMARY_INDEX}" in plan, plan
+        else:
+            # A handful of rows make any scan of the table cheaper; the question is
+            # whether the index can answer alone (which VACUUM's visibility map allows).
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                "VACUUM ANALYZE benchmark_result")
+            conn.exec_driver_sql("SET enable_seqscan = off")
+            conn.exec_driver_sql("SET enable_bitmapscan = off")
+            plan = " ".join(str(row[0]) for row in conn.exec_driver_sql(f"EXPLAIN {sql}"))
+            assert f"Index Only Scan using {SUMMARY_INDEX}" in plan, plan
