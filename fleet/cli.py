@@ -241,8 +241,10 @@ def after_probe_report(console: Console, report: ProbeReport, path: str | None) 
     """Write this run's report when asked (--report), else say how to get one."""
     where = "" if report.store.origin == "default" else f" --db '{report.store}'"
     if path is None or report.run_id is None:
-        console.print(f"Read them back with: fleet results{where}; report: fleet report{where}",
-                      highlight=False, markup=False, soft_wrap=True)
+        this_run = "" if report.run_id is None else f" --run {report.run_id}"
+        console.print(f"Read them back with: fleet results{where}; this run's report: "
+                      f"fleet report{this_run}{where}", highlight=False, markup=False,
+                      soft_wrap=True)
         return
     from fleet.report import ReportOptions, build_report
     from fleet.report.command import write_report
@@ -254,9 +256,9 @@ def after_probe_report(console: Console, report: ProbeReport, path: str | None) 
                              str(store.location))
     written = write_report(built, suffix if suffix in FORMATS else "html", path)
     findings = ", ".join(f"{n} {kind}" for kind, n in built.counts().items())
-    console.print(f"Report of this run written to {written} (findings: {findings}); "
-                  f"everything stored: fleet report{where}", highlight=False, markup=False,
-                  soft_wrap=True)
+    console.print(f"Report of run {report.run_id} written to {written} (findings: "
+                  f"{findings}); everything stored: fleet report{where}", highlight=False,
+                  markup=False, soft_wrap=True)
 
 
 @main.command("probe")

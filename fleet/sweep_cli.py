@@ -145,8 +145,8 @@ def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
             console.print(f"Report: {report.report_path}", markup=False)
     if report.report_error is not None:
         err_console.print(f"The report was not written: {report.report_error}. The night "
-                          f"is stored; `fleet report --sweep {report.name} --output PATH` "
-                          "writes the sweep's report, this night included.", markup=False)
+                          f"is stored; `fleet report --sweep {report.name} --run "
+                          f"{report.run_id} --output PATH` writes it.", markup=False)
     if not report.finished and not report.interrupted:
         err_console.print(f"Run #{report.run_id} stays open: some hosts were not probed by "
                           "any worker; `fleet sweep --resume` probes them into it.",

@@ -96,6 +96,9 @@ def _format_for(fmt: str | None, output: str | None) -> str:
               help="Only what was collected at or after this date or time (UTC unless given).")
 @click.option("--until", type=click.DateTime(TIME_FORMATS),
               help="Only what was collected up to this date (the whole day) or time.")
+@click.option("--run", "runs", multiple=True, type=click.IntRange(min=1), metavar="N",
+              help="Only this probe run (the number `fleet probe` and `fleet sweep` print); "
+                   "repeat for several.")
 @click.option("--provider", "providers", multiple=True, metavar="NAME",
               help="Only this provider; repeat for several.")
 @click.option("--variant", "variants", multiple=True, metavar="LABEL",
@@ -116,7 +119,8 @@ def _format_for(fmt: str | None, output: str | None) -> str:
 @reported
 def report_command(db: str | None, output: str | None, fmt: str | None, sweep: str | None,
                    since: dt.datetime | None, until: dt.datetime | None,
-                   providers: tuple[str, ...], variants: tuple[str, ...], anonymize: bool,
+                   runs: tuple[int, ...], providers: tuple[str, ...],
+                   variants: tuple[str, ...], anonymize: bool,
                    gap_threshold: float, straggler_threshold: float,
                    fail_on: str | None) -> None:
     """Write the procurement report from everything stored (or the part you filter).
@@ -135,6 +139,7 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
     Examples:
       fleet report                                   # fleet-report.html
       fleet report --sweep nightly --since 2026-11-01 -o nightly.html
+      fleet report --sweep nightly --run 42 -o night-42.html   # one night, as sweeps write it
       fleet report --format json -o - | jq .findings
       fleet report --anonymize --format md -o for-the-vendor.md
       fleet report --fail-on mismatch,gap -o /dev/null || echo "dispute something"
@@ -146,7 +151,7 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
         raise InputError("--since is after --until: nothing can be in between")
     options = ReportOptions(
         scope=Scope(sweep=sweep, since=_utc(since), until=_utc(until, end_of_day=True),
-                    providers=providers, variants=variants),
+                    runs=tuple(sorted(set(runs))), providers=providers, variants=variants),
         anonymize=anonymize, gaps=GapOptions(threshold=gap_threshold),
         stragglers=StragglerOptions(threshold=straggler_threshold))
     with open_store(db) as store:

@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 IN_CHUNK = 1000
 
 
-def in_chunks(values: Sequence[int]) -> Iterator[Sequence[int]]:
-    for start in range(0, len(values), IN_CHUNK):
-        yield values[start:start + IN_CHUNK]
+def in_chunks(values: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[int]]:
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
 
 
 @dataclass(frozen=True)

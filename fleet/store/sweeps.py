@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, insert, or_, select, update
+from sqlalchemy import Engine, Text, cast, insert, or_, select, update
 
 from fleet import __version__
 from fleet.document import AgentDocument
@@ -131,13 +131,24 @@ def documents_stored(engine: Engine, run_id: int) -> dict[str, int]:
 
 
 def load_documents(engine: Engine, ids: Collection[int]) -> dict[int, AgentDocument]:
-    if not ids:
-        return {}
-    with engine.connect() as conn:
-        rows = [row for chunk in in_chunks(sorted(ids))
-                for row in conn.execute(select(Document.id, Document.body)
-                                        .where(Document.id.in_(chunk)))]
-    return {int(i): AgentDocument.model_validate(body) for i, body in rows}
+    return dict(iter_documents(engine, ids))
+
+
+# Documents validated at a time by `iter_documents`: an 8-GPU document is ~66 KiB of JSON
+# and some hundreds of KiB as a model.
+DOCUMENTS_AT_ONCE = 100
+
+
+def iter_documents(engine: Engine, ids: Collection[int]) -> Iterator[tuple[int, AgentDocument]]:
+    """The documents, validated, DOCUMENTS_AT_ONCE at a time: a caller that keeps only
+    what it concludes from each holds one chunk in memory, not a month of nights."""
+    for chunk in in_chunks(sorted(ids), DOCUMENTS_AT_ONCE):
+        with engine.connect() as conn:
+            # As text, validated in one pass by pydantic (fleet/analysis/dataset.py).
+            rows = conn.execute(select(Document.id, cast(Document.body, Text))
+                                .where(Document.id.in_(chunk))).all()
+        for document_id, body in rows:
+            yield int(document_id), AgentDocument.model_validate_json(body)
 
 
 def _label(row: Any) -> str:
@@ -200,13 +211,15 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                                              medians))
     listed = {h.document_id: h.expect for h in hosts
               if h.document_id is not None and h.expect}
-    documents = load_documents(engine, list(listed))
+    # Thirty nights of a large fleet's documents do not fit in memory at once; only each
+    # one's verdict is kept.
+    verdicts: dict[int, tuple[str, ...] | None] = {}
+    for document_id, document in iter_documents(engine, list(listed)):
+        verdict = check_expectation(Expect(**listed[document_id]), document)
+        verdicts[document_id] = None if verdict is None else verdict.problems
     by_run: dict[int, dict[str, HostNight]] = defaultdict(dict)
     for run_id, provider, host, _, status, document_id, _ in hosts:
-        mismatches = None
-        if document_id in documents:
-            verdict = check_expectation(Expect(**listed[document_id]), documents[document_id])
-            mismatches = None if verdict is None else verdict.problems
+        mismatches = verdicts.get(document_id) if document_id is not None else None
         states = tuple(sorted(gpus.get(document_id, []), key=lambda g: g.index)) \
             if document_id is not None else ()
         by_run[run_id][f"{provider}/{host}"] = HostNight(provider, host, status, states,

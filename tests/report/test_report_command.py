@@ -3,6 +3,7 @@ Markdown forms, anonymizing, filters and --fail-on."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -16,7 +17,7 @@ from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Listing
 from fleet.store.schema import upgrade
 from tests.report.browser import open_page, screenshot
-from tests.report.scene import store_scene
+from tests.report.scene import WHEN, store_scene
 
 EVIL_PROVIDER = '<script>document.title="pwned-provider"</script>'
 EVIL_HOST = '<img src=x onerror="document.title=\'pwned-host\'">'
@@ -136,3 +137,21 @@ def test_bad_output_and_dates_are_clear_errors(scene_url: str, tmp_path: Path) -
     nothing = fleet("report", "--provider", "nobody", "-o", str(tmp_path / "r.html"),
                     db=scene_url)
     assert nothing.exit_code == 0 and "Nothing stored matches" in nothing.output
+
+
+def test_run_picks_one_probe_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    engine = open_engine(resolve(url))
+    upgrade(engine)
+    store_scene(engine)  # run 1
+    store_scene(engine, when=WHEN + dt.timedelta(days=1), extra=[_evil_host()])  # run 2
+    engine.dispose()
+
+    def hosts(*args: str) -> int:
+        done = fleet("report", "--format", "json", "-o", "-", *args, db=url)
+        assert done.exit_code == 0, done.output
+        return int(json.loads(done.stdout[:done.stdout.rindex("}") + 1])["hosts"])
+
+    assert hosts("--run", "1") == hosts("--run", "1", "--run", "1") == 6
+    assert hosts("--run", "2") == hosts("--run", "1", "--run", "2") == 7
+    assert hosts("--run", "3") == 0

@@ -10,6 +10,7 @@ import pytest
 
 from fleet.document import AgentDocument
 from fleet.history import GpuState, HostNight, Night, RegressionRule, compare_night
+from fleet.store import sweeps
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.schema import upgrade
@@ -107,3 +108,32 @@ def test_read_nights_leaves_out_unfinished_runs_but_the_reported_one(tmp_path: P
         assert [n.run_id for n in read_nights(engine, "nightly")] == [one, three, unserved]
     finally:
         engine.dispose()
+
+
+def test_listing_verdicts_read_a_chunk_of_documents_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thirty nights of a fleet's documents are validated a chunk at a time; the chunks
+    must not change a verdict (here one listing in three is broken, on every night)."""
+    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
+    upgrade(engine)
+    listed = {"variant": "H100 SXM5 80GB", "gpu_count": 1}
+    try:
+        for night in range(1, 4):
+            with Ingest(engine, RunInfo(kind="sweep", sweep="nightly")) as ingest:
+                for host, variant in (("a", "H100 SXM5 80GB"), ("b", "H100 PCIe 80GB"),
+                                      ("c", "H100 SXM5 80GB")):
+                    document = factory.document(
+                        host=host, gpus=1, seed=night, variant=variant,
+                        collected_at=START + dt.timedelta(days=night))
+                    ingest.store(AgentDocument.model_validate(document),
+                                 Origin("lambda", host, Listing(expect=listed)))
+        whole = read_nights(engine, "nightly")
+        monkeypatch.setattr(sweeps, "DOCUMENTS_AT_ONCE", 2)
+        chunked = read_nights(engine, "nightly")
+    finally:
+        engine.dispose()
+    assert chunked == whole and len(whole) == 3
+    for stored in whole:
+        mismatched = {key for key, host in stored.hosts.items() if host.mismatches}
+        assert mismatched == {"lambda/b"}
+        assert stored.hosts["lambda/a"].mismatches == ()
