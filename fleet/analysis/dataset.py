@@ -356,9 +356,8 @@ class Aliases:
     hosts: dict[tuple[str, str], str]
 
     @classmethod
-    def of(cls, pairs: Iterable[tuple[str, str]], rng: random.Random | None = None
-           ) -> Aliases:
-        deal = rng or random.SystemRandom()
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> Aliases:
+        deal = random.SystemRandom()
         hosts_of: dict[str, set[str]] = defaultdict(set)
         for provider, host in pairs:
             hosts_of[provider].add(host)
