@@ -74,9 +74,12 @@ def test_a_directory_without_documents_is_refused(tmp_path: Path) -> None:
 
 def test_a_reader_that_dies_is_a_clear_error(tmp_path: Path) -> None:
     names = _files(tmp_path, PARALLEL_FROM * 2, bad=set())
+    before = set(multiprocessing.active_children())
     items = read_all(names, jobs=2)
     next(items)
-    for child in multiprocessing.active_children():
+    readers = set(multiprocessing.active_children()) - before
+    assert readers
+    for child in readers:
         child.kill()
     with pytest.raises(FleetError, match="a process reading the files stopped"):
         for _ in items:
