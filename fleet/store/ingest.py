@@ -102,7 +102,7 @@ class Prepared:
     content_hash: str
     hostname: str | None
     collected_at: dt.datetime
-    document: dict[str, Any]  # the document row, without ids and times
+    document_row: dict[str, Any]  # without ids and times
     gpu_uuids: tuple[tuple[int, str | None], ...]  # every GPU fingerprinted or benchmarked
     fingerprints: tuple[dict[str, Any], ...]  # without document_id and gpu_id
     benchmarks: tuple[dict[str, Any], ...]  # without the ids and collected_at
@@ -110,11 +110,11 @@ class Prepared:
 
     @property
     def gpu_count(self) -> int:
-        return int(self.document["gpu_count"])
+        return int(self.document_row["gpu_count"])
 
     @property
     def benchmark_count(self) -> int:
-        return int(self.document["benchmark_count"])
+        return int(self.document_row["benchmark_count"])
 
 
 def parse_text(text: str | bytes, origin: str) -> AgentDocument:
@@ -242,7 +242,7 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
         content_hash=content_hash,
         hostname=document.host.hostname,
         collected_at=collected_at,
-        document={
+        document_row={
             "content_hash": content_hash,
             "format": document.format, "agent_version": document.agent_version,
             "hostname": document.host.hostname, "platform": document.host.platform,
@@ -472,7 +472,7 @@ class Ingest:
         collected_at = fast.time(prepared.collected_at)
         with self._cursor() as cursor:
             document_id = fast.document.one(cursor, dict(
-                prepared.document, probe_run_id=run_id, host_id=host_id,
+                prepared.document_row, probe_run_id=run_id, host_id=host_id,
                 collected_at=collected_at, stored_at=fast.time(_now()),
                 samples_pruned_at=None))
             if document_id is None:

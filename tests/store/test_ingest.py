@@ -104,7 +104,7 @@ def test_nothing_is_lost(engine: Engine) -> None:
     assert again == AgentDocument.model_validate(data)
     again_prepared = prepare(again, "stored")
     assert again_prepared.content_hash == stored.content_hash
-    body = again_prepared.document["body"]
+    body = again_prepared.document_row["body"]
     assert hashlib.sha256(body.encode()).hexdigest() == stored.content_hash
     with engine.connect() as conn:
         rows = conn.execute(select(BenchmarkResult.id, BenchmarkResult.gpu_index,
