@@ -184,12 +184,8 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
                          tuple(sorted(todo)), findings, len(nights), finished, workers)
     if options.report is None:
         return result
-    try:
-        path, counts = write_report(result, db, options.report)
-    except FleetError as exc:
-        # Everything is stored and compared; `fleet report --sweep NAME` can write it later.
-        return replace(result, report_error=str(exc))
-    return replace(result, report_path=path, report_findings=counts)
+    path, counts, error = write_report(options.name, run_id, db, options.report)
+    return replace(result, report_path=path, report_findings=counts, report_error=error)
 
 
 def check_report_path(path: str) -> None:
@@ -305,16 +301,23 @@ def _stored_outcome(target: Target, host: SettledHost | None,
 
 # --- the report ---------------------------------------------------------------------------
 
-def write_report(result: SweepReport, db: str | None, path: str) -> tuple[Path, dict[str, int]]:
-    """Tonight's report (`fleet report --sweep NAME` for this run, with the sweep's
-    history), written to `path`; returns where, and its findings per kind."""
+def write_report(name: str, run_id: int, db: str | None, path: str
+                 ) -> tuple[Path | None, dict[str, int], str | None]:
+    """Tonight's report (`fleet report --sweep NAME --run ID`, with the sweep's history),
+    written to `path`; returns where (None if it could not be), its findings per kind,
+    and why it was not written. The findings count even then: `--fail-on gap` must not
+    pass because a disk was full."""
     from fleet.analysis.dataset import Scope
     from fleet.report import FORMATS, ReportOptions, build_report
     from fleet.report.command import write_report as write
 
-    scope = Scope(sweep=result.name, runs=(result.run_id,))
+    scope = Scope(sweep=name, runs=(run_id,))
     with open_store(db) as store:
         built = build_report(store.engine, ReportOptions(scope=scope), str(store.location))
     suffix = Path(path).suffix.lstrip(".").lower()
-    write(built, suffix if suffix in FORMATS else "html", path)
-    return Path(path), built.counts()
+    try:
+        write(built, suffix if suffix in FORMATS else "html", path)
+    except FleetError as exc:
+        # Everything is stored and compared; `fleet report` can write it later.
+        return None, built.counts(), str(exc)
+    return Path(path), built.counts(), None

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, Select, Text, cast, select
 
@@ -397,27 +397,35 @@ def _hidden_document(document: AgentDocument) -> AgentDocument:
                                        "no_gpu_reason": reason})
 
 
+_Named = TypeVar("_Named", "HostState", "HostFailure", "GpuMeasure", "Excluded")
+
+
 def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
     """Providers and hosts renamed by `names` (by default, aliases of this data's own);
     GPU serials and UUIDs, tags and failure messages (which name addresses) dropped."""
     names = names or Aliases.of(named_pairs(data))
+
+    def by_alias(items: Iterable[_Named]) -> tuple[_Named, ...]:
+        # In the data's own order, rows would follow the real names and give them away.
+        return tuple(sorted(items, key=lambda item: (item.provider, item.host)))
+
     return Dataset(
         # Sorted: the filter's own order (often alphabetical) would hint at the names.
         scope=replace(data.scope, providers=tuple(sorted(names.provider(p)
                                                          for p in data.scope.providers))),
-        hosts=tuple(replace(h, provider=names.provider(h.provider),
-                            host=names.host(h.provider, h.host),
-                            document=_hidden_document(h.document),
-                            listing=replace(h.listing, tags=()))
-                    for h in data.hosts),
-        failures=tuple(replace(f, provider=names.provider(f.provider),
-                               host=names.host(f.provider, f.host),
-                               message="(hidden in an anonymized report)")
-                       for f in data.failures),
-        measures=tuple(replace(m, provider=names.provider(m.provider),
-                               host=names.host(m.provider, m.host)) for m in data.measures),
-        excluded=tuple(replace(e, provider=names.provider(e.provider),
-                               host=names.host(e.provider, e.host)) for e in data.excluded),
+        hosts=by_alias(replace(h, provider=names.provider(h.provider),
+                               host=names.host(h.provider, h.host),
+                               document=_hidden_document(h.document),
+                               listing=replace(h.listing, tags=()))
+                       for h in data.hosts),
+        failures=by_alias(replace(f, provider=names.provider(f.provider),
+                                  host=names.host(f.provider, f.host),
+                                  message="(hidden in an anonymized report)")
+                          for f in data.failures),
+        measures=by_alias(replace(m, provider=names.provider(m.provider),
+                                  host=names.host(m.provider, m.host)) for m in data.measures),
+        excluded=by_alias(replace(e, provider=names.provider(e.provider),
+                                  host=names.host(e.provider, e.host)) for e in data.excluded),
         runs=data.runs, first=data.first, last=data.last)
 
 

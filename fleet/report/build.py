@@ -206,7 +206,8 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
     if options.anonymize:
         pairs = named_pairs(data)
         if scope.sweep is not None:
-            pairs |= history_pairs(engine, scope.sweep, upto)
+            pairs |= history_pairs(engine, scope.sweep, upto, scope.providers,
+                                   scope.variants)
         names = Aliases.of(pairs)
         data = anonymize(data, names)
         store = "(hidden in an anonymized report)"

@@ -197,8 +197,7 @@ def sweep_history(engine: Engine, sweep: str, upto_run: int | None = None,
     GPUs (all when empty); None when it has no night. Dates do not filter the nights: a
     night's regressions are judged against the nights before it, whatever the report's
     window."""
-    nights = [_only(night, providers, variants)
-              for night in read_nights(engine, sweep, upto_run)]
+    nights = scoped_nights(engine, sweep, upto_run, providers, variants)
     if not nights:
         return None
     if names is not None:
@@ -211,7 +210,20 @@ def sweep_history(engine: Engine, sweep: str, upto_run: int | None = None,
                    len(findings[-1].regressions), rule)
 
 
-def _only(night: Night, providers: tuple[str, ...], variants: tuple[str, ...]) -> Night:
+def scoped_nights(engine: Engine, sweep: str, upto_run: int | None,
+                  providers: tuple[str, ...] = (), variants: tuple[str, ...] = ()
+                  ) -> list[Night]:
+    """The sweep's nights, of the given providers' hosts and variants' GPUs (all when
+    empty). With variants, a host that failed one night stays in it if it carried one of
+    them on another night: dropped, it would read as gone that night and new the next."""
+    nights = read_nights(engine, sweep, upto_run)
+    carriers = {key for night in nights for key, host in night.hosts.items()
+                if any(g.variant in variants for g in host.gpus)}
+    return [_only(night, providers, variants, carriers) for night in nights]
+
+
+def _only(night: Night, providers: tuple[str, ...], variants: tuple[str, ...],
+          carriers: set[str]) -> Night:
     if not providers and not variants:
         return night
     hosts = {}
@@ -220,15 +232,18 @@ def _only(night: Night, providers: tuple[str, ...], variants: tuple[str, ...]) -
             continue
         if variants:
             gpus = tuple(g for g in host.gpus if g.variant in variants)
-            if not gpus:
-                continue  # none of its GPUs is of these variants (or it sent none)
+            if not gpus and not (host.status != "stored" and key in carriers):
+                continue  # none of its GPUs is of these variants
             host = dataclasses.replace(host, gpus=gpus)
         hosts[key] = host
     return dataclasses.replace(night, hosts=hosts)
 
 
-def history_pairs(engine: Engine, sweep: str, upto_run: int | None = None
+def history_pairs(engine: Engine, sweep: str, upto_run: int | None = None,
+                  providers: tuple[str, ...] = (), variants: tuple[str, ...] = ()
                   ) -> set[tuple[str, str]]:
-    """(provider, host) of every host the sweep's nights name: what aliases must cover."""
-    return {(h.provider, h.host) for night in read_nights(engine, sweep, upto_run)
+    """(provider, host) of every host the report's history names: what aliases must
+    cover, and no more (a provider outside the report would still take a letter)."""
+    return {(h.provider, h.host)
+            for night in scoped_nights(engine, sweep, upto_run, providers, variants)
             for h in night.hosts.values()}

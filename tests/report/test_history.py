@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from pathlib import Path
 
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Scope
 from fleet.document import AgentDocument
+from fleet.history import GpuState, HostNight, Night
 from fleet.report import ReportOptions, build_report, render
+from fleet.report.timeline import _only
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
+from fleet.sweep import write_report
 from tests.store import factory
 
 NIGHTS = 8
@@ -97,3 +101,46 @@ def test_the_history_keeps_to_the_reports_providers(engine: Engine) -> None:
     assert [e.kind for e in report.history.events] == ["change"]
     assert report.counts()["regression"] == 0
     assert "alpha" not in render(report, "html")
+
+
+def test_aliases_cover_only_the_reports_providers(engine: Engine) -> None:
+    """Lettered from the whole sweep, a report of beta alone could call it "Provider B",
+    and so say that the store holds another provider."""
+    _store_nights(engine)
+    for _ in range(10):
+        report = build_report(engine, ReportOptions(scope=Scope(sweep="nightly",
+                                                                providers=("beta",)),
+                                                    anonymize=True), "test")
+        assert report.providers == ("Provider A",)
+        assert "Provider B" not in render(report, "json")
+
+
+def test_a_variant_filter_keeps_a_failed_night_of_a_host_that_carries_it() -> None:
+    """Dropped, a host that failed one night would read as gone that night and new the
+    next; a host that never carried the variant stays out."""
+    when = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    sxm = GpuState(0, "GPU-0", "H100 SXM5 80GB", {}, {})
+    pcie = GpuState(0, "GPU-1", "H100 PCIe 80GB", {}, {})
+    nights = [Night(1, when, {"a/x": HostNight("a", "x", "stored", (sxm,)),
+                              "a/y": HostNight("a", "y", "stored", (pcie,))}),
+              Night(2, when, {"a/x": HostNight("a", "x", "failed"),
+                              "a/y": HostNight("a", "y", "failed")})]
+    carriers = {"a/x"}
+    kept = [_only(night, (), ("H100 SXM5 80GB",), carriers) for night in nights]
+    assert [sorted(night.hosts) for night in kept] == [["a/x"], ["a/x"]]
+    assert kept[1].hosts["a/x"].status == "failed"
+
+
+def test_a_nights_report_that_cannot_be_written_still_counts_its_findings(
+        engine: Engine, tmp_path: Path) -> None:
+    """`fleet sweep --fail-on regression,gap` must not pass because the report's file
+    could not be written: the findings are counted all the same."""
+    runs = _store_nights(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    missing = tmp_path / "no-such-directory" / "night.html"
+    path, counts, error = write_report("nightly", runs[-1], url, str(missing))
+    assert path is None and error is not None and "no-such-directory" in error
+    assert counts["regression"] >= 1
+    path, again, error = write_report("nightly", runs[-1], url, str(tmp_path / "night.html"))
+    assert path == tmp_path / "night.html" and path.exists() and error is None
+    assert again == counts
