@@ -288,14 +288,18 @@ def install_cron(schedule: Schedule, cron: str, crontab: Crontab) -> tuple[str, 
     env = sh_env(schedule.environment())
     kept, _ = _without(crontab.read(), schedule.name)
     crontab.check_writable()
-    existed = env_file.exists()
+    # A reinstall whose crontab write fails leaves the old entry in place: it must keep
+    # reading the old settings, not the new file's.
+    before = env_file.read_text(encoding="utf-8") if env_file.exists() else None
     env_file.parent.mkdir(parents=True, exist_ok=True)
     _write_private(env_file, env)
     try:
         crontab.write("\n".join([*kept, f"{MARKER}{schedule.name}", line]) + "\n")
     except BaseException:
-        if not existed:
+        if before is None:
             env_file.unlink(missing_ok=True)
+        else:
+            _write_private(env_file, before)
         raise
     return line, env_file
 

@@ -18,7 +18,15 @@ from sqlalchemy import Engine, select
 from fleet import schedule as schedule_module
 from fleet.document import AgentDocument
 from fleet.errors import FleetError, InputError
-from fleet.schedule import Crontab, check_cron, on_calendar, sh_env, systemd_env
+from fleet.schedule import (
+    Crontab,
+    Schedule,
+    check_cron,
+    install_cron,
+    on_calendar,
+    sh_env,
+    systemd_env,
+)
 from fleet.store.ingest import Ingest, Origin
 from fleet.store.models import BenchmarkResult, Document
 from fleet.store.query import load_document
@@ -412,3 +420,27 @@ def test_prune_empties_old_samples_and_keeps_statistics(engine: Engine, store_ur
                             "--keep-samples-days", "30", "--db", store_url],
                            capture_output=True, text=True, timeout=120)
     assert "of 0 results and 0 documents" in again.stdout
+
+
+class _RefusingCrontab(Crontab):
+    """`crontab -` failing (a full disk, a cron that refuses the user): only writing."""
+
+    def write(self, text: str) -> None:
+        raise FleetError("crontab - failed: refused by test")
+
+
+def test_a_failed_reinstall_leaves_the_old_entry_its_old_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    inventory = _inventory(tmp_path)
+    crontab = Crontab(tmp_path / "crontab")
+    old = Schedule("nightly", inventory, db="postgresql://fleet:old@db/fleet")
+    _, env_file = install_cron(old, "0 3 * * *", crontab)
+    before = env_file.read_text()
+    assert "old@db" in before
+    new = Schedule("nightly", inventory, db="postgresql://fleet:new@db/fleet")
+    with pytest.raises(FleetError, match="refused by test"):
+        install_cron(new, "0 4 * * *", _RefusingCrontab(tmp_path / "crontab"))
+    assert env_file.read_text() == before
+    assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+    assert "0 3 * * *" in crontab.read()
