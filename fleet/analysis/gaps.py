@@ -88,7 +88,9 @@ class Comparison:
     ci_high: float
     p_value: float  # Mann-Whitney on per-GPU medians, two-sided
     p_adjusted: float  # Holm, over every comparison in the report
-    host_p_adjusted: float  # Welch's t on per-host log medians, Holm-adjusted; 1 if < 2 hosts
+    # Welch's t on per-host log medians, Holm-adjusted; None with fewer than two hosts a
+    # side, where it cannot be run.
+    host_p_adjusted: float | None
     ranges_separate: bool
     systematic: bool
     differences: tuple[Difference, ...]
@@ -104,13 +106,15 @@ class Comparison:
 
     @property
     def evidence(self) -> str:
+        host_p = ("p: not testable (fewer than two hosts a side)"
+                  if self.host_p_adjusted is None else f"p = {self.host_p_adjusted:.2g} (Holm)")
         return (f"{self.slower} {self.slower_median:.1f} TFLOP/s (median of {self.slower_gpus} "
                 f"GPUs on {_hosts(self.slower_hosts)}) vs {self.faster} "
                 f"{self.faster_median:.1f} ({self.faster_gpus} GPUs on "
                 f"{_hosts(self.faster_hosts)}): "
                 f"ratio {self.ratio:.3f}, 95% interval {self.ci_low:.3f}-{self.ci_high:.3f}; "
                 f"rank test p = {self.p_value:.2g} (Holm-adjusted {self.p_adjusted:.2g}); "
-                f"between hosts p = {self.host_p_adjusted:.2g} (Holm); "
+                f"between hosts {host_p}; "
                 f"ranges {'separate' if self.ranges_separate else 'overlap'}")
 
 
@@ -301,7 +305,7 @@ def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[
     # a side or more): the others are never called, so they take no share of the 5%.
     testable = [i for i, (_, fast, slow) in enumerate(pending)
                 if min(len(_by_host(fast)), len(_by_host(slow))) >= 2]
-    host_adjusted = [1.0] * len(pending)
+    host_adjusted: list[float | None] = [None] * len(pending)
     for i, value in zip(testable, holm([host_test(_by_host(pending[i][2]),
                                                   _by_host(pending[i][1]))
                                         for i in testable]), strict=True):
@@ -322,7 +326,7 @@ def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[
             low, high = ratio_interval(slow_values, fast_values, options)
         systematic = (nodes >= options.min_hosts and high < 1.0
                       and 1.0 - ratio >= options.threshold and p_adj < options.significance
-                      and host_p < options.significance)
+                      and host_p is not None and host_p < options.significance)
         found.append(Comparison(
             config=key[0], within=key[1], group=key[2], faster=fast[0].provider,
             slower=slow[0].provider, faster_gpus=len(fast), slower_gpus=len(slow),

@@ -61,6 +61,9 @@ def test_one_node_a_side_is_shown_but_never_called() -> None:
                    + provider_gpus(rng, "b", 665, 0.005, per_host=8))
     (comparison,) = compare_providers(data)
     assert comparison.single_node and (comparison.faster_hosts, comparison.slower_hosts) == (1, 1)
+    # Welch's test between hosts cannot run on one host a side: no p-value, not p = 1.
+    assert comparison.host_p_adjusted is None
+    assert "between hosts p: not testable" in comparison.evidence
     assert comparison.ci_high < 1.0 and comparison.p_adjusted < 0.05
     assert not comparison.systematic
     assert "on 1 host" in comparison.evidence
@@ -135,3 +138,4 @@ def test_interval_and_rank_test_on_plain_numbers() -> None:
     assert rank_test([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
     assert rank_test([5.0] * 3, [5.0] * 3) == 1.0
     assert rank_test([10.0, 11, 12, 13, 14, 15], [1.0, 2, 3, 4, 5, 6]) < 0.01
+
