@@ -181,6 +181,25 @@ def redacted(line: str) -> str:
     return PASSWORD.sub(r"\1***@", line)
 
 
+def env_settings(env_file: Path) -> str:
+    """What a schedule's environment file sets (its store, its broker), passwords hidden:
+    for `fleet schedule show`, now that they are off the command line."""
+    try:
+        text = env_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"{env_file}: cannot read it ({exc.strerror}); `fleet schedule install` again"
+    settings = []
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if line.startswith("#") or not sep:
+            continue
+        # Both files' quoting (sh's single quotes, systemd's double quotes with \" and \\)
+        # is what shlex reads.
+        words = shlex.split(value)
+        settings.append(f"{key}={redacted(words[0] if words else '')}")
+    return ", ".join(settings) or f"{env_file}: empty"
+
+
 def check_cron(spec: str) -> str:
     fields = spec.split()
     if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):

@@ -313,14 +313,24 @@ def schedule_show(crontab_file: Path | None, unit_dir: Path | None) -> None:
     Example:
       fleet schedule show
     """
-    from fleet.schedule import cron_entries, default_unit_dir, redacted, systemd_units
+    from fleet.schedule import (
+        cron_entries,
+        cron_env_file,
+        default_unit_dir,
+        env_settings,
+        redacted,
+        systemd_units,
+    )
 
     entries = cron_entries(_crontab(crontab_file))
     units = systemd_units(unit_dir or default_unit_dir())
     for name, line in entries:
         click.echo(f"cron  {name}: {redacted(line)}")
+        click.echo(f"      {env_settings(cron_env_file(name))}")
     for path in units:
         click.echo(f"systemd  {path}")
+        if path.suffix == ".service":
+            click.echo(f"      {env_settings(path.with_suffix('.env'))}")
     if not entries and not units:
         click.echo("No fleet sweep is scheduled.")
 

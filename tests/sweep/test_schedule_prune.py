@@ -188,6 +188,8 @@ def test_the_store_and_percent_signs_are_fixed_at_install(workspace: Workspace) 
     assert stat.S_IMODE(crontab.stat().st_mode) == 0o600
     shown = workspace.fleet("schedule", "show", "--unit-dir", str(workspace.root / "none"))
     assert "cron  nightly" in shown.stdout and "25ss" not in shown.stdout
+    # Which store it sweeps into, read back from the environment file, password hidden.
+    assert "FLEET_DB=postgresql+psycopg://fleet:***@db.internal:5432/fleet" in shown.stdout
 
     units = workspace.root / "units%i"
     done = workspace.fleet("schedule", "install", "--systemd", str(inventory),
@@ -201,6 +203,9 @@ def test_the_store_and_percent_signs_are_fixed_at_install(workspace: Workspace) 
     assert "25ss" not in service.read_text() and "db.internal" not in service.read_text()
     assert systemd_env_value(unit_env.read_text(), "FLEET_DB") == (
         "postgresql+psycopg://fleet:pa%25ss@db.internal:5432/fleet")
+    shown = workspace.fleet("schedule", "show", "--unit-dir", str(units))
+    assert "FLEET_DB=postgresql+psycopg://fleet:***@db.internal:5432/fleet" in (
+        shown.stdout.split("systemd", 1)[1]) and "25ss" not in shown.stdout
     assert f"EnvironmentFile={workspace.root}/units%%i/fleet-sweep-nightly.env\n" in (
         service.read_text())
     exec_start = next(ln for ln in service.read_text().splitlines()
