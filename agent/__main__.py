@@ -46,9 +46,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--pause-ms", type=float,
                        help="burst mode: pause this long between timed runs")
     bench.add_argument("--warm-l2", action="store_true", help="do not flush the L2 between runs")
-    bench.add_argument("--flush-auto", action="store_true",
-                       help="flush the L2 only where A, B and C together are smaller than "
-                            "the flush buffer (larger ones evict it themselves)")
+    bench.add_argument("--flush-always", action="store_true",
+                       help="flush the L2 before every run even where A, B and C together "
+                            "outsize the flush buffer (by default, sustained runs leave the "
+                            "flush out there: they evict the L2 themselves)")
     bench.add_argument("--sequential", action="store_true",
                        help="one GPU at a time instead of all at once")
     bench.add_argument("--gpus", help="comma-separated NVML indexes to benchmark")
@@ -75,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             mode="burst" if args.pause_ms is not None else "sustained",
             pause_ms=args.pause_ms if args.pause_ms is not None else 0.0,
             warm_l2=args.warm_l2,
-            flush="auto" if args.flush_auto else "always",
+            flush="always" if args.flush_always else "auto",
             sequential=args.sequential,
             gpus=[int(g) for g in args.gpus.split(",")] if args.gpus else None,
             device="cpu" if args.cpu else "cuda",

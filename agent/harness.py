@@ -3,19 +3,22 @@
 Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
 - random inputs from a fixed seed, never zeros (zeros ran 13% faster on an H200 here);
 - a correctness gate against a float64 reference on a slice of rows, before timing;
-- CUDA events recorded on the kernel's own stream, the L2 flushed before every timed run
-  (a buffer of at least twice the L2) unless warm-cache mode is asked for; with
-  `flush="auto"` (opt-in) the flush is left out where the product's own operands and
-  output are at least that large and evict the L2 themselves (on one lent H100 the flush
-  pushed the card into its slower operating point, on another it kept per-run times about
-  twice as steady: bench/RESULTS.md, "Harness");
+- CUDA events recorded on the kernel's own stream; the L2 flushed before every timed run
+  (a buffer of at least twice the L2) unless warm-cache mode is asked for, or, by default
+  since 1.2 (`flush="auto"`), in sustained mode where the product's own operands and
+  output are at least that large and evict the L2 themselves: there the flush changes
+  nothing in what the product finds cached, only the card's power pattern, and on some
+  H100s it pushed the card into a slower operating point that back-to-back work never
+  sees (bench/RESULTS.md, "Harness 1.2.0"). `flush="always"` keeps it everywhere;
 - warm-up in windows until throughput, SM clock and power stop drifting, or a cap;
 - timed runs back to back (sustained, the default: what a training job sees) or with a
   pause between them (burst); the host synchronises once per batch, on the batch's last
   stop event, while the next batch is already queued, so the GPU never idles;
 - NVML telemetry sampled through the measurement window and stored with the result;
 - median, trimmed mean, min, max, CV and a 95% interval of the median; TFLOP/s from
-  2·M·N·K over the median; provenance of everything that changes the kernel.
+  2·M·N·K over the 10%-trimmed mean since 1.2 (the median before: agent/stats.py says
+  why), with a 95% interval from the measurement's ~1 s sub-windows; provenance of
+  everything that changes the kernel.
 
 torch is imported here and nowhere else in the agent.
 """
@@ -33,7 +36,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from agent import stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
-HARNESS_VERSION = "1.1.0"
+HARNESS_VERSION = "1.2.0"
+# What `tflops` is computed from (the median before 1.2).
+STATISTIC = "trimmed_mean"
 TIMING_METHOD = "cuda-events-per-run"
 # Max relative error (max |C - ref| / max |ref|) against float64 on the same inputs. The
 # output's own rounding dominates: bf16 keeps 8 bits (0.4% per element), fp16 11 bits,
@@ -94,10 +99,11 @@ class Config:
     max_runs: int = 20000
     lock_clocks_mhz: Optional[int] = None
     flush_bytes: Optional[int] = None  # default: max(2 x L2, 64 MiB)
-    # "always": flush before every run whatever the size (the default, as in harness 1.0);
-    # "auto": flush unless A, B and C together are at least the flush size (they evict the
-    # L2 themselves, and the flush only changes the card's power pattern).
-    flush: str = "always"
+    # "auto" (the default since 1.2): flush unless A, B and C together are at least the
+    # flush size (they evict the L2 themselves, and the flush only changes the card's power
+    # pattern) in sustained mode; burst always flushes. "always": flush before every run
+    # whatever the size (the default before).
+    flush: str = "auto"
 
     def validate(self) -> None:
         if self.dtype not in TOLERANCE:
@@ -208,7 +214,11 @@ class Runner:
         size = cfg.flush_bytes or max(2 * (self.l2_bytes or 0), MIN_FLUSH_BYTES)
         if cfg.warm_l2:
             self.flush_note = "none: warm-L2 mode"
-        elif cfg.flush == "auto" and self.working_set_bytes >= size:
+        elif (cfg.flush == "auto" and cfg.mode == "sustained"
+              and self.working_set_bytes >= size):
+            # Burst keeps the flush: after each pause, the first kernel pays the card's
+            # wake from idle, and the flush takes it outside the timed run (without it two
+            # H200s read 7% CV and 652/675 TFLOP/s at 1980 MHz against 740 with it).
             self.flush_note = (f"none: A, B and C ({self.working_set_bytes >> 20} MiB) are at "
                                f"least the flush size ({size >> 20} MiB) and evict the L2 "
                                f"themselves every run")
@@ -374,6 +384,16 @@ def _sub_window_bounds(chunks: Sequence[Tuple[float, float, List[float]]]
     return bounds
 
 
+def _interval_tflops(cfg: Config, sub_means: Sequence[float]) -> Optional[List[float]]:
+    """The headline's 95% interval in TFLOP/s (low, high), from the sub-windows' levels."""
+    if len(sub_means) < 2:
+        return None
+    low_ms, high_ms = stats.batch_interval(sub_means)
+    if low_ms <= 0:
+        return None  # sub-windows too far apart for a finite upper bound
+    return [float(f"{stats.tflops(cfg.m, cfg.n, cfg.k, ms):.6g}") for ms in (high_ms, low_ms)]
+
+
 def measure(
     torch: Any,
     cfg: Config,
@@ -511,7 +531,8 @@ def measure(
         "gpus_in_run": gpus_in_run,
         "dtype": cfg.dtype,
         "m": cfg.m, "n": cfg.n, "k": cfg.k,
-        "tflops": stats.tflops(cfg.m, cfg.n, cfg.k, summary["median_ms"]),
+        "tflops": stats.tflops(cfg.m, cfg.n, cfg.k, summary["trimmed_mean_ms"]),
+        "statistic": STATISTIC,
         "stats": summary,
         "warmup": {"steady": is_steady, "state": state, "seconds": round(warmup_s, 3),
                    "windows": len(windows), "band": round(band, 6),
@@ -520,6 +541,7 @@ def measure(
             "seconds": round(m1 - m0, 3), "sub_windows": len(subs),
             "extended": m1 - m0 > cfg.measure_s + cfg.window_s, "band": round(agree, 6),
             "sub_window_trimmed_means_ms": [round(w, 6) for w in sub_means][:1000],
+            "tflops_ci95": _interval_tflops(cfg, sub_means),
             "operating_points": [
                 {"tflops": stats.tflops(cfg.m, cfg.n, cfg.k, p["median_ms"])
                  if p["median_ms"] else 0.0,

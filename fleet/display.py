@@ -162,13 +162,16 @@ def _flags(result: BenchmarkResult) -> Text:
 def bench_table(document: AgentDocument) -> Table:
     by_index = {gpu.index: gpu for gpu in document.gpus}
     table = Table(title="Standard harness")
-    for column in ("#", "GPU", "problem", "TFLOP/s", "95% CI", "% peak", "CV", "runs",
-                   "warm-up", "SM MHz", "power W", "capped", "flags"):
+    for column in ("#", "GPU", "problem", "TFLOP/s", "95% CI", "median", "% peak", "CV",
+                   "runs", "warm-up", "SM MHz", "power W", "capped", "flags"):
         table.add_column(column, overflow="fold")
     for r in document.benchmarks:
         gpu = by_index.get(r.gpu_index)
         flops = 2.0 * r.m * r.n * r.k / 1e9  # GFLOP, so GFLOP / ms = TFLOP/s
-        low, high = flops / r.stats.ci95_high_ms, flops / r.stats.ci95_low_ms
+        interval = r.measurement.tflops_ci95 if r.measurement is not None else None
+        if r.statistic in (None, "median"):  # before harness 1.2: the median's interval
+            interval = ([flops / r.stats.ci95_high_ms, flops / r.stats.ci95_low_ms]
+                        if r.stats.ci95_low_ms > 0 else None)
         peak = None
         if gpu is not None and gpu.variant.datasheet is not None:
             peak = gpu.variant.datasheet.peak_tflops.get(r.dtype)
@@ -179,7 +182,8 @@ def bench_table(document: AgentDocument) -> Table:
                                                                          or "-"),
             f"{r.dtype} {r.m}x{r.n}x{r.k} {r.mode}, {r.cache} L2, {r.concurrency}",
             f"{r.tflops:.1f}",
-            f"{low:.1f}-{high:.1f}",
+            "-" if interval is None else f"{interval[0]:.1f}-{interval[1]:.1f}",
+            f"{flops / r.stats.median_ms:.1f}" if r.stats.median_ms > 0 else "-",
             f"{100 * r.tflops / peak:.1f}%" if peak else "-",
             f"{100 * r.stats.cv:.2f}%",
             str(r.stats.runs),

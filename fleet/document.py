@@ -265,6 +265,10 @@ class Measurement(Strict):
     band: Annotated[float, Field(ge=0, le=1e6)]
     sub_window_trimmed_means_ms: list[Ms] = Field(max_length=1000)
     operating_points: list[OperatingPoint] = Field(max_length=16)
+    # Harness 1.2 and later: the 95% interval (low, high) of `tflops`, by the method of
+    # batch means over the sub-windows; None with fewer than two of them.
+    tflops_ci95: Annotated[list[Annotated[float, Field(ge=0, le=1e6)]],
+                           Field(min_length=2, max_length=2)] | None = None
 
 
 class Correctness(Strict):
@@ -335,6 +339,10 @@ class BenchmarkResult(Strict):
     k: Annotated[int, Field(ge=1, le=1 << 20)]
     # A product that took no time is not a measurement; the reports divide by this.
     tflops: Annotated[float, Field(gt=0, le=1e6)]
+    # What `tflops` is 2·M·N·K over: the 10%-trimmed mean run time from harness 1.2 on
+    # (the runs of a power-capped card fall on levels a median jumps between); absent
+    # before 1.2, where it was the median.
+    statistic: Literal["median", "trimmed_mean"] | None = None
     stats: Statistics
     warmup: Warmup
     measurement: Measurement | None = None

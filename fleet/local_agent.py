@@ -32,7 +32,7 @@ class BenchOptions:
     warm_l2: bool = False
     sequential: bool = False
     gpus: tuple[int, ...] | None = None
-    flush_auto: bool = False
+    flush_always: bool = False
     # None: the harness's own default (agent/harness.py), so the agent run alone and the
     # agent run by fleet measure alike.
     measure_s: float | None = None
@@ -52,8 +52,8 @@ class BenchOptions:
             args += ["--pause-ms", str(self.pause_ms)]
         if self.warm_l2:
             args.append("--warm-l2")
-        if self.flush_auto:
-            args.append("--flush-auto")
+        if self.flush_always:
+            args.append("--flush-always")
         if self.sequential:
             args.append("--sequential")
         if self.gpus:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from fleet.cli import main
@@ -14,16 +15,31 @@ def test_the_harness_defaults_are_the_agents_own() -> None:
 
 
 def test_chosen_settings_reach_the_agent() -> None:
-    args = BenchOptions(measure_s=8.0, max_warmup_s=20.0, max_total_s=30.0, flush_auto=True,
-                        pause_ms=50.0).agent_args()
+    args = BenchOptions(measure_s=8.0, max_warmup_s=20.0, max_total_s=30.0,
+                        flush_always=True, pause_ms=50.0).agent_args()
     for expected in (["--measure-s", "8.0"], ["--max-warmup-s", "20.0"],
                      ["--max-total-s", "30.0"], ["--pause-ms", "50.0"]):
         i = args.index(expected[0])
         assert args[i:i + 2] == expected
-    assert "--flush-auto" in args and "--warm-l2" not in args
+    assert "--flush-always" in args and "--warm-l2" not in args
 
 
-def test_warm_l2_and_flush_auto_are_refused_together() -> None:
-    result = CliRunner().invoke(main, ["bench", "--warm-l2", "--flush-auto"])
+@pytest.mark.parametrize("flags", [["--warm-l2", "--flush-always"],
+                                   ["--warm-l2", "--flush-auto"],
+                                   ["--flush-always", "--flush-auto"]])
+def test_contradicting_flush_choices_are_refused(flags: list[str]) -> None:
+    result = CliRunner().invoke(main, ["bench", *flags])
     assert result.exit_code == 2
-    assert "--warm-l2 and --flush-auto contradict each other" in result.output
+    assert f"{flags[0]} and {flags[1]} contradict each other" in result.output
+
+
+def test_flush_auto_is_still_accepted_and_is_the_default() -> None:
+    # Harness 1.1's opt-in, named in schedules installed then: it must not break them.
+    from fleet.cli import bench_options
+
+    base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None,
+                warm_l2=False, sequential=False, gpus=None, flush_always=False,
+                measure_s=None, max_warmup_s=None, max_total_s=None, lock_clocks=None,
+                cpu=False)
+    assert bench_options(**base, flush_auto=True) == bench_options(**base, flush_auto=False)
+    assert "--flush-auto" not in CliRunner().invoke(main, ["bench", "--help"]).output

@@ -48,6 +48,41 @@ def test_median_interval_narrows_with_more_samples() -> None:
     assert width(large) < width(small) / 4
 
 
+def test_batch_interval_from_students_t() -> None:
+    # Four batches, mean 10, standard deviation sqrt(2/3): 10 +- t(3) x sd / sqrt(4).
+    half = 3.182 * (2 / 3) ** 0.5 / 2
+    assert stats.batch_interval([9.0, 10.0, 10.0, 11.0]) == pytest.approx((10 - half,
+                                                                          10 + half))
+    # Two batches: t of one degree of freedom, 12.706; many: the normal's 1.96.
+    assert stats.batch_interval([1.0, 3.0]) == pytest.approx((2 - 12.706, 2 + 12.706))
+    many = [1.0, 3.0] * 50
+    half = 1.96 * statistics.stdev(many) / 10
+    assert stats.batch_interval(many) == pytest.approx((2 - half, 2 + half))
+    with pytest.raises(ValueError, match="two batch means"):
+        stats.batch_interval([1.0])
+
+
+def test_batch_interval_covers_the_true_level_95_percent_of_the_time() -> None:
+    rng = random.Random(7)
+    trials = 400
+    hits = sum(low <= 5.0 <= high for low, high in
+               (stats.batch_interval([rng.gauss(5.0, 0.2) for _ in range(7)])
+                for _ in range(trials)))
+    assert 0.91 <= hits / trials <= 0.99
+
+
+def test_trimmed_mean_follows_a_split_between_two_levels_the_median_jumps() -> None:
+    # Per-run times on two levels 3% apart, as a power-capped card's are: the median is
+    # one level or the other, the trimmed mean sits between them by their shares.
+    def runs(slow: int) -> list[float]:
+        return [1.03] * slow + [1.0] * (1000 - slow)
+
+    assert statistics.median(runs(490)) == 1.0 and statistics.median(runs(510)) == 1.03
+    # 100 cut at each end: 390 fast and 410 slow kept, then 410 and 390.
+    assert stats.trimmed_mean(runs(510)) / stats.trimmed_mean(runs(490)) == pytest.approx(
+        (390 + 410 * 1.03) / (410 + 390 * 1.03), rel=1e-9)
+
+
 def test_tflops_from_two_m_n_k_over_the_time() -> None:
     # 2 * 8192^3 flops in 1.5 ms.
     assert stats.tflops(8192, 8192, 8192, 1.5) == pytest.approx(733.0, abs=0.1)
