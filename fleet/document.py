@@ -383,12 +383,27 @@ def parse_document(data: Any, origin: str) -> AgentDocument:
     try:
         return AgentDocument.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}"
-            for err in exc.errors()[:5]
-        )
-        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-        raise AgentError(f"{origin}: invalid agent document: {problems}{more}") from None
+        raise AgentError(f"{origin}: invalid agent document: {_problems(exc)}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    """The first five bad fields, by path, and how many more."""
+    problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: "
+                         f"{err['msg']}" for err in exc.errors()[:5])
+    more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+    return problems + more
+
+
+def read_stored(document_id: int, body: str) -> AgentDocument | str:
+    """A stored document, validated again; or, where it no longer passes (stored by an
+    older fleet whose checks were looser), why and what to do, so that one old document
+    costs its host a line in a report and not the whole report."""
+    try:
+        return AgentDocument.model_validate_json(body)
+    except ValidationError as exc:
+        return (f"stored document {document_id} does not pass this fleet's checks "
+                f"({_problems(exc)}); an older fleet stored it: probe the host again to "
+                "replace it")
 
 
 def document_schema() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, Select, Text, cast, select
 
-from fleet.document import AgentDocument
+from fleet.document import AgentDocument, read_stored
 from fleet.store.ingest import variant_of
 from fleet.store.models import (
     BenchmarkResult,
@@ -248,13 +248,19 @@ def _host_states(engine: Engine, scope: Scope
         # attempt failed when it did.
         failed = [row for row in tried_last.values() if row.status != "stored"]
         errors = _errors(conn, failed)
-    hosts = [HostState(row.name, row.host, row.sweep, row.collected_at,
-                       AgentDocument.model_validate_json(bodies[row.document_id]),
-                       _listing(row))
-             for row in stored]
+    hosts: list[HostState] = []
     failures = [HostFailure(row.name, row.host, row.sweep, row.updated_at,
                             *errors.get((row.probe_run_id, row.host_id), ("unknown", "")))
                 for row in failed]
+    failed_hosts = {row.host_id for row in failed}
+    for row in stored:
+        document = read_stored(row.document_id, bodies[row.document_id])
+        if isinstance(document, AgentDocument):
+            hosts.append(HostState(row.name, row.host, row.sweep, row.collected_at,
+                                   document, _listing(row)))
+        elif row.host_id not in failed_hosts:  # its failed attempt already speaks for it
+            failures.append(HostFailure(row.name, row.host, row.sweep, row.collected_at,
+                                        "stored document", document))
     hosts.sort(key=lambda h: (h.provider, h.host))
     failures.sort(key=lambda f: (f.provider, f.host))
     return hosts, failures, len(runs)

@@ -9,6 +9,7 @@ the end: a run with no `finished_at` is one that crashed or was killed, which is
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Collection, Iterator
@@ -18,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, Text, cast, insert, or_, select, update
 
 from fleet import __version__
-from fleet.document import AgentDocument
+from fleet.document import AgentDocument, read_stored
 from fleet.expectation import check_expectation
 from fleet.history import CONFIG_FIELDS, GpuState, HostNight, Night
 from fleet.inventory import Expect
@@ -36,6 +37,8 @@ from fleet.store.models import (
     RunHost,
 )
 from fleet.store.query import in_chunks
+
+log = logging.getLogger(__name__)
 
 HISTORY_NIGHTS = 30
 
@@ -141,14 +144,19 @@ DOCUMENTS_AT_ONCE = 100
 
 def iter_documents(engine: Engine, ids: Collection[int]) -> Iterator[tuple[int, AgentDocument]]:
     """The documents, validated, DOCUMENTS_AT_ONCE at a time: a caller that keeps only
-    what it concludes from each holds one chunk in memory, not a month of nights."""
+    what it concludes from each holds one chunk in memory, not a month of nights. One that
+    no longer validates is left out, with a warning naming it."""
     for chunk in in_chunks(sorted(ids), DOCUMENTS_AT_ONCE):
         with engine.connect() as conn:
             # As text, validated in one pass by pydantic (fleet/analysis/dataset.py).
             rows = conn.execute(select(Document.id, cast(Document.body, Text))
                                 .where(Document.id.in_(chunk))).all()
         for document_id, body in rows:
-            yield int(document_id), AgentDocument.model_validate_json(body)
+            document = read_stored(int(document_id), body)
+            if isinstance(document, str):
+                log.warning("%s", document)  # its host's night counts, unjudged
+                continue
+            yield int(document_id), document
 
 
 def _label(row: Any) -> str:

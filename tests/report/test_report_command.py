@@ -155,3 +155,35 @@ def test_run_picks_one_probe_run(tmp_path: Path) -> None:
     assert hosts("--run", "1") == hosts("--run", "1", "--run", "1") == 6
     assert hosts("--run", "2") == hosts("--run", "1", "--run", "2") == 7
     assert hosts("--run", "3") == 0
+
+
+def test_a_stored_document_that_no_longer_validates_costs_its_host_a_line_not_the_report(
+        scene_url: str, tmp_path: Path) -> None:
+    # A document an older fleet stored with tflops 0, before the model asked for more
+    # than 0: the report still runs, judges every other host, and names this one.
+    from sqlalchemy import select, update
+
+    from fleet.store.models import Document
+
+    engine = open_engine(resolve(scene_url))
+    with engine.begin() as conn:
+        document_id, body = conn.execute(select(Document.id, Document.body)
+                                         .order_by(Document.id)).first()  # type: ignore[misc]
+        data = body if isinstance(body, dict) else json.loads(body)
+        for result in data["benchmarks"]:
+            result["tflops"] = 0.0
+        conn.execute(update(Document).where(Document.id == document_id).values(body=data))
+    engine.dispose()
+    done = fleet("report", "--format", "json", "-o", "-", db=scene_url)
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    failures = [f for f in data["failures"] if f["stage"] == "stored document"]
+    assert len(failures) == 1
+    assert f"stored document {document_id} does not pass" in failures[0]["message"]
+    assert "tflops" in failures[0]["message"] and "probe the host again" in failures[0]["message"]
+    # Every other finding of the scene stands (the changed host is alpha-01, whose
+    # straggler GPU is gone with it).
+    assert data["findings"]["gap"] == 1 and data["findings"]["mismatch"] == 2
+    html = tmp_path / "report.html"
+    assert fleet("report", "-o", str(html), db=scene_url).exit_code == 0
+    assert "Hosts without a usable answer" in html.read_text()

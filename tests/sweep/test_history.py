@@ -4,6 +4,7 @@ store hands it (finished runs only, but for the one being reported)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,32 @@ def test_listing_verdicts_read_a_chunk_of_documents_at_a_time(
         mismatched = {key for key, host in stored.hosts.items() if host.mismatches}
         assert mismatched == {"lambda/b"}
         assert stored.hosts["lambda/a"].mismatches == ()
+
+
+def test_a_stored_document_that_no_longer_validates_is_left_out_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from sqlalchemy import select, update
+
+    from fleet.store.models import Document
+
+    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
+    upgrade(engine)
+    try:
+        first = _store_night(engine, "nightly", 1, finish=True)
+        second = _store_night(engine, "nightly", 2, finish=True)
+        with engine.begin() as conn:
+            ids = [row.id for row in conn.execute(select(Document.id).order_by(Document.id))]
+            body = conn.execute(select(Document.body).where(Document.id == ids[0])).scalar_one()
+            data = body if isinstance(body, dict) else json.loads(body)
+            data["benchmarks"][0]["tflops"] = 0.0  # stored before tflops had to be above 0
+            conn.execute(update(Document).where(Document.id == ids[0]).values(body=data))
+        with caplog.at_level("WARNING", logger="fleet.store.sweeps"):
+            assert list(sweeps.load_documents(engine, ids)) == [ids[1]]
+            nights = read_nights(engine, "nightly")
+    finally:
+        engine.dispose()
+    assert f"stored document {ids[0]} does not pass" in caplog.text
+    # Both nights stand: the host's measurements come from the store's rows, only the
+    # listing's verdict needed the document.
+    assert [n.run_id for n in nights] == [first, second]
+    assert all(n.hosts["coreweave/b"].status == "stored" for n in nights)
