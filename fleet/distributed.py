@@ -10,11 +10,15 @@ command line and inventory, probes the host with the same per-host step as a loc
 (`fleet.probe.HostProber`) and stores the document in the shared PostgreSQL store.
 
 A worker hands back (Reject, requeue) a task it cannot serve: one for another store, or
-for a host its inventory lacks, so that a worker that can takes it. It refuses (acks,
-writes nothing) a task whose run is finished or unknown to its store: a late task never
-writes into a night that is over. Every task expires (`expires_after_s`), so a task that
-no worker could serve leaves the broker instead of waiting there for a worker that starts
-next week; the controller reports it failed at stage "queue". On Redis that expiry also
+for a host its inventory lacks, so that a worker that can takes it. It first gives the
+task the state HANDED_BACK, with its name and why: a task only ever handed back is not
+being probed, so the controller stops waiting for it at its expiry less the time Redis may
+hold a dead worker's task, and reports it at stage "queue" with the workers' reasons. A
+worker refuses (acks, writes nothing) a task whose run is finished or unknown to its
+store: a late task never writes into a night that is over. Every task expires
+(`expires_after_s`), so a task that no worker could serve leaves the broker instead of
+waiting there for a worker that starts next week; the controller reports it failed at
+stage "queue". On Redis that expiry also
 covers the visibility timeout, so that the task of a worker that died mid-host is still
 valid when Redis hands it to another worker; the controller waits for a task at most
 until its expiry plus one host's budget, then reports it failed at stage "worker" (at
@@ -91,6 +95,9 @@ INSPECT_EVERY_S = 2.0
 # back to the same worker, and a pause keeps that loop (until another worker takes it, or
 # it expires) from spinning and flooding the log.
 REJECT_PAUSE_S = 2.0
+# The state a worker gives a task it hands back, with its name and why: the controller
+# then waits for it as a task no worker has taken, not as one being probed.
+HANDED_BACK = "HANDED_BACK"
 # How long `check_broker` waits for the broker to answer.
 BROKER_CHECK_TIMEOUT_S = 5.0
 # A task the controller still waits for past its expiry plus one host's budget is given up
@@ -317,10 +324,11 @@ def task_message(run: RunInfo, store: str, target: Target, options: ProbeOptions
             "options": message}
 
 
-def _hand_back(why: str) -> NoReturn:
+def _hand_back(task: Any, worker: str, why: str) -> NoReturn:
     from celery.exceptions import Reject
 
     log.warning("fleet.probe_host handed back to the queue: %s", why)
+    task.update_state(state=HANDED_BACK, meta={"hostname": worker, "why": why})
     time.sleep(REJECT_PAUSE_S)
     raise Reject(why, requeue=True)
 
@@ -347,12 +355,13 @@ def _probe_task(task: Any, run_id: int, sweep: str, store: str, host: str,
     started = time.monotonic()
     worker = str(task.request.hostname or socket.gethostname())
     if store != state.store:
-        _hand_back(f"{host}: the task is for store {store}, this worker writes to "
-                   f"{state.store} ({state.location}); start a worker with the sweep's --db")
+        _hand_back(task, worker, f"{host}: the task is for store {store}, this worker "
+                   f"writes to {state.store} ({state.location}); start a worker with the "
+                   "sweep's --db")
     target = state.targets.get(host)
     if target is None:
-        _hand_back(f"{host}: the worker's inventory {state.inventory.path} does not list "
-                   "this host; give the worker the inventory the sweep uses")
+        _hand_back(task, worker, f"{host}: the worker's inventory {state.inventory.path} "
+                   "does not list this host; give the worker the inventory the sweep uses")
     refusal = _run_refusal(state, run_id, sweep)
     if refusal is not None:
         log.warning("fleet.probe_host refused: %s", refusal)
@@ -463,16 +472,27 @@ class _Pending:
     expires: float  # its expiry, counted from its sending
     budget: float  # host_budget_s
     deadline: float  # when the controller stops waiting for it (clock())
+    sent: float  # clock()
+    # When it stops waiting for a task only ever handed back: its expiry less the time
+    # Redis may hold a dead worker's task, as nothing of it is running.
+    unserved_deadline: float
     started_on: str | None = None  # the worker seen probing it
+    # Workers that handed it back, and why: when one of them is seen starting it again,
+    # it is about to hand it back again, not probing.
+    handed_back: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+# What Celery's Redis result backend raises, as a bare RuntimeError, once it has given up
+# reconnecting (celery/backends/asynchronous.py); any other RuntimeError is a bug to show.
+RESULT_STORE_GAVE_UP = "Retry limit exceeded while trying to reconnect"
 
 
 def _broker_errors(app: Celery) -> tuple[type[BaseException], ...]:
     """What a broker or result store that failed raises: the transport's connection and
-    channel errors, kombu's, OSError, and the RuntimeError of Celery's Redis result backend
-    ("Retry limit exceeded while trying to reconnect")."""
+    channel errors, kombu's and OSError (and RESULT_STORE_GAVE_UP, caught apart)."""
     from kombu.exceptions import KombuError
 
-    errors: tuple[type[BaseException], ...] = (KombuError, OSError, RuntimeError)
+    errors: tuple[type[BaseException], ...] = (KombuError, OSError)
     try:
         connection = app.connection_for_write()
         errors += tuple(connection.connection_errors) + tuple(connection.channel_errors)
@@ -514,11 +534,13 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                                           queue_timeout_s, redelivery)
                 position[queue] = position.get(queue, 0) + 1
                 budget = host_budget_s(options, target)
-                deadline = clock() + expires + budget + SETTLE_GRACE_S
+                sent = clock()
                 result = app.send_task(TASK, kwargs=task_message(run, store, target, options,
                                                                  visibility),
                                        queue=queue, expires=expires)
-                pending[target.key] = _Pending(target, result, expires, budget, deadline)
+                pending[target.key] = _Pending(
+                    target, result, expires, budget, sent + expires + budget + SETTLE_GRACE_S,
+                    sent, sent + expires - redelivery + SETTLE_GRACE_S)
                 observe(target, "queued", f"queued on {queue}")
             doing = "following the tasks"
             with _QueueWatch(app) as watch:
@@ -532,6 +554,9 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                                                 queue_timeout_s)
                             if outcome is None and now > task.deadline:
                                 outcome = _lost(task, visibility)
+                            if (outcome is None and task.handed_back and not task.started_on
+                                    and now > task.unserved_deadline):
+                                outcome = _unservable(task, now - task.sent)
                             if outcome is not None:
                                 result.revoke()
                         if outcome is not None:
@@ -540,12 +565,7 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                             observe(target, "done" if outcome.ok else "failed",
                                     _describe(outcome))
                             continue
-                        if result.state == "STARTED":
-                            info = result.info if isinstance(result.info, dict) else {}
-                            worker = str(info.get("hostname", "?"))
-                            if worker != task.started_on:  # first, or after a re-delivery
-                                task.started_on = worker
-                                observe(target, "agent", f"probing on {worker}")
+                        _follow(task, result.state, result.info, observe)
                     time.sleep(POLL_S)
     except KeyboardInterrupt:
         if pending:
@@ -559,7 +579,37 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
     except errors as exc:
         _detach(pending)
         raise broker_failure(broker, exc, doing, resume=True) from None
+    except RuntimeError as exc:
+        if RESULT_STORE_GAVE_UP not in str(exc):
+            raise
+        _detach(pending)
+        raise broker_failure(broker, exc, doing, resume=True) from None
     return done, False
+
+
+def _follow(task: _Pending, state: str, info: Any, observe: Observer) -> None:
+    """Note which worker probes the task, or that one handed it back."""
+    info = info if isinstance(info, dict) else {}
+    worker = str(info.get("hostname", "?"))
+    if state == HANDED_BACK:
+        task.handed_back[worker] = str(info.get("why") or "no reason given")[:1000]
+        if task.started_on == worker:
+            task.started_on = None
+    elif (state == "STARTED" and worker not in task.handed_back
+          and worker != task.started_on):  # first, or after a re-delivery
+        task.started_on = worker
+        observe(task.target, "agent", f"probing on {worker}")
+
+
+def _unservable(task: _Pending, waited: float) -> RemoteOutcome:
+    """A task that every worker that took it handed back, past its unserved deadline."""
+    queue = task.target.queue_name
+    why = "; ".join(f"{worker} handed it back: {reason}"
+                    for worker, reason in sorted(task.handed_back.items()))
+    return RemoteOutcome(False, "queue", (
+        f"no worker could serve it within {waited:g} s of queueing on {queue!r} ({why}). "
+        f"Start `fleet worker --queue {queue}` with the sweep's inventory and --db, then "
+        "`fleet sweep --resume`"))
 
 
 def _detach(pending: Mapping[str, _Pending]) -> None:
@@ -600,6 +650,8 @@ def _settled(task: _Pending) -> RemoteOutcome | None:
                 "goes to another worker after the workers' --visibility-timeout, which must "
                 "be the sweep's. Check the queue's workers, then `fleet sweep --resume`"),
                 task.started_on)
+        if task.handed_back:
+            return _unservable(task, expires)
         return RemoteOutcome(False, "queue", (
             f"no worker probed it within {expires:g} s of queueing on {queue!r}, so the "
             "task expired: the queue's workers were busy, or none lists this host in its "

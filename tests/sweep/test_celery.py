@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from fleet.distributed import (
+    HANDED_BACK,
     TASK,
     expires_after_s,
     host_budget_s,
@@ -295,6 +296,10 @@ def test_a_worker_refuses_a_finished_run_and_hands_back_what_it_cannot_serve(
         assert "the task is for store 1234/another-database" in log
         assert "does not list this host" in log
         assert unknown.state != "SUCCESS"
+        # Each hand-back says so, and why, where the controller reads the task's state.
+        wait_for(lambda: unknown.state == HANDED_BACK, 60, "lambda/z to be handed back")
+        assert unknown.info["hostname"] == "w-partial@test"
+        assert "does not list this host" in unknown.info["why"]
         assert settled_hosts(engine, finished) == {}
         assert settled_hosts(engine, open_run) == {}
         # A worker whose inventory has the host takes it.
@@ -509,3 +514,105 @@ def test_a_task_whose_worker_died_is_given_up_with_what_happened(
     assert "--visibility-timeout" in (outcome.reason or "")
     assert "`fleet sweep --resume`" in (outcome.reason or "")
     assert app.results[0].revoked == (states == ["STARTED"])
+
+
+class _GaveUpResult(_FakeResult):
+    """A task whose result store went away: reading its state raises what `raises` gives."""
+
+    def __init__(self, states: list[str], raises: BaseException) -> None:
+        super().__init__(states)
+        self.raises = raises
+        self.backend: Any = "the result store"
+
+    @property
+    def state(self) -> str:
+        raise self.raises
+
+
+@pytest.mark.parametrize(("raised", "is_broker"), [
+    # What Celery's Redis result backend raises once it stops reconnecting.
+    (RuntimeError("Retry limit exceeded while trying to reconnect to the Celery result "
+                  "store backend. The Celery application must be restarted."), True),
+    # Any other RuntimeError is a bug: shown as itself, not blamed on the broker.
+    (RuntimeError("dictionary changed size during iteration"), False),
+])
+def test_only_the_result_stores_give_up_is_called_a_broker_failure(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch, raised: RuntimeError,
+        is_broker: bool) -> None:
+    from fleet.errors import StoreError
+
+    (target,) = load_inventory(workspace.inventory({"lambda/a": workspace.ssh_host(
+        workspace.servers[0])})).targets
+    app = _FakeApp(["STARTED"])
+    sent: list[_GaveUpResult] = []
+
+    def send_task(name: str, kwargs: dict[str, Any], queue: str, expires: float
+                  ) -> _GaveUpResult:
+        sent.append(_GaveUpResult(["STARTED"], raised))
+        return sent[-1]
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    with pytest.raises(StoreError if is_broker else RuntimeError) as caught:
+        run_on_celery(app, (target,), RunInfo(kind="sweep", sweep="nightly", run_id=1),
+                      "store", ProbeOptions(timeout_s=15.0),
+                      lambda target, stage, message: None, queue_timeout_s=25.0)
+    if is_broker:
+        assert "failed while following the tasks: Retry limit exceeded" in str(caught.value)
+        assert "`fleet sweep --resume`" in str(caught.value)
+        assert sent[0].backend is None  # let go of, so that collecting it is quiet
+    else:
+        assert caught.value is raised
+
+
+class _HandedBackResult(_FakeResult):
+    """A task that a worker without the host in its inventory takes and hands back, again
+    and again."""
+
+    def __init__(self, states: list[str]) -> None:
+        super().__init__(states)
+        self.info = {"hostname": "w-partial@test",
+                     "why": "lambda/a: the worker's inventory partial.yaml does not list "
+                            "this host; give the worker the inventory the sweep uses"}
+
+
+def test_a_task_only_ever_handed_back_is_given_up_at_its_expiry_less_redelivery(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    (target,) = load_inventory(workspace.inventory({"lambda/a": workspace.ssh_host(
+        workspace.servers[0])})).targets
+    options = ProbeOptions(timeout_s=15.0)
+    app = _FakeApp([])
+    sent: list[_HandedBackResult] = []
+
+    def send_task(name: str, kwargs: dict[str, Any], queue: str, expires: float
+                  ) -> _HandedBackResult:
+        app.sent.append({"expires": expires})
+        sent.append(_HandedBackResult(["STARTED", HANDED_BACK, "STARTED", HANDED_BACK]))
+        return sent[-1]
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    now = [0.0]
+    given_up: list[float] = []
+
+    def clock() -> float:
+        now[0] += 0 if not sent else 5.0
+        return now[0]
+
+    def observe(target: Any, stage: str, message: str) -> None:
+        if stage == "failed":
+            given_up.append(now[0])
+
+    outcomes, interrupted = run_on_celery(
+        app, (target,), RunInfo(kind="sweep", sweep="nightly", run_id=1), "store", options,
+        observe, queue_timeout_s=25.0, clock=clock)
+    outcome = outcomes["lambda/a"]
+    budget = host_budget_s(options, target)
+    # Not the hour-long wait for a dead worker's task (its expiry holds Redis's 80 s
+    # visibility timeout and a 10 s restore period, plus one host's probe): the queue
+    # timeout, one host budget and the grace, as nothing of it ever ran.
+    assert app.sent[0]["expires"] == 25.0 + budget + 90.0
+    assert 25.0 + budget + 60.0 < given_up[0] <= 25.0 + budget + 60.0 + 10.0
+    assert not interrupted and outcome.stage == "queue"
+    assert "w-partial@test handed it back: lambda/a: the worker's inventory" in (
+        outcome.reason or "")
+    assert "began probing" not in (outcome.reason or "") and outcome.worker is None
+    assert sent[0].revoked
