@@ -258,7 +258,7 @@ def main() -> None:
     nvml = LiveNvml()
     handle = nvml.device(0)
     sampler = telemetry.Sampler(nvml, handle, interval_s=0.02)
-    cfg = harness.Config(m=args.size, n=args.size, k=args.size)
+    cfg = harness.Config(m=args.size, n=args.size, k=args.size, flush="always")  # its "f"
     target = harness.GpuTarget(0, 0, None, nvml, handle)
     runner = harness.Runner(torch, cfg, target)
     err, _ = runner.check()
