@@ -45,11 +45,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("-k", type=int, help="K, overriding --size")
     bench.add_argument("--pause-ms", type=float,
                        help="burst mode: pause this long between timed runs")
-    bench.add_argument("--warm-l2", action="store_true", help="do not flush the L2 between runs")
-    bench.add_argument("--flush-always", action="store_true",
-                       help="flush the L2 before every run even where A, B and C together "
-                            "outsize the flush buffer (by default, sustained runs leave the "
-                            "flush out there: they evict the L2 themselves)")
+    l2 = bench.add_mutually_exclusive_group()
+    l2.add_argument("--warm-l2", action="store_true", help="do not flush the L2 between runs")
+    l2.add_argument("--flush-always", action="store_true",
+                    help="flush the L2 before every run even where A, B and C together "
+                         "outsize the flush buffer (by default, sustained runs leave the "
+                         "flush out there: they evict the L2 themselves)")
+    # Harness 1.1's opt-in, 1.2's default: still accepted from older scripts.
+    l2.add_argument("--flush-auto", action="store_true", help=argparse.SUPPRESS)
     bench.add_argument("--sequential", action="store_true",
                        help="one GPU at a time instead of all at once")
     bench.add_argument("--gpus", help="comma-separated NVML indexes to benchmark")

@@ -130,7 +130,8 @@ HARNESS_OPTIONS = (
                  help="Flush the L2 before every run even where the matrices together "
                       "outsize the flush buffer (default: only where they are smaller, or "
                       "in burst mode; larger ones evict it themselves, and the flush only "
-                      "changes the card's power pattern)."),
+                      "changes the card's power pattern). Results say \"flushed\" L2 and "
+                      "are compared apart."),
     # Harness 1.1's opt-in, the default since 1.2: still accepted so that installed
     # schedules and scripts keep working.
     click.option("--flush-auto", is_flag=True, hidden=True),

@@ -18,11 +18,10 @@ worker refuses (acks, writes nothing) a task whose run is finished or unknown to
 store: a late task never writes into a night that is over. Every task expires
 (`expires_after_s`), so a task that no worker could serve leaves the broker instead of
 waiting there for a worker that starts next week; the controller reports it failed at
-stage "queue". On Redis that expiry also
-covers the visibility timeout, so that the task of a worker that died mid-host is still
-valid when Redis hands it to another worker; the controller waits for a task at most
-until its expiry plus one host's budget, then reports it failed at stage "worker" (at
-"queue" if no worker was seen starting it).
+stage "queue". On Redis that expiry also covers the visibility timeout, so that the task
+of a worker that died mid-host is still valid when Redis hands it to another worker; the
+controller waits for a task at most until its expiry plus one host's budget, then reports
+it failed at stage "worker" (at "queue" if no worker was seen starting it).
 
 Delivery: tasks are acknowledged late (after the host is stored) and each worker takes
 one task per slot at a time (prefetch 1). A task whose worker died unacknowledged is
@@ -69,6 +68,7 @@ from urllib.parse import unquote
 from sqlalchemy import select, text
 
 from agent import __version__ as agent_version
+from fleet import __version__
 from fleet.errors import FleetError, InputError, StoreError
 from fleet.inventory import LoadedInventory, Target, load_inventory
 from fleet.local_agent import BenchOptions
@@ -295,6 +295,14 @@ _worker: _WorkerState | None = None
 def _options_from(data: Mapping[str, Any], accept_new_host_keys: bool) -> ProbeOptions:
     bench = data.get("bench")
     if bench is not None:
+        # Harness 1.1's opt-in is 1.2's default: a task queued by an older controller
+        # still runs. An option this worker does not know is a newer controller's.
+        bench = {k: v for k, v in bench.items() if k != "flush_auto"}
+        unknown = sorted(set(bench) - {f.name for f in dataclasses.fields(BenchOptions)})
+        if unknown:
+            raise ValueError(f"this worker's fleet {__version__} does not know the harness "
+                             f"option(s) {', '.join(unknown)} that the sweep sent: run the "
+                             "sweep's fleet version on every worker")
         gpus = bench.get("gpus")
         bench = BenchOptions(**{**bench, "gpus": tuple(gpus) if gpus is not None else None})
     return ProbeOptions(bench=bench, timeout_s=data.get("timeout_s"),
@@ -328,7 +336,13 @@ def _hand_back(task: Any, worker: str, why: str) -> NoReturn:
     from celery.exceptions import Reject
 
     log.warning("fleet.probe_host handed back to the queue: %s", why)
-    task.update_state(state=HANDED_BACK, meta={"hostname": worker, "why": why})
+    try:
+        # With the pid, as Celery's own STARTED: the same name restarted is another worker.
+        task.update_state(state=HANDED_BACK,
+                          meta={"hostname": worker, "pid": os.getpid(), "why": why})
+    except Exception as exc:  # the result store failing must not turn a hand-back into a loss
+        log.warning("could not mark the task handed back (%s); handing it back all the same",
+                    exc)
     time.sleep(REJECT_PAUSE_S)
     raise Reject(why, requeue=True)
 
@@ -477,9 +491,9 @@ class _Pending:
     # Redis may hold a dead worker's task, as nothing of it is running.
     unserved_deadline: float
     started_on: str | None = None  # the worker seen probing it
-    # Workers that handed it back, and why: when one of them is seen starting it again,
-    # it is about to hand it back again, not probing.
-    handed_back: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Workers (name, pid) that handed it back, and why: one of them seen starting it again
+    # is about to hand it back again, not probing.
+    handed_back: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
 
 # What Celery's Redis result backend raises, as a bare RuntimeError, once it has given up
@@ -539,8 +553,9 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                                                                  visibility),
                                        queue=queue, expires=expires)
                 pending[target.key] = _Pending(
-                    target, result, expires, budget, sent + expires + budget + SETTLE_GRACE_S,
-                    sent, sent + expires - redelivery + SETTLE_GRACE_S)
+                    target=target, result=result, expires=expires, budget=budget,
+                    deadline=sent + expires + budget + SETTLE_GRACE_S, sent=sent,
+                    unserved_deadline=sent + expires - redelivery + SETTLE_GRACE_S)
                 observe(target, "queued", f"queued on {queue}")
             doing = "following the tasks"
             with _QueueWatch(app) as watch:
@@ -548,7 +563,11 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                     now = clock()
                     for key, task in list(pending.items()):
                         target, result = task.target, task.result
-                        outcome = _settled(task)
+                        # One read of the state a round: a worker that started the task
+                        # since the last round must count before any deadline is judged.
+                        state = result.state
+                        _follow(task, state, result.info, observe)
+                        outcome = _settled(task, state)
                         if outcome is None:
                             outcome = _unserved(target, watch, unserved_since, now,
                                                 queue_timeout_s)
@@ -565,7 +584,6 @@ def run_on_celery(app: Celery, targets: tuple[Target, ...], run: RunInfo, store:
                             observe(target, "done" if outcome.ok else "failed",
                                     _describe(outcome))
                             continue
-                        _follow(task, result.state, result.info, observe)
                     time.sleep(POLL_S)
     except KeyboardInterrupt:
         if pending:
@@ -591,11 +609,12 @@ def _follow(task: _Pending, state: str, info: Any, observe: Observer) -> None:
     """Note which worker probes the task, or that one handed it back."""
     info = info if isinstance(info, dict) else {}
     worker = str(info.get("hostname", "?"))
+    key = (worker, str(info.get("pid", "?")))
     if state == HANDED_BACK:
-        task.handed_back[worker] = str(info.get("why") or "no reason given")[:1000]
+        task.handed_back[key] = str(info.get("why") or "no reason given")[:1000]
         if task.started_on == worker:
             task.started_on = None
-    elif (state == "STARTED" and worker not in task.handed_back
+    elif (state == "STARTED" and key not in task.handed_back
           and worker != task.started_on):  # first, or after a re-delivery
         task.started_on = worker
         observe(task.target, "agent", f"probing on {worker}")
@@ -605,7 +624,7 @@ def _unservable(task: _Pending, waited: float) -> RemoteOutcome:
     """A task that every worker that took it handed back, past its unserved deadline."""
     queue = task.target.queue_name
     why = "; ".join(f"{worker} handed it back: {reason}"
-                    for worker, reason in sorted(task.handed_back.items()))
+                    for (worker, _), reason in sorted(task.handed_back.items()))
     return RemoteOutcome(False, "queue", (
         f"no worker could serve it within {waited:g} s of queueing on {queue!r} ({why}). "
         f"Start `fleet worker --queue {queue}` with the sweep's inventory and --db, then "
@@ -626,9 +645,8 @@ def _describe(outcome: RemoteOutcome) -> str:
     return f"{outcome.stage}: {outcome.reason}{where}"
 
 
-def _settled(task: _Pending) -> RemoteOutcome | None:
+def _settled(task: _Pending, state: str) -> RemoteOutcome | None:
     result, target, expires = task.result, task.target, task.expires
-    state = result.state
     if state == "SUCCESS":
         value = result.result if isinstance(result.result, dict) else {}
         return RemoteOutcome(bool(value.get("ok")), str(value.get("stage", "?")),

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from fleet.errors import AgentError
 
@@ -270,6 +277,12 @@ class Measurement(Strict):
     tflops_ci95: Annotated[list[Annotated[float, Field(ge=0, le=1e6)]],
                            Field(min_length=2, max_length=2)] | None = None
 
+    @model_validator(mode="after")
+    def _interval_in_order(self) -> Measurement:
+        if self.tflops_ci95 is not None and self.tflops_ci95[0] > self.tflops_ci95[1]:
+            raise ValueError("tflops_ci95 must be [low, high]")
+        return self
+
 
 class Correctness(Strict):
     max_rel_error: Annotated[float, Field(ge=0)] | None
@@ -330,7 +343,9 @@ class BenchmarkResult(Strict):
     timing_method: Name
     mode: Literal["sustained", "burst"]
     pause_ms: Ms
-    cache: Literal["cold", "warm"]
+    # "flushed" (harness 1.2 and later): flushed before every run though A, B and C evict
+    # the L2 themselves (--flush-always), which moves the figure: never compared as "cold".
+    cache: Literal["cold", "warm", "flushed"]
     concurrency: Literal["concurrent", "sequential"]
     gpus_in_run: Annotated[int, Field(ge=1, le=1024)]
     dtype: Literal["bf16", "fp16", "tf32", "fp32"]
@@ -357,6 +372,25 @@ class BenchmarkResult(Strict):
     samples_ms: list[Ms] = Field(max_length=100_000)
     provenance: Provenance
     wall_s: Seconds
+
+    @model_validator(mode="after")
+    def _says_its_statistic(self) -> BenchmarkResult:
+        # From 1.2 on the statistic is the reader's only way to tell what `tflops` is; a
+        # result without it would be shown with the median's interval.
+        if self.statistic is None and _version(self.harness_version) >= (1, 2):
+            raise ValueError(f"harness {self.harness_version} results must say which "
+                             "statistic tflops is computed from (statistic)")
+        return self
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """"1.2.0" -> (1, 2, 0); what does not parse sorts first."""
+    parts = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
 
 
 class AgentDocument(Strict):

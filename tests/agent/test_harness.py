@@ -180,26 +180,46 @@ def bench_text(document: Any) -> str:
 
 
 def test_the_bench_table_gives_each_version_its_own_interval_and_the_median_beside(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_runs(monkeypatch, lambda t: 1.02 if int(t / 0.01) % 2 else 1.0, per_run=True)
-    result = measure(small(), cpu_target())
+        ) -> None:
     from tests.store import factory
 
     data = factory.document(gpus=1)
-    data["benchmarks"] = [json.loads(json.dumps(result))]
-    document = parse_document(data, "test")
-    r = document.benchmarks[0]
-    assert r.measurement is not None and r.measurement.tflops_ci95 is not None
-    flops = 2 * 96 * 80 * 64 / 1e9
-    low, high = r.measurement.tflops_ci95
-    text = bench_text(document)
-    assert f"{low:.1f}-{high:.1f}" in text and f"{flops / r.stats.median_ms:.1f}" in text
-    # A result from before 1.2 (no statistic): its figure and interval are the median's.
-    old = r.model_copy(update={"statistic": None,
-                               "tflops": flops / r.stats.median_ms})
-    text = bench_text(document.model_copy(update={"benchmarks": [old]}))
-    assert (f"{flops / r.stats.ci95_high_ms:.1f}-{flops / r.stats.ci95_low_ms:.1f}" in text)
-    assert document.gpus[0].name == "NVIDIA H100 80GB HBM3"
+    result = data["benchmarks"][0]
+    # An 8192^3 result: median 1.6 ms (687.2 TFLOP/s), its interval 1.59-1.61 ms
+    # (682.9-691.5), trimmed mean 1.62 ms (678.7), batch-means interval 670.0-690.0.
+    result.update(m=8192, n=8192, k=8192, harness_version="1.2.0", statistic="trimmed_mean",
+                  tflops=2 * 8192**3 / 1.62e-3 / 1e12)
+    result["stats"].update(median_ms=1.6, trimmed_mean_ms=1.62, ci95_low_ms=1.59,
+                           ci95_high_ms=1.61)
+    result["measurement"] = {"seconds": 6.5, "sub_windows": 6, "extended": False,
+                             "band": 0.01, "sub_window_trimmed_means_ms": [1.62] * 6,
+                             "operating_points": [], "tflops_ci95": [670.0, 690.0]}
+    text = bench_text(parse_document(data, "test"))
+    assert "678.7" in text and "670.0-690.0" in text and "687.2" in text
+    assert "682.9-691.5" not in text
+    # The same result from before 1.2 (no statistic): figure and interval are the median's.
+    result.update(harness_version="1.1.0", statistic=None, tflops=2 * 8192**3 / 1.6e-3 / 1e12)
+    text = bench_text(parse_document(data, "test"))
+    assert "682.9-691.5" in text and "670.0-690.0" not in text
+
+
+def test_a_result_must_say_its_statistic_from_1_2_and_its_interval_in_order() -> None:
+    from fleet.errors import AgentError
+    from tests.store import factory
+
+    data = factory.document(gpus=1)
+    result = data["benchmarks"][0]
+    result.update(harness_version="1.2.0")
+    with pytest.raises(AgentError, match="statistic"):
+        parse_document(data, "test")
+    result.update(statistic="trimmed_mean", cache="flushed", measurement={
+        "seconds": 6.5, "sub_windows": 2, "extended": False, "band": 0.01,
+        "sub_window_trimmed_means_ms": [1.6, 1.6], "operating_points": [],
+        "tflops_ci95": [690.0, 670.0]})
+    with pytest.raises(AgentError, match=r"\[low, high\]"):
+        parse_document(data, "test")
+    result["measurement"]["tflops_ci95"] = [670.0, 690.0]
+    assert parse_document(data, "test").benchmarks[0].cache == "flushed"
 
 
 def fake_runs(monkeypatch: pytest.MonkeyPatch, level_ms: Any, per_run: bool = False) -> None:
@@ -310,17 +330,21 @@ def test_the_flush_is_left_out_only_where_the_operands_evict_the_l2_themselves()
     small_case = harness.Runner(torch, small(), cpu_target())
     assert small_case.flush is not None and small_case.flush_note.startswith("every run")
     # 512^3 in bf16: A, B and C are 1.5 MiB, more than the 1 MiB flush buffer: not flushed
-    # by default (flush="auto" since 1.2); with flush="always", flushed all the same.
+    # by default (flush="auto" since 1.2); with flush="always", flushed all the same, and
+    # its results are "flushed", never compared with the default's as "cold".
     assert harness.Config().flush == "auto"
-    assert harness.Runner(torch, small(m=512, n=512, k=512, flush="always"),
-                          cpu_target()).flush is not None
+    forced = harness.Runner(torch, small(m=512, n=512, k=512, flush="always"), cpu_target())
+    assert forced.flush is not None and forced.cache == "flushed"
+    assert small_case.cache == "cold"
     big = small(m=512, n=512, k=512)
     runner = harness.Runner(torch, big, cpu_target())
     assert runner.working_set_bytes == 3 * 512 * 512 * 2
     assert runner.flush is None and runner.flush_note.startswith("none: A, B and C")
     # Burst keeps it: the flush takes the card's wake from each pause out of the timed run.
-    assert harness.Runner(torch, small(m=512, n=512, k=512, mode="burst"),
-                          cpu_target()).flush is not None
+    burst = harness.Runner(torch, small(m=512, n=512, k=512, mode="burst"), cpu_target())
+    assert burst.flush is not None and burst.cache == "cold"
+    assert harness.Runner(torch, small(m=512, n=512, k=512, warm_l2=True),
+                          cpu_target()).cache == "warm"
     # fp32's 4-byte elements count double.
     assert harness.Runner(torch, small(m=384, n=384, k=384, dtype="fp32", flush="auto"),
                           cpu_target()).flush is None
@@ -333,3 +357,23 @@ def test_the_flush_is_left_out_only_where_the_operands_evict_the_l2_themselves()
     parse_result(result)
     with pytest.raises(harness.HarnessError, match="flush"):
         small(flush="never").validate()
+
+
+@pytest.mark.parametrize(("flags", "refused"), [
+    (["--flush-auto"], False),  # 1.1's opt-in, 1.2's default: older scripts still run
+    (["--warm-l2", "--flush-always"], True),
+    (["--flush-always", "--flush-auto"], True),
+])
+def test_the_agents_flush_flags(flags: list[str], refused: bool) -> None:
+    env = dict(os.environ, FLEET_NVML_REPLAY=str(
+        ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s", "0.2",
+         "--max-warmup-s", "0.3", "--max-total-s", "0.8", *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    if refused:
+        assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        document = parse_document(json.loads(proc.stdout.splitlines()[-1])["document"], "x")
+        assert document.benchmarks[0].cache == "cold"

@@ -53,11 +53,14 @@ def test_batch_interval_from_students_t() -> None:
     half = 3.182 * (2 / 3) ** 0.5 / 2
     assert stats.batch_interval([9.0, 10.0, 10.0, 11.0]) == pytest.approx((10 - half,
                                                                           10 + half))
-    # Two batches: t of one degree of freedom, 12.706; many: the normal's 1.96.
+    # Two batches: t of one degree of freedom, 12.706; 100 (99 degrees): t(60), 2.000,
+    # the wider side of the table's rows.
     assert stats.batch_interval([1.0, 3.0]) == pytest.approx((2 - 12.706, 2 + 12.706))
     many = [1.0, 3.0] * 50
-    half = 1.96 * statistics.stdev(many) / 10
+    half = 2.000 * statistics.stdev(many) / 10
     assert stats.batch_interval(many) == pytest.approx((2 - half, 2 + half))
+    assert [stats._t975(d) for d in (30, 31, 39, 40, 59, 60, 119, 120, 10_000)] == [
+        2.042, 2.042, 2.042, 2.021, 2.021, 2.000, 2.000, 1.980, 1.980]
     with pytest.raises(ValueError, match="two batch means"):
         stats.batch_interval([1.0])
 

@@ -113,7 +113,7 @@ def test_main_query_keeps_harness_versions_apart_and_drops_wrong_results(
     old = factory.document(host="h", gpus=2)
     new = factory.document(host="h", gpus=2, seed=1)
     for result in new["benchmarks"]:
-        result["harness_version"] = "2"
+        result.update(harness_version="2", statistic="trimmed_mean")
     new["benchmarks"][1]["flags"]["correctness_failed"] = True
     _store(engine, [("lambda", "s", old), ("lambda", "s", new)])
     summaries = {s.harness_version: s for s in summarise_variants(engine, ResultFilter())}

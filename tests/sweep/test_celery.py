@@ -19,6 +19,7 @@ their bindings) when it ends.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import signal
@@ -44,6 +45,7 @@ from fleet.distributed import (
     store_identity,
 )
 from fleet.inventory import load_inventory
+from fleet.local_agent import BenchOptions
 from fleet.probe import ProbeOptions
 from fleet.store.database import resolve
 from fleet.store.ingest import RunInfo
@@ -564,55 +566,124 @@ def test_only_the_result_stores_give_up_is_called_a_broker_failure(
         assert caught.value is raised
 
 
-class _HandedBackResult(_FakeResult):
-    """A task that a worker without the host in its inventory takes and hands back, again
-    and again."""
+class _ScriptedResult(_FakeResult):
+    """A task whose state and meta follow a script, one step a read of its state; the
+    last step holds."""
 
-    def __init__(self, states: list[str]) -> None:
-        super().__init__(states)
-        self.info = {"hostname": "w-partial@test",
-                     "why": "lambda/a: the worker's inventory partial.yaml does not list "
-                            "this host; give the worker the inventory the sweep uses"}
+    def __init__(self, steps: list[tuple[str, dict[str, Any]]]) -> None:
+        super().__init__([state for state, _ in steps])
+        self.steps = steps
+
+    @property
+    def state(self) -> str:
+        self.reads = getattr(self, "reads", 0) + 1
+        assert self.reads < 100, "the controller waits for this task forever"
+        state, self.info = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+        return state
 
 
-def test_a_task_only_ever_handed_back_is_given_up_at_its_expiry_less_redelivery(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+WHY = ("lambda/a: the worker's inventory partial.yaml does not list this host; give the "
+       "worker the inventory the sweep uses")
+PARTIAL = {"hostname": "w-partial@test", "pid": 101}
+HANDED = {**PARTIAL, "why": WHY}
+
+
+@dataclasses.dataclass
+class _ScriptedRun:
+    outcome: Any
+    interrupted: bool
+    expires: float
+    result: _ScriptedResult
+    said: list[tuple[float, str, str]]  # (clock, stage, message) of every observation
+    budget: float
+
+
+def _run_scripted(workspace: Workspace, monkeypatch: pytest.MonkeyPatch,
+                  steps: list[tuple[str, dict[str, Any]]]) -> _ScriptedRun:
+    """One host's task through `run_on_celery`, its states from `steps`, on a clock that
+    moves 5 s a round once the task is sent: queue timeout 25 s, host timeout 15 s."""
     (target,) = load_inventory(workspace.inventory({"lambda/a": workspace.ssh_host(
         workspace.servers[0])})).targets
     options = ProbeOptions(timeout_s=15.0)
     app = _FakeApp([])
-    sent: list[_HandedBackResult] = []
+    sent: list[tuple[float, _ScriptedResult]] = []
 
     def send_task(name: str, kwargs: dict[str, Any], queue: str, expires: float
-                  ) -> _HandedBackResult:
-        app.sent.append({"expires": expires})
-        sent.append(_HandedBackResult(["STARTED", HANDED_BACK, "STARTED", HANDED_BACK]))
-        return sent[-1]
+                  ) -> _ScriptedResult:
+        sent.append((expires, _ScriptedResult(list(steps))))
+        return sent[-1][1]
 
     monkeypatch.setattr(app, "send_task", send_task)
     now = [0.0]
-    given_up: list[float] = []
+    said: list[tuple[float, str, str]] = []
 
     def clock() -> float:
         now[0] += 0 if not sent else 5.0
         return now[0]
 
-    def observe(target: Any, stage: str, message: str) -> None:
-        if stage == "failed":
-            given_up.append(now[0])
-
     outcomes, interrupted = run_on_celery(
         app, (target,), RunInfo(kind="sweep", sweep="nightly", run_id=1), "store", options,
-        observe, queue_timeout_s=25.0, clock=clock)
-    outcome = outcomes["lambda/a"]
-    budget = host_budget_s(options, target)
-    # Not the hour-long wait for a dead worker's task (its expiry holds Redis's 80 s
-    # visibility timeout and a 10 s restore period, plus one host's probe): the queue
-    # timeout, one host budget and the grace, as nothing of it ever ran.
-    assert app.sent[0]["expires"] == 25.0 + budget + 90.0
-    assert 25.0 + budget + 60.0 < given_up[0] <= 25.0 + budget + 60.0 + 10.0
-    assert not interrupted and outcome.stage == "queue"
-    assert "w-partial@test handed it back: lambda/a: the worker's inventory" in (
-        outcome.reason or "")
-    assert "began probing" not in (outcome.reason or "") and outcome.worker is None
-    assert sent[0].revoked
+        lambda target, stage, message: said.append((now[0], stage, message)),
+        queue_timeout_s=25.0, clock=clock)
+    ((expires, result),) = sent
+    return _ScriptedRun(outcomes["lambda/a"], interrupted, expires, result, said,
+                        host_budget_s(options, target))
+
+
+@pytest.mark.parametrize(("why", "steps", "given_up_early"), [
+    # ... and seen taking it once more when the deadline comes: not probing.
+    ("taken and handed back again and again by one worker",
+     [("STARTED", PARTIAL), (HANDED_BACK, HANDED)] * 3 + [("STARTED", PARTIAL)], True),
+    ("handed back, then started by a worker that has the host",
+     [("STARTED", PARTIAL), (HANDED_BACK, HANDED), ("STARTED", {"hostname": "w-full@test",
+                                                                "pid": 202})], False),
+    ("handed back, then started by the same name restarted (another pid)",
+     [("STARTED", PARTIAL), (HANDED_BACK, HANDED), ("STARTED", {**PARTIAL, "pid": 303})],
+     False),
+])
+def test_a_task_only_ever_handed_back_is_given_up_at_its_expiry_less_redelivery(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch, why: str,
+        steps: list[tuple[str, dict[str, Any]]], given_up_early: bool) -> None:
+    run = _run_scripted(workspace, monkeypatch, steps)
+    budget = run.budget
+    given_up = [when for when, stage, _ in run.said if stage == "failed"]
+    # Its expiry holds Redis's 80 s visibility timeout and a 10 s restore period, for a
+    # dead worker's task; a task only ever handed back has nothing running, so the
+    # controller waits the queue timeout, one host budget and the grace.
+    assert run.expires == 25.0 + budget + 90.0
+    assert not run.interrupted and run.result.revoked
+    reason = run.outcome.reason or ""
+    if given_up_early:
+        assert 25.0 + budget + 60.0 < given_up[0] <= 25.0 + budget + 60.0 + 10.0
+        assert run.outcome.stage == "queue" and run.outcome.worker is None
+        assert f"w-partial@test handed it back: {WHY}" in reason
+        assert "began probing" not in reason
+    else:  # a worker is probing it: waited for to its expiry and one host's probe
+        assert given_up[0] > 25.0 + budget + 90.0 + budget + 60.0
+        assert run.outcome.stage == "worker" and "no result" in reason
+
+
+def test_a_task_from_another_fleet_version_is_run_or_refused_clearly() -> None:
+    from fleet.distributed import _options_from
+
+    bench = dataclasses.asdict(BenchOptions())
+    old = {**{k: v for k, v in bench.items() if k != "flush_always"}, "flush_auto": True}
+    assert _options_from({"bench": old}, False).bench == BenchOptions()  # 1.1's opt-in
+    with pytest.raises(ValueError, match=r"does not know the harness option\(s\) flush_smartly"):
+        _options_from({"bench": {**bench, "flush_smartly": True}}, False)
+
+
+def test_a_worker_starting_a_handed_back_task_as_its_deadline_passes_is_waited_for(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The state is read once a round and judged before the deadline: a task that another
+    # worker started since the last round must not be revoked (that worker would go on
+    # probing a host the run reports failed).
+    budget = _run_scripted(workspace, monkeypatch, [(HANDED_BACK, HANDED)]).budget
+    # Round r reads the clock at 5 r s; the first round past the handed-back deadline
+    # (25 s queue timeout, one host budget, the 60 s grace) is the first to see w-full.
+    first_past = int((25.0 + budget + 60.0) // 5.0) + 1
+    run = _run_scripted(workspace, monkeypatch, [(HANDED_BACK, HANDED)] * (first_past - 1) + [
+        ("STARTED", {"hostname": "w-full@test", "pid": 202})])
+    assert [when for when, _, message in run.said
+            if message == "probing on w-full@test"] == [5.0 * first_past]
+    assert run.outcome.stage == "worker" and run.outcome.worker == "w-full@test"
