@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the device tool (one real GPU): the default harness through the agent, as `fleet
-# bench` runs it (with --burst, the burst figure too), then the fidelity bench with the
-# previous default beside it (--also-flush-always). Reads only; changes no GPU setting. Files land in $OUT;
-# bench/RESULTS.md quotes them and bench/records/ keeps them.
+# bench` runs it (with --burst, the burst figure too), then the fidelity bench (its short
+# graph reference in each repeat's slot included; --also-flush-always adds the previous
+# default). Reads only; changes no GPU setting. Files land in $OUT; bench/RESULTS.md quotes
+# them and bench/records/ keeps them.
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -12,6 +13,8 @@ echo "== python3 -m agent bench (the default harness, every GPU)"
 /usr/bin/time -f "agent wall %e s" python3 -m agent bench > "$OUT/bench.jsonl" 2> "$OUT/bench.err"
 echo "rc=$?"; tail -n 1 "$OUT/bench.err"
 files="$OUT/bench.jsonl"
+flush_always=""
+[ "${1:-}" = "--also-flush-always" ] && { flush_always="--also-flush-always"; shift; }
 if [ "${1:-}" = "--burst" ]; then
   echo "== python3 -m agent bench --pause-ms 50 (burst)"
   python3 -m agent bench --pause-ms 50 > "$OUT/burst.jsonl" 2> "$OUT/burst.err"
@@ -36,8 +39,8 @@ for path in sys.argv[1:]:
               f"l2: {r['provenance']['l2_flush']}, wall {r['wall_s']} s")
     print("errors", d["errors"])
 PY
-echo "== bench/harness_fidelity.py --also-flush-always"
-python3 bench/harness_fidelity.py --also-flush-always --out "$OUT/fidelity.json" \
+echo "== bench/harness_fidelity.py $flush_always"
+python3 bench/harness_fidelity.py $flush_always --out "$OUT/fidelity.json" \
   > "$OUT/fidelity.log" 2>&1
 echo "rc=$?"
 nvidia-smi "$Q" --format=csv > "$OUT/smi-after.csv"
