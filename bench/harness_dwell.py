@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness_fidelity import PER_GRAPH, replay_batches  # bench/, beside this file
 
 Separator = Callable[[], None] | None
 
@@ -86,31 +87,12 @@ def flushed_segment(torch: Any, runner: Any, seconds: float, origin: Any,
 
 def graph_segment(torch: Any, runner: Any, seconds: float, origin: Any,
                   t_origin: float, sep: Separator = None) -> list[tuple[float, float]]:
-    a, b, c, stream = runner.a, runner.b, runner.c, runner.stream
-    graph = torch.cuda.CUDAGraph()
-    per_graph = 10
-    with torch.cuda.stream(stream):
-        torch.matmul(a, b, out=c)
-    stream.synchronize()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(per_graph):
-            torch.matmul(a, b, out=c)
     rows: list[tuple[float, float]] = []
-    t0 = time.perf_counter()
-    with torch.cuda.stream(stream):
-        while time.perf_counter() - t0 < seconds:
-            pairs = []
-            for _ in range(20):
-                start = torch.cuda.Event(enable_timing=True)
-                stop = torch.cuda.Event(enable_timing=True)
-                start.record(stream)
-                graph.replay()
-                stop.record(stream)
-                pairs.append((start, stop))
-            pairs[-1][1].synchronize()
-            for start, stop in pairs:
-                rows.append((origin.elapsed_time(stop) / 1e3 + t_origin,
-                             float(start.elapsed_time(stop)) / per_graph))
+    for _, pairs in replay_batches(torch, runner.a, runner.b, runner.c, runner.stream,
+                                   seconds):
+        for start, stop in pairs:
+            rows.append((origin.elapsed_time(stop) / 1e3 + t_origin,
+                         float(start.elapsed_time(stop)) / PER_GRAPH))
     return rows
 
 

@@ -23,6 +23,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,25 +95,23 @@ def run_torch_benchmark(torch: Any, size: int) -> dict[str, Any]:
     return {"tflops": flops(size) / measurement.median / 1e12, "wall_s": wall}
 
 
-def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[str, Any]:
-    """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last half of
-    the time counts. Telemetry is sampled throughout, as the harness does."""
-    from agent import telemetry
+PER_GRAPH = 10  # products per graph: the replay's own launch is spread over ten
 
-    sampler = telemetry.Sampler(nvml, nvml.device(0) if nvml is not None else None)
-    a, b, c = inputs(torch, size)
-    stream = torch.cuda.Stream()
+
+def replay_batches(torch: Any, a: Any, b: Any, c: Any, stream: Any, seconds: float
+                   ) -> Iterator[tuple[float, list[tuple[Any, Any]]]]:
+    """Back-to-back replays of a graph of PER_GRAPH products on `stream`, for `seconds`:
+    batches of 20 replays, each timed by its own events, each batch waited for on its last
+    stop event and given with the seconds since the first was queued. The reference's
+    protocol; bench/harness_dwell.py's graph segments use it too."""
     with torch.cuda.stream(stream):
         for _ in range(3):
             torch.matmul(a, b, out=c)
     stream.synchronize()
     graph = torch.cuda.CUDAGraph()
-    per_graph = 10
     with torch.cuda.graph(graph, stream=stream):
-        for _ in range(per_graph):
+        for _ in range(PER_GRAPH):
             torch.matmul(a, b, out=c)
-    times: list[tuple[float, float]] = []
-    sampler.start()
     t0 = time.perf_counter()
     with torch.cuda.stream(stream):
         while time.perf_counter() - t0 < seconds:
@@ -125,8 +124,21 @@ def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[s
                 stop.record(stream)
                 pairs.append((start, stop))
             pairs[-1][1].synchronize()
-            now = time.perf_counter() - t0
-            times += [(now, s.elapsed_time(e) / per_graph) for s, e in pairs]
+            yield time.perf_counter() - t0, pairs
+
+
+def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[str, Any]:
+    """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last half of
+    the time counts. Telemetry is sampled throughout, as the harness does."""
+    from agent import telemetry
+
+    sampler = telemetry.Sampler(nvml, nvml.device(0) if nvml is not None else None)
+    a, b, c = inputs(torch, size)
+    times: list[tuple[float, float]] = []
+    sampler.start()
+    t0 = time.perf_counter()
+    for now, pairs in replay_batches(torch, a, b, c, torch.cuda.Stream(), seconds):
+        times += [(now, s.elapsed_time(e) / PER_GRAPH) for s, e in pairs]
     sampler.stop()
     late = [ms for when, ms in times if when >= seconds / 2]
     med = statistics.median(late)

@@ -73,7 +73,7 @@ from fleet.errors import FleetError, InputError, StoreError
 from fleet.inventory import LoadedInventory, Target, load_inventory
 from fleet.local_agent import BenchOptions
 from fleet.probe import HostProber, Observer, ProbeOptions, _sigterm_as_interrupt
-from fleet.store.database import Location, redact, resolve
+from fleet.store.database import Location, hide_passwords, redact, resolve
 from fleet.store.ingest import Ingest, RunInfo
 from fleet.store.models import ProbeRun
 from fleet.transport.ssh import RETRY_BACKOFF_S
@@ -229,7 +229,7 @@ def redacted_broker(broker: str) -> str:
     """The broker's URL with any password hidden (also in a URL fleet cannot parse)."""
     shown = redact(broker)
     if shown.startswith("(") or ";" in broker:  # unparsed, or a kombu failover list
-        shown = re.sub(r"(://[^:/@;]*):[^@;]*@", r"\1:***@", broker)
+        shown = hide_passwords(broker)
     return shown
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from fleet.errors import FleetError, InputError
 from fleet.store.database import ENV_VAR as DB_ENV
-from fleet.store.database import resolve
+from fleet.store.database import PASSWORD_IN_TEXT, hide_passwords, resolve
 
 CRONTAB_ENV = "FLEET_CRONTAB"
 NO_CRONTAB = "no `crontab` command here: install cron, or use --systemd"
@@ -45,7 +45,6 @@ CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?(,\d+(-\d+)?)*)(/\d+)?$")
 CRON_RANGES = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31),
                ("month", 1, 12), ("day of week", 0, 7))
 WEEK = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # systemd's week starts on Monday
-PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
 SYSTEMD_ENV_ESCAPE = re.compile(r'["\\]')
 BROKER_ENV = "FLEET_BROKER"  # `fleet sweep --broker`'s environment variable
 # What systemd takes in a unit name without escaping, less the ":" "@" "\\" it gives a
@@ -133,7 +132,7 @@ def split_sweep_args(args: tuple[str, ...]) -> tuple[list[str], str | None]:
         if arg == "--db" or arg.startswith("--db="):
             raise InputError("--sweep-args: give the store as `fleet schedule install --db "
                              "URL` (the prune uses it too), not in --sweep-args")
-        if PASSWORD.search(arg):
+        if PASSWORD_IN_TEXT.search(arg):
             raise InputError(f"--sweep-args: {redacted(arg)} holds a password, which any "
                              "local user could read on the command line; only --broker's "
                              "URL is kept out of it (in the environment file)")
@@ -178,7 +177,7 @@ def store_url(db: str | None) -> str:
 
 def redacted(line: str) -> str:
     """A scheduled command as it may be printed: any URL's password hidden."""
-    return PASSWORD.sub(r"\1***@", line)
+    return hide_passwords(line)
 
 
 def env_settings(env_file: Path) -> str:

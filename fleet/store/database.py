@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +61,16 @@ class Location:
 
     def __str__(self) -> str:
         return redact(self.url)
+
+
+# A URL's password inside any text: a command line, a kombu failover list (";"-separated
+# URLs), a URL SQLAlchemy cannot parse.
+PASSWORD_IN_TEXT = re.compile(r"(://[^:/@\s;]*:)[^@\s;]+@")
+
+
+def hide_passwords(text: str) -> str:
+    """Every URL's password in `text` replaced by ***."""
+    return PASSWORD_IN_TEXT.sub(r"\1***@", text)
 
 
 def redact(url: URL | str) -> str:

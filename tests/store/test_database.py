@@ -12,6 +12,7 @@ from fleet.errors import InputError, StoreError
 from fleet.store.database import (
     database_failure,
     default_sqlite_path,
+    hide_passwords,
     open_engine,
     redact,
     resolve,
@@ -65,6 +66,18 @@ def test_redact_hides_passwords_everywhere() -> None:
     shown = redact("postgresql://fleet:s3cr%40t@db:5432/fleet?password=other&sslmode=require")
     assert "s3cr" not in shown and "other" not in shown
     assert "fleet:***@db:5432/fleet" in shown and "sslmode=require" in shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("fleet sweep --broker redis://:s3cret@cache:6379/0 inv.yaml",
+     "fleet sweep --broker redis://:***@cache:6379/0 inv.yaml"),
+    # A kombu failover list: each URL's own password, the separator kept.
+    ("amqp://u:s3cret@a:5672//;amqp://v:other@b:5672//",
+     "amqp://u:***@a:5672//;amqp://v:***@b:5672//"),
+    ("postgresql://fleet@db/fleet and http://db:8080/x", None),  # no password: unchanged
+])
+def test_hide_passwords_in_text(text: str, shown: str | None) -> None:
+    assert hide_passwords(text) == (shown or text)
 
 
 def test_sqlite_pragmas_and_missing_directory(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from fleet.distributed import (
     expires_after_s,
     host_budget_s,
     make_app,
+    redacted_broker,
     redelivery_s,
     run_on_celery,
     store_identity,
@@ -687,3 +688,9 @@ def test_a_worker_starting_a_handed_back_task_as_its_deadline_passes_is_waited_f
     assert [when for when, _, message in run.said
             if message == "probing on w-full@test"] == [5.0 * first_past]
     assert run.outcome.stage == "worker" and run.outcome.worker == "w-full@test"
+
+
+def test_a_brokers_password_is_hidden_in_a_failover_list_too() -> None:
+    assert redacted_broker("redis://:s3cret@cache:6379/0") == "redis://:***@cache:6379/0"
+    shown = redacted_broker("amqp://u:s3cret@a:5672//;amqp://v:other@b:5672//")
+    assert shown == "amqp://u:***@a:5672//;amqp://v:***@b:5672//"
