@@ -7,6 +7,7 @@ numbers must be finite, and the version must be one this controller understands.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -380,6 +381,15 @@ class BenchmarkResult(Strict):
         if self.statistic is None and _version(self.harness_version) >= (1, 2):
             raise ValueError(f"harness {self.harness_version} results must say which "
                              "statistic tflops is computed from (statistic)")
+        # The headline must follow from the result's own times: a figure that does not
+        # (an agent bug, an edited file) would be ranked and compared as if measured.
+        name = "trimmed_mean_ms" if self.statistic == "trimmed_mean" else "median_ms"
+        time_ms = getattr(self.stats, name)
+        expected = 2.0 * self.m * self.n * self.k / (time_ms * 1e-3) / 1e12 if time_ms else 0.0
+        if not math.isclose(self.tflops, expected, rel_tol=1e-6):
+            raise ValueError(f"tflops {self.tflops:.6g} is not 2·M·N·K over stats.{name} "
+                             f"({expected:.6g}): the result contradicts its own times; "
+                             "run the agent that ships with this controller")
         return self
 
 

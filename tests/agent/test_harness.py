@@ -219,7 +219,24 @@ def test_a_result_must_say_its_statistic_from_1_2_and_its_interval_in_order() ->
     with pytest.raises(AgentError, match=r"\[low, high\]"):
         parse_document(data, "test")
     result["measurement"]["tflops_ci95"] = [670.0, 690.0]
+    # The factory's figure is the median's; a trimmed-mean result must carry its own.
+    with pytest.raises(AgentError, match="contradicts its own times"):
+        parse_document(data, "test")
+    flops = 2.0 * result["m"] * result["n"] * result["k"]
+    result["tflops"] = flops / (result["stats"]["trimmed_mean_ms"] * 1e-3) / 1e12
     assert parse_document(data, "test").benchmarks[0].cache == "flushed"
+
+
+def test_a_headline_that_does_not_follow_from_its_times_is_refused() -> None:
+    from fleet.errors import AgentError
+    from tests.store import factory
+
+    data = factory.document(gpus=1)
+    result = data["benchmarks"][0]
+    assert parse_document(data, "test").benchmarks[0].tflops == result["tflops"]
+    result["tflops"] *= 1.01  # a figure 1% better than its own median says
+    with pytest.raises(AgentError, match=r"stats\.median_ms.*contradicts"):
+        parse_document(data, "test")
 
 
 def fake_runs(monkeypatch: pytest.MonkeyPatch, level_ms: Any, per_run: bool = False) -> None:
