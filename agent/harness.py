@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -151,7 +152,10 @@ def _import_torch() -> Any:
     try:
         import torch
     except Exception as exc:  # a broken install raises more than ImportError
-        raise HarnessError(f"torch is not importable: {exc}") from exc
+        raise HarnessError(
+            f"torch is not importable by {sys.executable or 'this Python'} ({exc}): install "
+            "torch for it, or run the agent with a Python that has it (with fleet probe: "
+            "`python:` for this host in the inventory)") from exc
     return torch
 
 

@@ -7,10 +7,11 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from fleet.transport.base import (
@@ -87,8 +88,31 @@ class LocalProcess:
                 stream.close()
 
 
+def machine_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """This machine's environment as a login on it finds it, for the agent's `python3`.
+
+    Where fleet runs from its own activated virtualenv (`prefix`, its sys.prefix), that
+    venv leads PATH, and `python3` there is the controller's interpreter, without torch
+    after the README's install, where an SSH login on this machine, and so a probe of it
+    over SSH, finds the machine's own. Another venv that the user activated stays: that is
+    how they choose an interpreter.
+    """
+    env = dict(environ)
+    venv = env.get("VIRTUAL_ENV")
+    if not venv or os.path.realpath(venv) != os.path.realpath(prefix):
+        return env
+    own_bin = os.path.realpath(os.path.join(venv, "bin"))
+    env["PATH"] = os.pathsep.join(
+        entry for entry in env.get("PATH", "").split(os.pathsep)
+        if not entry or os.path.realpath(entry) != own_bin)
+    env.pop("VIRTUAL_ENV")
+    env.pop("VIRTUAL_ENV_PROMPT", None)
+    return env
+
+
 class LocalTransport:
-    """Runs the scripts with this machine's /bin/sh, as the current user."""
+    """Runs the scripts with this machine's /bin/sh, as the current user, in the
+    environment a login on this machine would have (`machine_environment`)."""
 
     description = "this machine"
 
@@ -103,7 +127,8 @@ class LocalTransport:
         try:
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True)
+                stderr=subprocess.PIPE, start_new_session=True,
+                env=machine_environment(os.environ, sys.prefix))
         except OSError as exc:
             raise TransportError(f"{self._origin}: cannot start /bin/sh ({exc.strerror})"
                                  ) from None

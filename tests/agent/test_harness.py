@@ -169,6 +169,20 @@ def test_agent_bench_on_cpu_emits_a_valid_document(tmp_path: Path) -> None:
     assert document.benchmarks[0].statistic == "trimmed_mean"
 
 
+def test_without_torch_the_agent_says_which_python_lacks_it_and_what_to_do() -> None:
+    # `python3 -S` sees no site-packages: a host's Python without torch.
+    env = dict(os.environ, FLEET_NVML_REPLAY=str(
+        ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
+    proc = subprocess.run([sys.executable, "-S", "-m", "agent", "bench"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    document = json.loads(proc.stdout.splitlines()[-1])["document"]
+    assert document["benchmarks"] == []
+    [error] = [e for e in document["errors"] if e["stage"] == "benchmark"]
+    assert error["message"].startswith(f"torch is not importable by {sys.executable} (")
+    assert "install torch for it" in error["message"]
+    assert "`python:` for this host in the inventory" in error["message"]
+
+
 def bench_text(document: Any) -> str:
     from rich.console import Console
 

@@ -4,6 +4,7 @@ agents that send hostile documents."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from fleet.store.models import BenchmarkResult
+from fleet.transport.local import machine_environment
 from tests.conftest import ROOT
 from tests.probe.conftest import GOOD_HOSTS, Workspace, recording, variant_labels
 
@@ -28,6 +30,46 @@ def test_readme_first_command_probes_this_machine(workspace: Workspace) -> None:
     assert default_db.is_file()
     assert f"1 of 1 host stored in sqlite:///{default_db}" in done.stdout
     assert "this-machine/localhost" in done.stdout
+
+
+def test_readme_install_runs_the_agent_with_this_machines_python3(
+        workspace: Workspace) -> None:
+    # The README installs fleet into a venv and activates it; the agent must then run with
+    # the python3 a login on this machine finds (the one with torch on a GPU box), not the
+    # venv's. Here `machine/python3` stands for it, behind the activated venv on PATH.
+    machine = workspace.root / "machine"
+    machine.mkdir()
+    (machine / "python3").symlink_to(os.path.realpath(sys._base_executable))
+    own_bin = Path(sys.prefix) / "bin"
+    assert (own_bin / "python3").exists(), "the venv's python3 must be there to be skipped"
+    workspace.env_extra.update(VIRTUAL_ENV=sys.prefix,
+                               PATH=os.pathsep.join([str(own_bin), str(machine), "/usr/bin",
+                                                     "/bin"]))
+    inventory = workspace.root / "local.yaml"
+    inventory.write_text("providers:\n  this-machine:\n    transport: local\n    hosts:\n"
+                         f"      localhost: {{cache_dir: {workspace.cache}}}\n")
+    result = workspace.probe(inventory, "--fingerprint-only")
+    assert result.returncode == 0, result.stderr
+    [(_hostname, _gpus, body)] = workspace.documents()["this-machine/localhost"]
+    assert body["host"]["python_executable"] == str(machine / "python3")
+
+
+@pytest.mark.parametrize(("environ", "path"), [
+    # fleet's own activated venv leaves PATH, and with it the venv's python3
+    ({"VIRTUAL_ENV": "/opt/fleet", "VIRTUAL_ENV_PROMPT": "fleet",
+      "PATH": "/opt/fleet/bin:/usr/local/bin::/usr/bin"}, "/usr/local/bin::/usr/bin"),
+    # a venv the user activated for the agent stays: it is how they choose a Python
+    ({"VIRTUAL_ENV": "/opt/torch", "PATH": "/opt/torch/bin:/usr/bin"}, "/opt/torch/bin:/usr/bin"),
+    ({"PATH": "/opt/fleet/bin:/usr/bin"}, "/opt/fleet/bin:/usr/bin"),
+])
+def test_machine_environment_drops_only_fleets_own_venv(environ: dict[str, str],
+                                                        path: str) -> None:
+    env = machine_environment({**environ, "HOME": "/home/u"}, prefix="/opt/fleet")
+    assert env["PATH"] == path
+    assert env["HOME"] == "/home/u"
+    own = environ.get("VIRTUAL_ENV") == "/opt/fleet"
+    assert ("VIRTUAL_ENV" in env, "VIRTUAL_ENV_PROMPT" in env) == (
+        not own and "VIRTUAL_ENV" in environ, False)
 
 
 def test_local_transport_replaying_a_recording(workspace: Workspace) -> None:
