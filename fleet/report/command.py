@@ -16,7 +16,9 @@ from fleet.errors import InputError
 from fleet.report.build import FINDING_KINDS, Report, ReportOptions, build_report
 from fleet.report.render import FORMATS, render
 from fleet.store.commands import db_option, reported
+from fleet.store.query import stored_variants
 from fleet.store.schema import open_store
+from fleet.words import counted
 
 EXIT_FINDINGS = 1
 TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
@@ -102,8 +104,8 @@ def _format_for(fmt: str | None, output: str | None) -> str:
 @click.option("--provider", "providers", multiple=True, metavar="NAME",
               help="Only this provider; repeat for several.")
 @click.option("--variant", "variants", multiple=True, metavar="LABEL",
-              help='Only this variant, as the report labels it (e.g. "H100-SXM5-80GB"); '
-                   "repeat for several.")
+              help='Only this variant, e.g. "H100 SXM5 80GB" or H100-SXM5-80GB (case, '
+                   "spaces and hyphens aside); repeat for several.")
 @click.option("--anonymize", is_flag=True,
               help="Replace provider and host names by letters (Provider A, A-1...), dealt "
                    "at random for each report, and leave out serials, UUIDs, tags and "
@@ -149,18 +151,19 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
     output = output or f"fleet-report.{fmt}"
     if since and until and _utc(since) > _utc(until, True):  # type: ignore[operator]
         raise InputError("--since is after --until: nothing can be in between")
-    options = ReportOptions(
-        scope=Scope(sweep=sweep, since=_utc(since), until=_utc(until, end_of_day=True),
-                    runs=tuple(sorted(set(runs))), providers=providers, variants=variants),
-        anonymize=anonymize, gaps=GapOptions(threshold=gap_threshold),
-        stragglers=StragglerOptions(threshold=straggler_threshold))
     with open_store(db) as store:
+        options = ReportOptions(
+            scope=Scope(sweep=sweep, since=_utc(since), until=_utc(until, end_of_day=True),
+                        runs=tuple(sorted(set(runs))), providers=providers,
+                        variants=stored_variants(store.engine, variants)),
+            anonymize=anonymize, gaps=GapOptions(threshold=gap_threshold),
+            stragglers=StragglerOptions(threshold=straggler_threshold))
         report = build_report(store.engine, options, str(store.location))
     where = write_report(report, fmt, output)
     counts = report.counts()
     summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-    err_console.print(f"Report ({fmt}) written to {where}: {report.hosts} hosts, "
-                      f"{report.gpus_measured} GPUs measured; findings: {summary}.",
+    err_console.print(f"Report ({fmt}) written to {where}: {counted(report.hosts, 'host')}, "
+                      f"{counted(report.gpus_measured, 'GPU')} measured; findings: {summary}.",
                       markup=False)
     if report.hosts == 0 and report.gpus_measured == 0:
         err_console.print("Nothing stored matches: run `fleet probe INVENTORY` first, or "

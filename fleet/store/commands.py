@@ -36,6 +36,7 @@ from fleet.store.query import (
     VariantSummary,
     count_results,
     list_results,
+    stored_variants,
     summarise_variants,
 )
 from fleet.store.schema import inspect_schema, open_store, upgrade
@@ -330,7 +331,8 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
 
 @click.command()
 @click.option("--provider", help="Only this provider (exact name).")
-@click.option("--variant", help='Only this variant (exact label, e.g. "H100 SXM5 80GB").')
+@click.option("--variant", help='Only this variant, e.g. "H100 SXM5 80GB" or H100-SXM5-80GB '
+                                '(case, spaces and hyphens aside).')
 @click.option("--host", help="Only this host (exact name).")
 @click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S",
                                               "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
@@ -358,13 +360,13 @@ def results(provider: str | None, variant: str | None, host: str | None,
     """
     if as_csv and as_json:
         raise click.UsageError("give --csv or --json, not both")
-    where = ResultFilter(provider=provider, variant=variant, host=host, since=_since(since),
-                         sweep=sweep)
     machine = as_csv or as_json
     if limit is None and not machine:
         limit = TABLE_LIMIT
     with open_store(db) as store:
         _note(store.created, store.location)
+        where = ResultFilter(provider=provider, host=host, since=_since(since), sweep=sweep,
+                             variants=stored_variants(store.engine, [variant] if variant else []))
         rows: Sequence[ResultRow | VariantSummary]
         if summary:
             rows = summarise_variants(store.engine, where)

@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, Select, false, func, select
 
 from fleet.document import AgentDocument
+from fleet.errors import InputError
+from fleet.expectation import normal_label
 from fleet.store.models import (
     BenchmarkResult,
     Document,
+    Fingerprint,
     Gpu,
     Host,
     ProbeRun,
@@ -48,10 +51,11 @@ def in_chunks(values: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[
 
 @dataclass(frozen=True)
 class ResultFilter:
-    """Exact matches; `since` is inclusive and compared with when the agent collected."""
+    """Exact matches (`variants`: any of these labels, see `stored_variants`); `since` is
+    inclusive and compared with when the agent collected."""
 
     provider: str | None = None
-    variant: str | None = None
+    variants: tuple[str, ...] = ()
     host: str | None = None
     since: dt.datetime | None = None
     sweep: str | None = None
@@ -105,12 +109,31 @@ class VariantSummary:
     max_gpu_tflops: float
 
 
+def stored_variants(engine: Engine, asked: Sequence[str]) -> tuple[str, ...]:
+    """The stored variant labels that the user's names stand for, spelled as listings and
+    inventories spell them ("H100 SXM5 80GB" for H100-SXM5-80GB: case, spaces, hyphens and
+    underscores aside). A name that stands for none is an error that lists what is
+    stored: an exact match on a misspelling would only say "no results"."""
+    if not asked:
+        return ()
+    with engine.connect() as conn:
+        labels = sorted(conn.execute(select(Fingerprint.variant).distinct()).scalars())
+    found: list[str] = []
+    for name in asked:
+        matches = [label for label in labels if normal_label(label) == normal_label(name)]
+        if not matches:
+            raise InputError(f"--variant {name!r}: no GPU of that variant is stored; the "
+                             f"stored variants are {', '.join(labels) or 'none yet'}")
+        found += matches
+    return tuple(dict.fromkeys(found))
+
+
 def _filtered(stmt: AnySelect, where: ResultFilter) -> AnySelect:
     result = BenchmarkResult
     if where.provider is not None:
         stmt = stmt.where(Provider.name == where.provider)
-    if where.variant is not None:
-        stmt = stmt.where(result.variant == where.variant)
+    if where.variants:
+        stmt = stmt.where(result.variant.in_(where.variants))
     if where.host is not None:
         stmt = stmt.where(Host.name == where.host)
     if where.since is not None:

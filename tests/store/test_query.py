@@ -10,12 +10,14 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.document import AgentDocument
+from fleet.errors import InputError
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.models import SUMMARY_INDEX
 from fleet.store.query import (
     ResultFilter,
     count_results,
     list_results,
+    stored_variants,
     summarise_variants,
     summary_statement,
 )
@@ -51,7 +53,7 @@ def fleet_db(engine: Engine) -> Engine:
     (ResultFilter(), 7),
     (ResultFilter(provider="lambda"), 4),
     (ResultFilter(provider="nobody"), 0),
-    (ResultFilter(variant="H100 PCIe 80GB"), 1),
+    (ResultFilter(variants=("H100 PCIe 80GB",)), 1),
     (ResultFilter(host="c1"), 2),
     (ResultFilter(since=DAY2), 3),
     (ResultFilter(since=DAY2 + dt.timedelta(seconds=1)), 0),
@@ -66,6 +68,17 @@ def test_filters(fleet_db: Engine, where: ResultFilter, expected: int) -> None:
         assert where.host in (None, row.host)
         assert where.sweep in (None, row.sweep)
         assert where.since is None or row.collected_at >= where.since
+
+
+def test_a_variant_is_found_however_a_listing_spells_it(fleet_db: Engine) -> None:
+    for spelling in ("H100 PCIe 80GB", "h100-pcie-80gb", "H100_PCIE_80GB"):
+        assert stored_variants(fleet_db, [spelling]) == ("H100 PCIe 80GB",)
+    assert stored_variants(fleet_db, []) == ()
+    with pytest.raises(InputError) as caught:
+        stored_variants(fleet_db, ["H100 SXM5 80GB", "A100 80GB"])
+    assert str(caught.value) == (
+        "--variant 'A100 80GB': no GPU of that variant is stored; the stored variants are "
+        "H100 PCIe 80GB, H100 SXM5 80GB")
 
 
 def test_since_in_another_timezone_means_the_same_instant(fleet_db: Engine) -> None:

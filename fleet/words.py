@@ -1,0 +1,7 @@
+"""Counts in words, as reports and summaries print them: "1 GPU", "8 GPUs"."""
+
+from __future__ import annotations
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
