@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fleet.analysis.dataset import HostState
 from fleet.document import Gpu
 from fleet.store.ingest import variant_of
+from fleet.words import counted
 
 
 def _power_limit(gpu: Gpu) -> float | None:
@@ -72,7 +73,8 @@ class Drift:
         if self.reference == "datasheet":
             base = f"datasheet default {self.usual}"
         else:
-            base = f"{self.usual} on {self.usual_gpus} of {self.total_gpus} GPUs"
+            base = (f"{self.usual} on {self.usual_gpus} of "
+                    f"{counted(self.total_gpus, 'GPU')}")
         rest = "; ".join(f"{o.value} on {o.gpus} GPU{'s' * (o.gpus != 1)} of {o.provider} "
                          f"({', '.join(o.hosts[:5])}{', ...' if len(o.hosts) > 5 else ''})"
                          for o in self.outliers)

@@ -46,6 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
+from fleet.words import counted
 
 RESAMPLED_VALUES = 4_000_000
 
@@ -108,18 +109,14 @@ class Comparison:
     def evidence(self) -> str:
         host_p = ("p: not testable (fewer than two hosts a side)"
                   if self.host_p_adjusted is None else f"p = {self.host_p_adjusted:.2g} (Holm)")
-        return (f"{self.slower} {self.slower_median:.1f} TFLOP/s (median of {self.slower_gpus} "
-                f"GPUs on {_hosts(self.slower_hosts)}) vs {self.faster} "
-                f"{self.faster_median:.1f} ({self.faster_gpus} GPUs on "
-                f"{_hosts(self.faster_hosts)}): "
+        return (f"{self.slower} {self.slower_median:.1f} TFLOP/s (median of "
+                f"{counted(self.slower_gpus, 'GPU')} on {counted(self.slower_hosts, 'host')}) "
+                f"vs {self.faster} {self.faster_median:.1f} ({counted(self.faster_gpus, 'GPU')} "
+                f"on {counted(self.faster_hosts, 'host')}): "
                 f"ratio {self.ratio:.3f}, 95% interval {self.ci_low:.3f}-{self.ci_high:.3f}; "
                 f"rank test p = {self.p_value:.2g} (Holm-adjusted {self.p_adjusted:.2g}); "
                 f"between hosts {host_p}; "
                 f"ranges {'separate' if self.ranges_separate else 'overlap'}")
-
-
-def _hosts(n: int) -> str:
-    return f"{n} host{'s' * (n != 1)}"
 
 
 def _ratio_of_medians(slower: NDArray[np.float64], faster: NDArray[np.float64],
@@ -262,8 +259,9 @@ def explain(faster: list[GpuMeasure], slower: list[GpuMeasure]) -> tuple[Differe
         fast_n = sum(flag in g.flags for g in faster)
         slow_n = sum(flag in g.flags for g in slower)
         if slow_n > fast_n:
-            found.append(Difference(flag.replace("_", " "), f"{fast_n} of {len(faster)} GPUs",
-                                    f"{slow_n} of {len(slower)} GPUs"))
+            found.append(Difference(flag.replace("_", " "),
+                                    f"{fast_n} of {counted(len(faster), 'GPU')}",
+                                    f"{slow_n} of {counted(len(slower), 'GPU')}"))
     return tuple(found)
 
 

@@ -33,6 +33,7 @@ from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.report.charts import Chart, provider_charts
 from fleet.report.timeline import History, history_pairs, sweep_history
+from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "drift", "straggler", "regression")
 
@@ -140,12 +141,13 @@ def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison]
                       "are not converted)" if len(by_currency) > 1 else "")
             best_rows.append((best, (
                 f"cheapest effective PFLOP-hour: {best.cost_per_pflop_hour:.2f} "
-                f"{currency} at {best.median_tflops:.1f} TFLOP/s (median of {best.gpus} "
-                f"GPUs) for {best.price_per_gpu_hour:g} {currency} per GPU-hour{others}")))
+                f"{currency} at {best.median_tflops:.1f} TFLOP/s (median of "
+                f"{counted(best.gpus, 'GPU')}) for {best.price_per_gpu_hour:g} {currency} "
+                f"per GPU-hour{others}")))
         if not best_rows:
             best = max(rows, key=lambda r: r.median_tflops)
             best_rows.append((best, f"fastest measured: {best.median_tflops:.1f} TFLOP/s "
-                                    f"(median of {best.gpus} GPUs); no price listed to "
+                                    f"(median of {counted(best.gpus, 'GPU')}); no price listed to "
                                     "compare cost"))
         for best, why in best_rows:
             if (variant, best.provider) in slower:

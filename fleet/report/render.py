@@ -19,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fleet import __version__
 from fleet.report.build import Report
+from fleet.words import counted
 
 FORMATS = ("html", "md", "json")
 _MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "*": "\\*", "_": "\\_", "`": "\\`",
@@ -55,7 +56,7 @@ def _environment(fmt: str) -> Environment:
         env = Environment(loader=FileSystemLoader(templates), autoescape=False,
                           undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                           finalize=markdown_text)
-    env.filters.update(pct=_pct, fixed=_fixed, sig=_sig, when=_when)
+    env.filters.update(pct=_pct, fixed=_fixed, sig=_sig, when=_when, counted=counted)
     return env
 
 

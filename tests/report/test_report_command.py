@@ -13,11 +13,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fleet.cli import main
+from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve
-from fleet.store.ingest import Listing
+from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.schema import upgrade
 from tests.report.browser import open_page, screenshot
 from tests.report.scene import WHEN, store_scene
+from tests.store import factory
 
 EVIL_PROVIDER = '<script>document.title="pwned-provider"</script>'
 EVIL_HOST = '<img src=x onerror="document.title=\'pwned-host\'">'
@@ -187,3 +189,21 @@ def test_a_stored_document_that_no_longer_validates_costs_its_host_a_line_not_th
     html = tmp_path / "report.html"
     assert fleet("report", "-o", str(html), db=scene_url).exit_code == 0
     assert "Hosts without a usable answer" in html.read_text()
+
+
+def test_one_gpu_is_counted_as_one(tmp_path: Path) -> None:
+    # `fleet probe inventory/local.yaml` on a one-GPU machine makes this store.
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    engine = open_engine(resolve(url))
+    upgrade(engine)
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        data = factory.document(host="box", gpus=1, collected_at=WHEN)
+        ingest.store(AgentDocument.model_validate(data),
+                     Origin("this-machine", "box", Listing({}, None, None, ())))
+    engine.dispose()
+    done = fleet("report", "--format", "md", "-o", "-", db=url)
+    assert done.exit_code == 0, done.output
+    assert ("1 host (1 GPU fingerprinted), 1 GPU measured in 1 benchmark result from "
+            "1 probe run") in done.stdout
+    assert "(median of 1 GPU)" in done.stdout
+    assert not re.search(r"\b1 (GPU|host|probe run|benchmark result)s\b", done.output)
