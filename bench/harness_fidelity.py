@@ -2,8 +2,9 @@
 
 In one call, on M=N=K (8192 by default) bf16, five times each and interleaved: fleet's
 harness, `triton.testing.do_bench` (median) and `torch.utils.benchmark` (blocked
-autorange), and the reference's protocol cut to 18 s (--short-reference-s), which says how
-much the card itself moves between the repeats' slots. Before them, --soak-s of graph
+autorange), with --nvbench NVIDIA's nvbench (cuda-bench, its default and its entropy
+criterion, a burst figure), and the reference's protocol cut to 18 s (--short-reference-s),
+which says how much the card itself moves between the repeats' slots. Before them, --soak-s of graph
 replays (not counted) bring the card to its working temperature. Then a long steady-state
 reference: back-to-back CUDA-graph replays for --reference-s seconds, of which the last
 half counts. Prints a table (method, median TFLOP/s, spread across repeats, wall time per
@@ -21,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +96,29 @@ def run_torch_benchmark(torch: Any, size: int) -> dict[str, Any]:
     measurement = timer.blocked_autorange()
     wall = time.perf_counter() - t0
     return {"tflops": flops(size) / measurement.median / 1e12, "wall_s": wall}
+
+
+def run_nvbench(torch: Any, size: int, criterion: str | None = None) -> dict[str, Any]:
+    """NVIDIA's nvbench on the same product, in a process of its own as a user runs it
+    (bench/nvbench_matmul.py); the wall time includes that process's start."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "nvbench.json"
+        command = [sys.executable, str(Path(__file__).with_name("nvbench_matmul.py")),
+                   "--size", str(size), "--out", str(out)]
+        if criterion:
+            command += ["--criterion", criterion]
+        t0 = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"nvbench failed ({done.returncode}): {done.stderr[-2000:]}")
+        result: dict[str, Any] = json.loads(out.read_text())
+    result["wall_s"] = wall
+    return result
+
+
+def run_nvbench_entropy(torch: Any, size: int) -> dict[str, Any]:
+    return run_nvbench(torch, size, "entropy")
 
 
 PER_GRAPH = 10  # products per graph: the replay's own launch is spread over ten
@@ -188,6 +214,10 @@ def main() -> None:
     parser.add_argument("--also-flush-always", action="store_true",
                         help="add a method: the harness with flush=always (the L2 "
                              "flushed before every run, as 1.1 did by default)")
+    parser.add_argument("--nvbench", action="store_true",
+                        help="add two methods: NVIDIA's nvbench (PyPI cuda-bench) with its "
+                             "default and its entropy stopping criterion, each run as a "
+                             "process of its own (bench/nvbench_matmul.py); a burst figure")
     parser.add_argument("--short-reference-s", type=float, default=18.0,
                         help="add a method: the reference's graph replays for this long "
                              "(its last half counted) in each repeat's slot, the card's own "
@@ -203,6 +233,9 @@ def main() -> None:
                "torch.utils.benchmark": run_torch_benchmark}
     if args.also_flush_always:
         methods["fleet, flush always"] = run_harness_always
+    if args.nvbench:
+        methods["nvbench"] = run_nvbench
+        methods["nvbench entropy"] = run_nvbench_entropy
     if args.short_reference_s > 0:
         methods[f"graph {args.short_reference_s:g} s"] = run_short_reference
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in methods}
