@@ -42,6 +42,8 @@ PARALLEL_FROM = 200
 CHUNK = 25
 AHEAD = 4
 READER_NICENESS = 10
+# How often a wait for a reader's chunk checks that the readers are alive (`_result`).
+READER_POLL_S = 0.5
 # A reader prepares a one-GPU document in about the time the writer stores one, so more
 # readers than this only take memory (about 100 MiB each).
 MAX_DEFAULT_JOBS = 4
@@ -126,9 +128,9 @@ def read_all(names: Sequence[str], jobs: int) -> Generator[Item, None, None]:
         for chunk in chunks:
             queued.append(pool.submit(_read_chunk, chunk))
             if len(queued) >= jobs * AHEAD:
-                yield from queued.popleft().result()
+                yield from _result(pool, queued.popleft())
         while queued:
-            yield from queued.popleft().result()
+            yield from _result(pool, queued.popleft())
         done = True
     except BrokenProcessPool:
         raise FleetError(
@@ -142,17 +144,41 @@ def read_all(names: Sequence[str], jobs: int) -> Generator[Item, None, None]:
             _stop(pool)
 
 
+def _readers(pool: ProcessPoolExecutor) -> list[multiprocessing.process.BaseProcess]:
+    # ProcessPoolExecutor.kill_workers() comes with Python 3.14; until then its table,
+    # which shutdown() empties.
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _result(pool: ProcessPoolExecutor, future: Future[list[Item]]) -> list[Item]:
+    """The chunk's items, or BrokenProcessPool once a reader has died. The pool sees a
+    death by itself only between messages: a reader killed while sending its chunk leaves
+    half a message in the pipe that all readers share, and the pool's thread waits for the
+    rest for ever (one run in twelve of tests/store/test_intake.py, Python 3.11)."""
+    while True:
+        try:
+            return future.result(timeout=READER_POLL_S)
+        except TimeoutError:
+            if any(process.exitcode is not None for process in _readers(pool)):
+                raise BrokenProcessPool("a reader died") from None
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Kill the readers: one may be blocked for good (a FIFO given as a file, a hung
     network mount), and they ignore Ctrl-C."""
-    # ProcessPoolExecutor.kill_workers() comes with Python 3.14; until then its table,
-    # which shutdown() empties.
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+    processes = _readers(pool)
+    # The pool's thread may be reading half a message that a killed reader left
+    # (`_result`). With the readers dead, this process holds the pipe's last write end
+    # (shutdown() forgets it, but the readers' Process objects keep it open), and closing
+    # it ends that read, so the thread, which interpreter exit waits for, can finish.
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.kill()
     for process in processes:
         process.join(timeout=5)
+    if writer is not None:
+        writer.close()
 
 
 def ingest_files(run: Ingest, names: Sequence[str], origin: Origin, *, batch: int, jobs: int,
