@@ -7,14 +7,18 @@ or torch itself and every answer passes the same validation.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
 from fleet.events import ProgressHandler, read_events
+from fleet.payload import build_payload, write_payload
+from fleet.transport.local import fleet_has_torch, machine_environment
 
 FINGERPRINT_TIMEOUT_S = 300.0
 BENCH_TIMEOUT_PER_GPU_S = 120.0
@@ -65,20 +69,37 @@ class BenchOptions:
         return args
 
 
+def agent_python() -> tuple[str | None, dict[str, str]]:
+    """This machine's Python for the agent, as `transport: local` picks it: None for
+    fleet's own (it has torch, or no other python3 is found), else the machine's python3,
+    with the environment to run it in."""
+    keep_own = fleet_has_torch()
+    env = machine_environment(os.environ, sys.prefix, keep_own=keep_own)
+    return (None if keep_own else shutil.which("python3", path=env.get("PATH"))), env
+
+
 def run_agent(
     args: list[str], origin: str, timeout_s: float, on_progress: ProgressHandler | None = None
 ) -> AgentDocument:
-    command = [sys.executable, "-m", "agent", *args]
-    # The agent package sits beside fleet, in the checkout or the installed distribution.
-    here = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise AgentError(f"{origin}: the agent did not finish in {timeout_s:.0f} s") from None
+    python, env = agent_python()
+    with tempfile.TemporaryDirectory(prefix="fleet-agent-") as tmp:
+        if python is None:
+            command = [sys.executable, "-m", "agent", *args]
+            # The agent package sits beside fleet, in the checkout or the installed
+            # distribution.
+            here = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        else:
+            # The packed agent, as a probe runs it: fleet's own packages, built for its
+            # Python, stay out of the other's path.
+            command = [python, str(write_payload(build_payload(), Path(tmp))), *args]
+        try:
+            proc = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, env=env,
+                check=False)
+        except subprocess.TimeoutExpired:
+            raise AgentError(f"{origin}: the agent did not finish in {timeout_s:.0f} s"
+                             ) from None
     if proc.returncode == 2:
         raise InputError(proc.stderr.strip().removeprefix("fleet-agent: "))
     if proc.returncode != 0:

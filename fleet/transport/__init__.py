@@ -11,6 +11,6 @@ from fleet.transport.ssh import SshOptions, SshPlan, SshTransport
 def open_transport(target: Target, plan: SshPlan | None, ssh: SshOptions) -> Transport:
     """The transport for `target`: `plan` comes from `ssh.plan_ssh` for SSH hosts."""
     if target.transport == "local":
-        return LocalTransport(target.key)
+        return LocalTransport(target.key, target.python)
     assert plan is not None, "SSH hosts are planned before the fan-out"
     return SshTransport(target, plan, ssh)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,23 +90,33 @@ class LocalProcess:
                 stream.close()
 
 
-def machine_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
-    """This machine's environment as a login on it finds it, for the agent's `python3`.
+def fleet_has_torch() -> bool:
+    """Whether fleet's own Python could import torch (looked up, not imported: the
+    controller never loads torch)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def machine_environment(environ: Mapping[str, str], prefix: str, python: str = "python3",
+                        keep_own: bool = False) -> dict[str, str]:
+    """The environment the agent runs in on this machine, where `python` names its Python.
 
     Where fleet runs from its own activated virtualenv (`prefix`, its sys.prefix), that
-    venv leads PATH, and `python3` there is the controller's interpreter, without torch
-    after the README's install, where an SSH login on this machine, and so a probe of it
-    over SSH, finds the machine's own. Another venv that the user activated stays: that is
-    how they choose an interpreter.
+    venv leads PATH, and its python3 has no torch after the README's install, while a login
+    on this machine, and so a probe of it over SSH, finds the machine's own python3, torch
+    and all. That venv leaves PATH, unless it is to stay (`keep_own`: it has torch) or
+    `python` is not found without it. A venv the user activated stays: that is how they
+    choose an interpreter.
     """
     env = dict(environ)
     venv = env.get("VIRTUAL_ENV")
-    if not venv or os.path.realpath(venv) != os.path.realpath(prefix):
+    if keep_own or not venv or os.path.realpath(venv) != os.path.realpath(prefix):
         return env
     own_bin = os.path.realpath(os.path.join(venv, "bin"))
-    env["PATH"] = os.pathsep.join(
-        entry for entry in env.get("PATH", "").split(os.pathsep)
-        if not entry or os.path.realpath(entry) != own_bin)
+    path = os.pathsep.join(entry for entry in env.get("PATH", "").split(os.pathsep)
+                           if not entry or os.path.realpath(entry) != own_bin)
+    if shutil.which(python, path=path) is None:
+        return env
+    env["PATH"] = path
     env.pop("VIRTUAL_ENV")
     env.pop("VIRTUAL_ENV_PROMPT", None)
     return env
@@ -116,8 +128,10 @@ class LocalTransport:
 
     description = "this machine"
 
-    def __init__(self, origin: str) -> None:
+    def __init__(self, origin: str, python: str = "python3") -> None:
         self._origin = origin
+        self._environment = machine_environment(os.environ, sys.prefix, python,
+                                                keep_own=fleet_has_torch())
         self._processes: list[LocalProcess] = []
 
     def connect(self) -> None:
@@ -128,7 +142,7 @@ class LocalTransport:
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
-                env=machine_environment(os.environ, sys.prefix))
+                env=self._environment)
         except OSError as exc:
             raise TransportError(f"{self._origin}: cannot start /bin/sh ({exc.strerror})"
                                  ) from None

@@ -183,7 +183,8 @@ class Workspace:
         env = {k: v for k, v in os.environ.items()
                if k not in ("SSH_AUTH_SOCK", "FLEET_DB", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
                             "FLEET_NVML_REPLAY")}
-        env.update(HOME=str(self.home), COLUMNS="200", PYTHONPATH=str(ROOT), **self.env_extra)
+        env.update(HOME=str(self.home), COLUMNS="200", PYTHONPATH=str(ROOT))
+        env.update(self.env_extra)
         return env
 
     def fleet(self, *args: str, timeout: float = PROBE_TIMEOUT_S) -> Result:

@@ -32,11 +32,17 @@ def test_readme_first_command_probes_this_machine(workspace: Workspace) -> None:
     assert "this-machine/localhost" in done.stdout
 
 
-def test_readme_install_runs_the_agent_with_this_machines_python3(
-        workspace: Workspace) -> None:
-    # The README installs fleet into a venv and activates it; the agent must then run with
-    # the python3 a login on this machine finds (the one with torch on a GPU box), not the
-    # venv's. Here `machine/python3` stands for it, behind the activated venv on PATH.
+# fleet's venv as the README installs it, without torch.
+NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
+
+
+@pytest.mark.parametrize("fleet_has_torch", [False, True])
+def test_the_agent_runs_with_this_machines_python3_unless_fleets_has_torch(
+        workspace: Workspace, fleet_has_torch: bool) -> None:
+    # fleet runs from its activated venv; `machine/python3`, behind it on PATH, stands for
+    # the python3 a login on this machine finds (the one with torch on a GPU box).
+    if fleet_has_torch:
+        pytest.importorskip("torch")
     machine = workspace.root / "machine"
     machine.mkdir()
     (machine / "python3").symlink_to(os.path.realpath(sys._base_executable))
@@ -45,31 +51,59 @@ def test_readme_install_runs_the_agent_with_this_machines_python3(
     workspace.env_extra.update(VIRTUAL_ENV=sys.prefix,
                                PATH=os.pathsep.join([str(own_bin), str(machine), "/usr/bin",
                                                      "/bin"]))
+    if not fleet_has_torch:
+        hide = workspace.root / "no-torch"
+        hide.mkdir()
+        (hide / "sitecustomize.py").write_text(NO_TORCH)
+        workspace.env_extra["PYTHONPATH"] = os.pathsep.join([str(hide), str(ROOT)])
     inventory = workspace.root / "local.yaml"
     inventory.write_text("providers:\n  this-machine:\n    transport: local\n    hosts:\n"
                          f"      localhost: {{cache_dir: {workspace.cache}}}\n")
     result = workspace.probe(inventory, "--fingerprint-only")
     assert result.returncode == 0, result.stderr
     [(_hostname, _gpus, body)] = workspace.documents()["this-machine/localhost"]
-    assert body["host"]["python_executable"] == str(machine / "python3")
+    probed_with = body["host"]["python_executable"]
+    # `fleet fingerprint` and `fleet bench` pick the same way.
+    result = workspace.fleet("fingerprint", "--document", "--no-torch")
+    assert result.returncode == 0, result.stderr
+    fingerprinted_with = json.loads(result.stdout)["host"]["python_executable"]
+    if fleet_has_torch:
+        assert (probed_with, fingerprinted_with) == (str(own_bin / "python3"), sys.executable)
+    else:
+        assert probed_with == fingerprinted_with == str(machine / "python3")
 
 
-@pytest.mark.parametrize(("environ", "path"), [
-    # fleet's own activated venv leaves PATH, and with it the venv's python3
-    ({"VIRTUAL_ENV": "/opt/fleet", "VIRTUAL_ENV_PROMPT": "fleet",
-      "PATH": "/opt/fleet/bin:/usr/local/bin::/usr/bin"}, "/usr/local/bin::/usr/bin"),
-    # a venv the user activated for the agent stays: it is how they choose a Python
-    ({"VIRTUAL_ENV": "/opt/torch", "PATH": "/opt/torch/bin:/usr/bin"}, "/opt/torch/bin:/usr/bin"),
-    ({"PATH": "/opt/fleet/bin:/usr/bin"}, "/opt/fleet/bin:/usr/bin"),
-])
-def test_machine_environment_drops_only_fleets_own_venv(environ: dict[str, str],
-                                                        path: str) -> None:
-    env = machine_environment({**environ, "HOME": "/home/u"}, prefix="/opt/fleet")
-    assert env["PATH"] == path
-    assert env["HOME"] == "/home/u"
-    own = environ.get("VIRTUAL_ENV") == "/opt/fleet"
-    assert ("VIRTUAL_ENV" in env, "VIRTUAL_ENV_PROMPT" in env) == (
-        not own and "VIRTUAL_ENV" in environ, False)
+def _python3_in(directory: Path) -> str:
+    directory.mkdir()
+    (directory / "python3").write_text("#!/bin/sh\n")
+    (directory / "python3").chmod(0o755)
+    return str(directory)
+
+
+def test_machine_environment_leaves_only_fleets_own_venv_without_torch(tmp_path: Path) -> None:
+    fleet_venv = tmp_path / "fleet"
+    fleet_venv.mkdir()
+    _python3_in(fleet_venv / "bin")
+    machine = _python3_in(tmp_path / "machine")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    activated = {"VIRTUAL_ENV": str(fleet_venv), "VIRTUAL_ENV_PROMPT": "fleet",
+                 "PATH": os.pathsep.join([str(fleet_venv / "bin"), "", machine]),
+                 "HOME": "/home/u"}
+    assert machine_environment(activated, str(fleet_venv)) == {
+        "PATH": os.pathsep.join(["", machine]), "HOME": "/home/u"}
+    # the same venv, named through a link
+    (tmp_path / "link").symlink_to(fleet_venv)
+    assert machine_environment(activated, str(tmp_path / "link")) == {
+        "PATH": os.pathsep.join(["", machine]), "HOME": "/home/u"}
+    # it stays where it has torch, where no other python3 is found, where it is not
+    # fleet's own, and where none is activated
+    assert machine_environment(activated, str(fleet_venv), keep_own=True) == activated
+    alone = {**activated, "PATH": os.pathsep.join([str(fleet_venv / "bin"), str(empty)])}
+    assert machine_environment(alone, str(fleet_venv)) == alone
+    assert machine_environment(activated, str(tmp_path / "other")) == activated
+    inactive = {"PATH": activated["PATH"]}
+    assert machine_environment(inactive, str(fleet_venv)) == inactive
 
 
 def test_local_transport_replaying_a_recording(workspace: Workspace) -> None:
