@@ -105,7 +105,7 @@ def _format_for(fmt: str | None, output: str | None) -> str:
               help="Only this provider; repeat for several.")
 @click.option("--variant", "variants", multiple=True, metavar="LABEL",
               help='Only this variant, e.g. "H100 SXM5 80GB" or H100-SXM5-80GB (case, '
-                   "spaces and hyphens aside); repeat for several.")
+                   "spaces, hyphens and underscores aside); repeat for several.")
 @click.option("--anonymize", is_flag=True,
               help="Replace provider and host names by letters (Provider A, A-1...), dealt "
                    "at random for each report, and leave out serials, UUIDs, tags and "

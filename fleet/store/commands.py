@@ -332,7 +332,7 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
 @click.command()
 @click.option("--provider", help="Only this provider (exact name).")
 @click.option("--variant", help='Only this variant, e.g. "H100 SXM5 80GB" or H100-SXM5-80GB '
-                                '(case, spaces and hyphens aside).')
+                                '(case, spaces, hyphens and underscores aside).')
 @click.option("--host", help="Only this host (exact name).")
 @click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S",
                                               "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),

@@ -117,13 +117,19 @@ def stored_variants(engine: Engine, asked: Sequence[str]) -> tuple[str, ...]:
     if not asked:
         return ()
     with engine.connect() as conn:
-        labels = sorted(conn.execute(select(Fingerprint.variant).distinct()).scalars())
+        # A result's variant is its GPU's, or "unknown: <name>" where no GPU matched it.
+        labels = sorted(set(conn.execute(select(Fingerprint.variant).distinct()).scalars())
+                        | set(conn.execute(select(BenchmarkResult.variant).distinct())
+                              .scalars()))
+    if not labels:
+        raise InputError("--variant: nothing is stored yet; run `fleet probe INVENTORY` "
+                         "first")
     found: list[str] = []
     for name in asked:
         matches = [label for label in labels if normal_label(label) == normal_label(name)]
         if not matches:
             raise InputError(f"--variant {name!r}: no GPU of that variant is stored; the "
-                             f"stored variants are {', '.join(labels) or 'none yet'}")
+                             f"stored variants are {', '.join(labels)}")
         found += matches
     return tuple(dict.fromkeys(found))
 

@@ -93,6 +93,19 @@ def test_results_filters_and_formats(store_url: str, tmp_path: Path) -> None:
                   env={"COLUMNS": "200"}).stdout
     assert "l1" in table and "c1" not in table and "power-cap" in table
 
+    # A variant as listings spell it, in either command; one that is not stored is named.
+    spelled = fleet("results", "--variant", "h100_pcie-80GB", "--csv", db=store_url).stdout
+    assert {row["host"] for row in csv.DictReader(io.StringIO(spelled))} == {"c1"}
+    report = fleet("report", "--variant", "H100-PCIe-80GB", "--format", "json", "-o", "-",
+                   db=store_url)
+    assert report.exit_code == 0, report.output
+    assert json.loads(report.stdout[:report.stdout.rindex("}") + 1])["hosts"] == 1
+    for command in ("results", "report"):
+        missing = fleet(command, "--variant", "A100 80GB", db=store_url)
+        assert missing.exit_code == 2
+        assert ("--variant 'A100 80GB': no GPU of that variant is stored; the stored "
+                "variants are H100 PCIe 80GB, H100 SXM5 80GB") in missing.stderr
+
     summary = json.loads(fleet("results", "--summary", "--json", db=store_url).stdout)
     assert {(s["provider"], s["variant"], s["gpus"]) for s in summary} == {
         ("lambda", "H100 SXM5 80GB", 2), ("coreweave", "H100 PCIe 80GB", 2)}
@@ -134,6 +147,12 @@ def test_a_hosts_strings_are_not_rich_markup(store_url: str, tmp_path: Path) -> 
     path.write_text(json.dumps(factory.document(host="[bold red]evil[/]")))
     assert fleet("ingest", str(path), db=store_url).exit_code == 0
     assert "[bold red]evil[/]" in fleet("results", db=store_url, env={"COLUMNS": "200"}).stdout
+
+
+def test_a_variant_asked_of_an_empty_store_says_what_to_do(empty_url: str) -> None:
+    done = fleet("results", "--variant", "H100 SXM5 80GB", db=empty_url)
+    assert done.exit_code == 2
+    assert "--variant: nothing is stored yet; run `fleet probe INVENTORY` first" in done.stderr
 
 
 def test_db_upgrade_and_current(empty_url: str) -> None:

@@ -74,11 +74,19 @@ def test_a_variant_is_found_however_a_listing_spells_it(fleet_db: Engine) -> Non
     for spelling in ("H100 PCIe 80GB", "h100-pcie-80gb", "H100_PCIE_80GB"):
         assert stored_variants(fleet_db, [spelling]) == ("H100 PCIe 80GB",)
     assert stored_variants(fleet_db, []) == ()
+    # A result whose GPU was not fingerprinted is filed under its device's name.
+    loose = factory.document(host="x1", gpus=1, collected_at=DAY2)
+    loose["benchmarks"][0].update(gpu_index=7, gpu_uuid=None)
+    loose["benchmarks"][0]["provenance"]["device_name"] = "NVIDIA H100 80GB HBM3"
+    _store(fleet_db, [("lambda", "s3", loose)])
+    unknown = "unknown: NVIDIA H100 80GB HBM3"
+    assert stored_variants(fleet_db, [unknown]) == (unknown,)
+    assert len(list_results(fleet_db, ResultFilter(variants=(unknown,)))) == 1
     with pytest.raises(InputError) as caught:
         stored_variants(fleet_db, ["H100 SXM5 80GB", "A100 80GB"])
     assert str(caught.value) == (
         "--variant 'A100 80GB': no GPU of that variant is stored; the stored variants are "
-        "H100 PCIe 80GB, H100 SXM5 80GB")
+        "H100 PCIe 80GB, H100 SXM5 80GB, unknown: NVIDIA H100 80GB HBM3")
 
 
 def test_since_in_another_timezone_means_the_same_instant(fleet_db: Engine) -> None:
