@@ -242,6 +242,7 @@ from fleet.probe import probe as run_probe  # noqa: E402
 from fleet.probe_display import ProbeProgress, inventory_table, print_summary  # noqa: E402
 from fleet.store.commands import db_option  # noqa: E402
 from fleet.store.schema import open_store  # noqa: E402
+from fleet.words import counted  # noqa: E402
 
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
@@ -265,10 +266,9 @@ def after_probe_report(console: Console, report: ProbeReport, path: str | None) 
         built = build_report(store.engine, ReportOptions(scope=Scope(runs=(report.run_id,))),
                              str(store.location))
     written = write_report(built, suffix if suffix in FORMATS else "html", path)
-    findings = ", ".join(f"{n} {kind}" for kind, n in built.counts().items())
     console.print(f"Report of run {report.run_id} written to {written} (findings: "
-                  f"{findings}); everything stored: fleet report{where}", highlight=False,
-                  markup=False, soft_wrap=True)
+                  f"{built.findings_line()}); everything stored: fleet report{where}",
+                  highlight=False, markup=False, soft_wrap=True)
 
 
 @main.command("probe")
@@ -370,8 +370,8 @@ def inventory_check(file: Path) -> None:
     plans = plan_targets(inventory)
     Console().print(inventory_table(inventory, plans))
     providers = len({t.provider for t in inventory.targets})
-    click.echo(f"{file}: valid, {len(inventory.targets)} hosts from {providers} providers "
-               "(nothing was contacted)")
+    click.echo(f"{file}: valid, {counted(len(inventory.targets), 'host')} from "
+               f"{counted(providers, 'provider')} (nothing was contacted)")
 
 
 @inventory_group.command("schema")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from fleet.document import AgentDocument, Gpu
 from fleet.inventory import Expect
+from fleet.words import counted
 
 # A card sold as "80GB" shows 79.6 GiB to NVML (81559 MiB); a 40GB card would be half.
 MEMORY_TOLERANCE = 0.10
@@ -72,7 +73,7 @@ def check_expectation(expect: Expect | None, document: AgentDocument) -> Verdict
         reason = document.no_gpu_reason or "none found"
         return Verdict((f"listed GPUs, found no NVIDIA GPU ({reason[:120]})",), ())
     if expect.gpu_count is not None and len(gpus) != expect.gpu_count:
-        problems.append(f"listed {expect.gpu_count} GPUs, found {len(gpus)}")
+        problems.append(f"listed {counted(expect.gpu_count, 'GPU')}, found {len(gpus)}")
     if expect.variant is not None:
         problems += _differing(gpus, {g.index: g.variant.label for g in gpus},
                                expect.variant, "variant")

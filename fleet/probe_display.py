@@ -21,6 +21,7 @@ from fleet.inventory import Expect, LoadedInventory, Target
 from fleet.probe import HostOutcome, ProbeReport, headline_tflops, variants_found
 from fleet.sanitize import safe
 from fleet.transport.ssh import SshPlan, preflight
+from fleet.words import counted
 
 MAX_MESSAGE = 100
 FINAL_STAGES = ("done", "failed")
@@ -114,10 +115,6 @@ def _tflops(outcome: HostOutcome) -> str:
     return f"{value:.1f}" + (f" ({gpus} GPUs)" if gpus > 1 else "")
 
 
-def _hosts(count: int) -> str:
-    return f"{count} host" + ("" if count == 1 else "s")
-
-
 def _reason(outcome: HostOutcome) -> str:
     """The failure reason without the host's name in front (the row already names it)."""
     reason = outcome.reason or ""
@@ -173,16 +170,16 @@ def print_summary(console: Console, report: ProbeReport) -> None:
     if report.store_created:
         console.print(Text(f"Created the fleet database at {report.store}"))
     console.print(Text(
-        f"{stored} of {_hosts(len(report.hosts))} stored in {report.store} "
+        f"{stored} of {counted(len(report.hosts), 'host')} stored in {report.store} "
         f"({report.wall_s:.1f} s; agent {report.payload.filename}, "
         f"{len(report.payload.data) // 1024} KB)"), highlight=False)
     if report.mismatched:
         verb = "differs" if len(report.mismatched) == 1 else "differ"
-        console.print(Text(f"{_hosts(len(report.mismatched))} {verb} from the listing: "
+        console.print(Text(f"{counted(len(report.mismatched), 'host')} {verb} from the listing: "
                            + ", ".join(h.target.key for h in report.mismatched),
                            style="bold red"), highlight=False)
     if report.failed:
-        console.print(Text(f"{_hosts(len(report.failed))} failed:", style="bold red"))
+        console.print(Text(f"{counted(len(report.failed), 'host')} failed:", style="bold red"))
         for outcome in report.failed:
             console.print(Text.assemble(f"  {outcome.target.key} ({outcome.stage}): ",
                                         (safe(_reason(outcome)), "red")),

@@ -75,7 +75,7 @@ class Drift:
         else:
             base = (f"{self.usual} on {self.usual_gpus} of "
                     f"{counted(self.total_gpus, 'GPU')}")
-        rest = "; ".join(f"{o.value} on {o.gpus} GPU{'s' * (o.gpus != 1)} of {o.provider} "
+        rest = "; ".join(f"{o.value} on {counted(o.gpus, 'GPU')} of {o.provider} "
                          f"({', '.join(o.hosts[:5])}{', ...' if len(o.hosts) > 5 else ''})"
                          for o in self.outliers)
         return f"{base}; {rest}"

@@ -16,6 +16,7 @@ from fleet.analysis.dataset import HostState
 from fleet.expectation import check_expectation
 from fleet.inventory import Expect
 from fleet.store.ingest import variant_of
+from fleet.words import counted
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class MixedListing:
 
     @property
     def evidence(self) -> str:
-        return "; ".join(f"{variant} on {gpus} GPU{'s' * (gpus != 1)} of {hosts} "
-                         f"host{'s' * (hosts != 1)}" for variant, gpus, hosts in self.variants)
+        return "; ".join(f"{variant} on {counted(gpus, 'GPU')} of {counted(hosts, 'host')}"
+                         for variant, gpus, hosts in self.variants)
 
 
 def found_on(host: HostState) -> str:

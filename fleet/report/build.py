@@ -110,6 +110,11 @@ class Report:
                 "drift": len(self.drift), "straggler": len(self.stragglers),
                 "regression": self.regressions}
 
+    def findings_line(self) -> str:
+        """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
+        them."""
+        return ", ".join(f"{kind} {n}" for kind, n in self.counts().items())
+
 
 def _headline(data: Dataset) -> Config | None:
     gpus = Counter(m.config for m in data.measures)

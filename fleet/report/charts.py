@@ -13,6 +13,7 @@ import numpy as np
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
 from fleet.analysis.stragglers import Straggler
+from fleet.words import counted
 
 WIDTH = 720
 HEIGHT = 320
@@ -116,7 +117,7 @@ def _chart(variant: str, config: Config, gpus: list[GpuMeasure],
             offset = 0.0 if len(members) == 1 else (j / (len(members) - 1) - 0.5) * span
             points.append(Point(provider, round(x + offset, 2), y_of(m.tflops),
                                 f"{m.host} GPU {m.gpu_index}: {m.tflops:.1f} TFLOP/s "
-                                f"({m.results} result{'s' * (m.results != 1)})",
+                                f"({counted(m.results, 'result')})",
                                 (m.provider, m.host, m.gpu_index) in slow))
     return Chart(variant, config, WIDTH, HEIGHT, LEFT, plot_right, TOP, plot_bottom,
                  tuple(Tick(y_of(t), f"{t:g}") for t in ticks), tuple(boxes), tuple(points))

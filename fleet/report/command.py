@@ -160,10 +160,9 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
             stragglers=StragglerOptions(threshold=straggler_threshold))
         report = build_report(store.engine, options, str(store.location))
     where = write_report(report, fmt, output)
-    counts = report.counts()
-    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     err_console.print(f"Report ({fmt}) written to {where}: {counted(report.hosts, 'host')}, "
-                      f"{counted(report.gpus_measured, 'GPU')} measured; findings: {summary}.",
+                      f"{counted(report.gpus_measured, 'GPU')} measured; findings: "
+                      f"{report.findings_line()}.",
                       markup=False)
     if report.hosts == 0 and report.gpus_measured == 0:
         err_console.print("Nothing stored matches: run `fleet probe INVENTORY` first, or "

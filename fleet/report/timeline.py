@@ -28,6 +28,7 @@ from fleet.history import (
 )
 from fleet.report.charts import HEIGHT, LEFT, RIGHT, TOP, WIDTH, Tick, nice_ticks
 from fleet.store.sweeps import read_nights
+from fleet.words import counted
 
 PER_GPU_LINES = 64
 BOTTOM = 40
@@ -180,7 +181,7 @@ def _charts(nights: list[Night], regressed: set[tuple[str, str, int]]) -> list[L
             lines.append(Line(label, provider, tuple(
                 (x_of[p.run_id], y_of(p.tflops),
                  f"{label}, run #{p.run_id} ({p.started_at:%Y-%m-%d}): {p.tflops:.1f} TFLOP/s"
-                 + (f" over {p.gpus} GPUs" if is_median else ""))
+                 + (f" over {counted(p.gpus, 'GPU')}" if is_median else ""))
                 for p in ordered), is_median, slow))
         charts.append(LineChart(
             variant, benchmark, WIDTH, HEIGHT, LEFT, WIDTH - RIGHT, TOP, bottom,

@@ -40,6 +40,7 @@ from fleet.store.query import (
     summarise_variants,
 )
 from fleet.store.schema import inspect_schema, open_store, upgrade
+from fleet.words import counted
 
 F = TypeVar("F", bound=Callable[..., Any])
 TABLE_LIMIT = 100
@@ -248,7 +249,8 @@ def _echo(item: Item) -> None:
     elif item.stored.outcome is Outcome.STORED and item.prepared is not None:
         prepared = item.prepared
         click.echo(f"stored          {item.name}: document {item.stored.document_id}, "
-                   f"{prepared.gpu_count} GPUs, {prepared.benchmark_count} results")
+                   f"{counted(prepared.gpu_count, 'GPU')}, "
+                   f"{counted(prepared.benchmark_count, 'result')}")
     else:
         click.echo(f"already stored  {item.name}: document {item.stored.document_id}")
 

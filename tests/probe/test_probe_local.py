@@ -32,6 +32,12 @@ def test_readme_first_command_probes_this_machine(workspace: Workspace) -> None:
     assert "this-machine/localhost" in done.stdout
 
 
+def test_checking_the_readme_inventory_counts_one_host(workspace: Workspace) -> None:
+    result = workspace.fleet("inventory", "check", str(ROOT / "inventory" / "local.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "valid, 1 host from 1 provider (nothing was contacted)" in result.stdout
+
+
 # fleet's venv as the README installs it, without torch.
 NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
 

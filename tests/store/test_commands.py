@@ -52,7 +52,7 @@ def test_ingest_stores_good_files_and_rejects_bad_ones(store_url: str,
     assert result.exit_code == 2
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"stored          {files['bare']}: document 1, 2 GPUs")
-    assert lines[1].startswith(f"stored          {files['events']}: document 2, 1 GPUs")
+    assert lines[1].startswith(f"stored          {files['events']}: document 2, 1 GPU, 1 result")
     assert lines[2].startswith(f"rejected        {files['bad']}: invalid agent document: "
                                "benchmarks.0.stats.median_ms")
     assert lines[3].startswith(f"rejected        {files['junk']}: agent output line 1 is "
