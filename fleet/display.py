@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
@@ -156,15 +157,45 @@ def render_fingerprint(document: AgentDocument, verbose: bool = False) -> Group:
 def _flags(result: BenchmarkResult) -> Text:
     raised = [name for name, on in result.flags.model_dump().items() if on]
     style = "red" if {"correctness_failed", "contended", "not_steady"} & set(raised) else "yellow"
-    return _t(", ".join(raised) or "-", style=style if raised else "")
+    capped = result.telemetry.reason_shares.get("sw_power_cap")
+    text = ", ".join(f"power_capped ({100 * capped:.0f}%)" if name == "power_capped"
+                     and capped is not None else name for name in raised)
+    return _t(text or "-", style=style if raised else "")
+
+
+def _benchmark(result: BenchmarkResult) -> str:
+    shape = (f"{result.m}³" if result.m == result.n == result.k
+             else f"{result.m}x{result.n}x{result.k}")
+    return (f"{result.dtype} {shape} {result.mode}, {result.cache} L2, {result.concurrency}, "
+            f"harness {result.harness_version}")
 
 
 def bench_table(document: AgentDocument) -> Table:
+    """One row per GPU, narrow enough for an 80-column terminal: what every row shares (the
+    benchmark, the variant) goes in the title, numbers never wrap, and only names and
+    flags fold."""
     by_index = {gpu.index: gpu for gpu in document.gpus}
-    table = Table(title="Standard harness")
-    for column in ("#", "GPU", "problem", "TFLOP/s", "95% CI", "median", "% peak", "CV",
-                   "runs", "warm-up", "SM MHz", "power W", "capped", "flags"):
-        table.add_column(column, overflow="fold")
+
+    def name(r: BenchmarkResult) -> str:
+        gpu = by_index.get(r.gpu_index)
+        if gpu is None:
+            return r.provenance.device_name or "-"
+        return gpu.variant.label or gpu.name or "-"
+
+    benchmarks = sorted({_benchmark(r) for r in document.benchmarks})
+    names = sorted({name(r) for r in document.benchmarks})
+    shared = ([f"{len(document.benchmarks)} x {names[0]}"] if len(names) == 1 else []) + \
+        (benchmarks if len(benchmarks) == 1 else [])
+    table = Table(title=_t("Standard harness" + (f": {', '.join(shared)}" if shared else "")),
+                  box=box.SIMPLE_HEAD, padding=0, show_edge=False, title_justify="left")
+    table.add_column("GPU", overflow="fold")
+    if len(benchmarks) > 1:
+        table.add_column("benchmark", overflow="fold")
+    for column in ("TFLOP/s", "95% CI", "median", "% peak", "CV", "runs", "warm-up",
+                   "MHz, W"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("flags", overflow="fold")
+    statistics = set()
     for r in document.benchmarks:
         gpu = by_index.get(r.gpu_index)
         flops = 2.0 * r.m * r.n * r.k / 1e9  # GFLOP, so GFLOP / ms = TFLOP/s
@@ -172,27 +203,28 @@ def bench_table(document: AgentDocument) -> Table:
         if r.statistic in (None, "median"):  # before harness 1.2: the median's interval
             interval = ([flops / r.stats.ci95_high_ms, flops / r.stats.ci95_low_ms]
                         if r.stats.ci95_low_ms > 0 else None)
+        statistics.add(r.statistic or "median")
         peak = None
         if gpu is not None and gpu.variant.datasheet is not None:
             peak = gpu.variant.datasheet.peak_tflops.get(r.dtype)
-        capped = r.telemetry.reason_shares.get("sw_power_cap")
+        mhz, watts = r.telemetry.sm_clock_mhz_median, r.telemetry.power_w_median
         table.add_row(
-            str(r.gpu_index),
-            _t(gpu.variant.label or gpu.name or "-") if gpu else _t(r.provenance.device_name
-                                                                         or "-"),
-            f"{r.dtype} {r.m}x{r.n}x{r.k} {r.mode}, {r.cache} L2, {r.concurrency}",
+            _t(str(r.gpu_index) if len(names) == 1 else f"{r.gpu_index} {name(r)}"),
+            *([_t(_benchmark(r))] if len(benchmarks) > 1 else []),
             f"{r.tflops:.1f}",
             "-" if interval is None else f"{interval[0]:.1f}-{interval[1]:.1f}",
             f"{flops / r.stats.median_ms:.1f}" if r.stats.median_ms > 0 else "-",
             f"{100 * r.tflops / peak:.1f}%" if peak else "-",
             f"{100 * r.stats.cv:.2f}%",
             str(r.stats.runs),
-            f"{r.warmup.seconds:.1f} s" + ("" if r.warmup.steady else " (never steady)"),
-            _t(_v(r.telemetry.sm_clock_mhz_median)),
-            _t(_v(r.telemetry.power_w_median)),
-            "-" if capped is None else f"{100 * capped:.0f}%",
+            Text(f"{r.warmup.seconds:.1f} s", style="" if r.warmup.steady else "red"),
+            f"{'-' if mhz is None else f'{mhz:.0f}'}, {'-' if watts is None else f'{watts:.0f}'}",
             _flags(r),
         )
+    if statistics == {"trimmed_mean"}:
+        table.caption = ("TFLOP/s: 2·M·N·K over the 10%-trimmed mean run time, with its 95% "
+                         "interval from ~1 s windows; median: over the median run time")
+        table.caption_justify = "left"
     return table
 
 

@@ -217,6 +217,23 @@ def test_the_bench_table_gives_each_version_its_own_interval_and_the_median_besi
     assert "682.9-691.5" in text and "670.0-690.0" not in text
 
 
+def test_the_bench_table_keeps_every_figure_whole_in_80_columns() -> None:
+    from rich.console import Console
+
+    from fleet.display import bench_table
+
+    real = json.loads((ROOT / "tests/fixtures/gpus/h100-sxm5-lent-device/"
+                       "bench-document.json").read_text())
+    console = Console(record=True, width=80)
+    console.print(bench_table(parse_document(real, "fleet bench on the lent H100")))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0].startswith("Standard harness: 1 x H100-SXM5-80GB, bf16 8192³ sustained")
+    [row] = [line for line in lines if line.startswith("0 ")]
+    assert row.split()[:10] == ["0", "692.6", "690.6-694.6", "695.3", "70.0%", "1.76%",
+                                "4248", "10.2", "s", "1380,"]
+
+
 def test_a_result_must_say_its_statistic_from_1_2_and_its_interval_in_order() -> None:
     from fleet.errors import AgentError
     from tests.store import factory
