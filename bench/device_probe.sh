@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=serial,name,clocks.sm,power.draw,temperature.gpu --format
 echo "== fleet probe inventory/local.yaml --report $OUT/fleet-report.html"
 /usr/bin/time -f "fleet probe wall %e s" \
   fleet probe inventory/local.yaml --report "$OUT/fleet-report.html" 2>&1 | tee "$OUT/probe.log"
-echo "rc=${PIPESTATUS[0]}"
+echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/probe.log"
 echo "== fleet results"
 fleet results
 echo "== fleet results --json"
