@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from agent import __version__
 from agent.collect import SourceError, collect
 from agent.harness import Config as HarnessConfig
+from agent.soak import MEASURE_S as SOAK_MEASURE_S
 
 
 def _emit(event: Dict[str, Any]) -> None:
@@ -44,7 +45,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("-n", type=int, help="N, overriding --size")
     bench.add_argument("-k", type=int, help="K, overriding --size")
     bench.add_argument("--pause-ms", type=float,
-                       help="burst mode: pause this long between timed runs")
+                       help="burst mode: pause this long between timed runs (a cool-start "
+                            "figure, like --quick)")
+    bench.add_argument("--quick", action="store_true",
+                       help="the cool-start figure: warm up until 1-s windows agree and "
+                            "measure (under 20 s a GPU), instead of loading every GPU until "
+                            "throughput and temperature stop moving (the soaked default)")
     l2 = bench.add_mutually_exclusive_group()
     l2.add_argument("--warm-l2", action="store_true", help="do not flush the L2 between runs")
     l2.add_argument("--flush-always", action="store_true",
@@ -57,14 +63,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="one GPU at a time instead of all at once")
     bench.add_argument("--gpus", help="comma-separated NVML indexes to benchmark")
     defaults = HarnessConfig()
-    bench.add_argument("--measure-s", type=float, default=defaults.measure_s,
-                       help="measure at least this long (default %(default)s)")
+    bench.add_argument("--measure-s", type=float,
+                       help=f"measure this long once soaked (default {SOAK_MEASURE_S:g}), or "
+                            "at least this long after a quick warm-up (default 6)")
+    bench.add_argument("--soak-cap-s", type=float, default=defaults.soak_cap_s,
+                       help="stop waiting for the load to soak after this long and flag "
+                            "the result not_soaked (default %(default)s)")
+    bench.add_argument("--soak-span-s", type=float, default=defaults.soak_span_s,
+                       help="fit the soak's slopes over this trailing span; no GPU soaks "
+                            "sooner (default %(default)s)")
+    bench.add_argument("--soak-window-s", type=float, default=defaults.soak_window_s,
+                       help="the soak curve's window (default %(default)s)")
     bench.add_argument("--max-warmup-s", type=float, default=defaults.max_warmup_s,
-                       help="give up waiting for a steady card after this long "
+                       help="--quick: give up waiting for a steady card after this long "
                             "(default %(default)s)")
     bench.add_argument("--max-total-s", type=float, default=defaults.max_total_s,
-                       help="stop extending a measurement whose sub-windows disagree once "
-                            "the run on a GPU has lasted this long (default %(default)s)")
+                       help="--quick: stop extending a measurement whose sub-windows "
+                            "disagree once the run on a GPU has lasted this long "
+                            "(default %(default)s)")
     bench.add_argument("--lock-clocks", type=int, metavar="MHZ",
                        help="lock the SM clock during the run "
                             "(changes a GPU setting; reset after)")
@@ -77,6 +93,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             dtype=args.dtype,
             m=args.m or args.size, n=args.n or args.size, k=args.k or args.size,
             mode="burst" if args.pause_ms is not None else "sustained",
+            protocol="quick" if args.quick or args.pause_ms is not None else "soaked",
             pause_ms=args.pause_ms if args.pause_ms is not None else 0.0,
             warm_l2=args.warm_l2,
             flush="always" if args.flush_always else "auto",
@@ -84,6 +101,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             gpus=[int(g) for g in args.gpus.split(",")] if args.gpus else None,
             device="cpu" if args.cpu else "cuda",
             measure_s=args.measure_s,
+            soak_cap_s=args.soak_cap_s,
+            soak_span_s=args.soak_span_s,
+            soak_window_s=args.soak_window_s,
             max_warmup_s=args.max_warmup_s,
             max_total_s=args.max_total_s,
             lock_clocks_mhz=args.lock_clocks,

@@ -32,12 +32,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
 
-from agent import stats, steady, telemetry
+from agent import soak, stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
-HARNESS_VERSION = "1.2.0"
+HARNESS_VERSION = "1.3.0"
 # What `tflops` is computed from (the median before 1.2).
 STATISTIC = "trimmed_mean"
 TIMING_METHOD = "cuda-events-per-run"
@@ -68,6 +68,11 @@ class Config:
     n: int = 8192
     k: int = 8192
     mode: str = "sustained"  # or "burst"
+    # "soaked" (the default since 1.3): every GPU loaded continuously from its first
+    # launch until throughput and temperature stop moving (agent/soak.py), then measured;
+    # "quick": warm-up until 1-s windows agree, the protocol of every result before 1.3,
+    # a cool-start figure. Burst is always quick: its pauses are the point.
+    protocol: str = "soaked"
     pause_ms: float = 50.0  # burst mode only
     warm_l2: bool = False
     sequential: bool = False
@@ -94,9 +99,16 @@ class Config:
     # disagree by more than measure_tolerance (the H100's two operating points are ~2.3%
     # apart; a settled card's 1 s windows span ~0.7%), until the whole run on this GPU,
     # set-up and warm-up included, reaches max_total_s: 20 s of wall per GPU at most.
-    measure_s: float = 6.0
+    # None: 6 s for the quick protocol, soak.MEASURE_S once soaked.
+    measure_s: Optional[float] = None
     measure_tolerance: float = 0.01
     max_total_s: float = 18.0
+    soak_window_s: float = soak.WINDOW_S
+    soak_span_s: float = soak.SPAN_S
+    soak_cap_s: float = soak.CAP_S
+    soak_first_s: float = soak.FIRST_S
+    soak_throughput_tolerance: float = soak.THROUGHPUT_TOLERANCE
+    soak_temperature_tolerance_c: float = soak.TEMPERATURE_TOLERANCE_C
     max_runs: int = 20000
     lock_clocks_mhz: Optional[int] = None
     flush_bytes: Optional[int] = None  # default: max(2 x L2, 64 MiB)
@@ -106,7 +118,24 @@ class Config:
     # whatever the size (the default before).
     flush: str = "auto"
 
+    @property
+    def soaked(self) -> bool:
+        return self.protocol == "soaked" and self.mode == "sustained"
+
+    @property
+    def measure_seconds(self) -> float:
+        if self.measure_s is not None:
+            return self.measure_s
+        return soak.MEASURE_S if self.soaked else 6.0
+
     def validate(self) -> None:
+        if self.protocol not in ("soaked", "quick"):
+            raise HarnessError(f"protocol {self.protocol!r}: choose soaked or quick")
+        if min(self.soak_window_s, self.soak_span_s, self.soak_cap_s) <= 0:
+            raise HarnessError("the soak's window, span and cap must be positive")
+        if self.soak_span_s < 2 * self.soak_window_s:
+            raise HarnessError(f"a soak span of {self.soak_span_s:g} s holds fewer than two "
+                               f"{self.soak_window_s:g}-s windows: give a longer span")
         if self.dtype not in TOLERANCE:
             raise HarnessError(f"dtype {self.dtype!r}: choose one of {', '.join(TOLERANCE)}")
         if self.flush not in ("auto", "always"):
@@ -146,6 +175,52 @@ class Coordinator:
 
     def ready(self) -> bool:
         return self._go.is_set()
+
+
+class SoakCoordinator:
+    """Every GPU of a node starts loading at once, measures once every one has soaked (or
+    reached the cap), and keeps loading until the last has measured: in production the
+    whole node runs together, and a neighbour idling early would cool the others."""
+
+    def __init__(self, expected: int) -> None:
+        self._expected = expected
+        self._arrived: Set[int] = set()
+        self._ready: Set[int] = set()
+        self._finished: Set[int] = set()
+        self._gone: Set[int] = set()
+        self._cond = threading.Condition()
+
+    def _all(self, members: Set[int]) -> bool:
+        return len(members | self._gone) >= self._expected
+
+    def arrive(self, index: int, timeout: float) -> None:
+        """Wait, set up and checked, until every GPU is (or has failed); then all launch."""
+        with self._cond:
+            self._arrived.add(index)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._all(self._arrived), timeout)
+
+    def withdraw(self, index: int) -> None:
+        """A GPU that failed: nobody waits for it any more."""
+        with self._cond:
+            self._gone.add(index)
+            self._cond.notify_all()
+
+    def report_ready(self, index: int) -> None:
+        with self._cond:
+            self._ready.add(index)
+
+    def all_ready(self) -> bool:
+        with self._cond:
+            return self._all(self._ready)
+
+    def report_finished(self, index: int) -> None:
+        with self._cond:
+            self._finished.add(index)
+
+    def all_finished(self) -> bool:
+        with self._cond:
+            return self._all(self._finished)
 
 
 def _import_torch() -> Any:
@@ -305,6 +380,26 @@ class Runner:
             return self.cpu_runs(runs)
         return self.collect(self.launch(runs))
 
+    def continuous(self, runs: Callable[[], int]
+                   ) -> Generator[Tuple[float, float, List[float]], None, None]:
+        """Chunks of `runs()` timed runs, back to back for as long as the caller takes them:
+        (host time before, host time after, run times). On the GPU the next chunk is
+        queued before the host waits on this one, so the card never idles between them;
+        the chunk queued when the caller stops runs out untimed."""
+        if not self.cuda:
+            while True:
+                c0 = time.perf_counter()
+                got = self.cpu_runs(runs())
+                yield c0, time.perf_counter(), got
+        c0 = time.perf_counter()
+        pending = self.launch(runs())
+        while True:
+            queued = self.launch(runs())
+            got = self.collect(pending)
+            c1 = time.perf_counter()
+            yield c0, c1, got
+            c0, pending = c1, queued
+
     def burst_run(self, pause_s: float) -> float:
         time.sleep(pause_s)
         if not self.cuda:
@@ -404,119 +499,289 @@ def _interval_tflops(cfg: Config, sub_means: Sequence[float]) -> Optional[List[f
     return [float(f"{stats.tflops(cfg.m, cfg.n, cfg.k, ms):.6g}") for ms in (high_ms, low_ms)]
 
 
+@dataclass
+class Load:
+    """What one GPU's load produced, whichever protocol ran it: the warm-up or soak
+    windows, the measurement's chunks (host start, host end, run times) and its bounds."""
+
+    windows: List[float]  # warm-up (or soak) window levels, trimmed-mean ms
+    state: str
+    steady: bool
+    warmup_s: float
+    band: float
+    agree: float
+    chunks: List[Tuple[float, float, List[float]]]
+    m0: float
+    m1: float
+    soak: Optional[Dict[str, Any]] = None
+
+
+def _quick_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: Coordinator,
+                sampler: telemetry.Sampler, wall0: float, progress: Progress) -> Load:
+    """Warm-up in windows of about window_s until steady (and, when concurrent, until every
+    GPU is), or the cap; then a measurement of at least measure_s that goes on while its
+    sub-windows disagree, until the whole run reaches max_total_s."""
+    first = runner.timed(3)
+    per_run_ms = max(sorted(first)[1], 1e-3)
+    window_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + 0.05)))
+    burst_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + cfg.pause_ms)))
+    windows: List[float] = []
+    errors: List[float] = []
+    clocks: List[Optional[float]] = []
+    power: List[Optional[float]] = []
+    warm0 = time.perf_counter()
+    state = steady.DRIFTING
+    is_steady = gave_up = False
+    while True:
+        t0 = time.perf_counter()
+        if cfg.mode == "burst":
+            # Burst's steady state is the card at burst's duty cycle, not under load.
+            window = [runner.burst_run(cfg.pause_ms / 1e3) for _ in range(burst_runs)]
+        else:
+            window = runner.timed(window_runs)
+        seen = telemetry.window_medians(sampler.between(t0, time.perf_counter()))
+        windows.append(stats.trimmed_mean(window))
+        errors.append(stats.relative_standard_error(window))
+        clocks.append(seen["sm_clock_mhz"])
+        power.append(seen["power_w"])
+        # A window of few runs (burst mode: ~20 a second) cannot resolve 0.5%: widen
+        # the band to three standard errors of a window's mean where that is larger.
+        band = min(1.0, max(cfg.steady_tolerance,
+                            3.0 * statistics.median(errors[-cfg.steady_windows:])))
+        state = warmup_state(windows, clocks, power, band, cfg)
+        is_steady = state != steady.DRIFTING
+        gave_up = time.perf_counter() - warm0 >= cfg.max_warmup_s
+        coordinator.report(target.index, is_steady, gave_up)
+        if (is_steady or gave_up) and coordinator.ready():
+            break
+        if gave_up and time.perf_counter() - warm0 >= 2 * cfg.max_warmup_s:
+            break  # another GPU never settled either: stop waiting for it
+    warmup_s = time.perf_counter() - warm0
+    progress(f"GPU {target.index}: {'steady' if is_steady else 'NOT steady'} ({state}) "
+             f"after {warmup_s:.1f} s ({len(windows)} windows); measuring")
+
+    # Measurement: chunks of about half a window, judged in sub-windows of two chunks.
+    agree = max(cfg.measure_tolerance, 2.0 * band)
+    chunks: List[Tuple[float, float, List[float]]] = []
+    runs = 0
+    m0 = time.perf_counter()
+
+    def done() -> bool:
+        now = time.perf_counter()
+        subs = [stats.trimmed_mean(s) for s in _sub_windows(chunks)]
+        return runs >= cfg.max_runs or steady.measurement_done(
+            subs, now - m0, cfg.measure_seconds, now - wall0, cfg.max_total_s, agree)
+
+    if cfg.mode == "burst" or not runner.cuda:
+        chunk_runs = max(2, (burst_runs if cfg.mode == "burst" else window_runs) // 2)
+        while not done():
+            c0 = time.perf_counter()
+            if cfg.mode == "burst":
+                got = [runner.burst_run(cfg.pause_ms / 1e3) for _ in range(chunk_runs)]
+            else:
+                got = runner.cpu_runs(chunk_runs)
+            chunks.append((c0, time.perf_counter(), got))
+            runs += len(got)
+    else:
+        # The next batch is queued before the host waits on this one: the GPU never
+        # idles. A batch ran between the two collections around it.
+        batch = max(3, window_runs // 2)
+        pending = runner.launch(batch)
+        c0 = m0
+        while True:
+            full = runs + 2 * batch > cfg.max_runs
+            queued = None if (full or done()) else runner.launch(batch)
+            got = runner.collect(pending)
+            c1 = time.perf_counter()
+            chunks.append((c0, c1, got))
+            runs += len(got)
+            c0 = c1
+            if queued is None:
+                break
+            pending = queued
+    return Load(windows, state, is_steady, warmup_s, band, agree, chunks, m0,
+                time.perf_counter())
+
+
+def _soak_window(sampler: telemetry.Sampler, start: float, end: float, load0: float,
+                 times: List[float], cfg: Config) -> soak.Window:
+    seen = sampler.between(start, end)
+    medians = telemetry.window_medians(seen)
+    temps = [s[4] for s in seen if s[4] == s[4]]
+    return soak.Window(end - load0, stats.tflops(cfg.m, cfg.n, cfg.k, stats.trimmed_mean(times)),
+                       statistics.median(temps) if temps else None,
+                       medians["sm_clock_mhz"], medians["power_w"])
+
+
+def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: SoakCoordinator,
+                 sampler: telemetry.Sampler, progress: Progress) -> Load:
+    """One continuous load from the first launch to the last timed run: soak windows judged
+    by agent/soak.py until this GPU has soaked or reached the cap, on until every GPU of
+    the node has; then measure_seconds of timed runs; then load on, untimed, until every
+    GPU has measured."""
+    load0 = time.perf_counter()
+    # Sized by the wall time of the first runs too: a flush before each run (or the
+    # CPU's) makes a chunk far longer than the product's own time says.
+    per_run_ms = max(sorted(runner.timed(3))[1], (time.perf_counter() - load0) * 1e3 / 3, 1e-3)
+    # Chunks of a quarter window: a measurement sub-window (two chunks) is then ~1 s, as
+    # in the quick protocol. Sized again from each chunk's own duration, which a flush
+    # (or the CPU) makes longer than the product's time alone.
+    chunk_s = cfg.soak_window_s / 4
+    batch = [max(2, int(chunk_s * 1e3 / (per_run_ms + 0.05)))]
+    windows: List[soak.Window] = []
+    levels_ms: List[float] = []
+    pending: List[float] = []
+    first: List[float] = []
+    window0 = load0
+    verdict = soak.Verdict(False, None, None)
+    settled_s: Optional[float] = None
+    phase = "soak"
+    ready_at: Optional[float] = None
+    chunks: List[Tuple[float, float, List[float]]] = []
+    runs = 0
+    m0 = m1 = soak_end = 0.0
+    told = 0.0
+    stream = runner.continuous(lambda: batch[0])
+    try:
+        for c0, c1, got in stream:
+            batch[0] = max(2, min(4 * batch[0], int(len(got) * chunk_s / max(c1 - c0, 1e-6))))
+            elapsed = c1 - load0
+            if elapsed <= cfg.soak_first_s:
+                first += got
+            if phase != "tail":
+                pending += got
+                if c1 - window0 >= cfg.soak_window_s:
+                    windows.append(_soak_window(sampler, window0, c1, load0, pending, cfg))
+                    levels_ms.append(stats.trimmed_mean(pending))
+                    pending, window0 = [], c1
+                    if phase == "soak":
+                        verdict = soak.judge(windows, cfg.soak_span_s, cfg.soak_span_s,
+                                             cfg.soak_throughput_tolerance,
+                                             cfg.soak_temperature_tolerance_c)
+                        if verdict.soaked and settled_s is None:
+                            settled_s = elapsed
+            if phase == "soak":
+                if ready_at is None and (settled_s is not None or elapsed >= cfg.soak_cap_s):
+                    ready_at = elapsed
+                    coordinator.report_ready(target.index)
+                if elapsed - told >= 10.0 and windows:
+                    told = elapsed
+                    w = windows[-1]
+                    progress(f"GPU {target.index}: {elapsed:.0f} s under load, "
+                             f"{w.tflops:.1f} TFLOP/s, "
+                             + (f"{w.temperature_c:.0f} C, " if w.temperature_c is not None
+                                else "") + _verdict_words(verdict, cfg))
+                # A GPU that never reports (its thread stuck) is not waited for past the
+                # cap and a span more.
+                if ready_at is not None and (coordinator.all_ready() or elapsed >= cfg.soak_cap_s
+                                             + cfg.soak_span_s):
+                    phase, m0, soak_end = "measure", c1, elapsed
+                    said = "soaked" if settled_s is not None else "NOT soaked"
+                    progress(f"GPU {target.index}: {said} ({_verdict_words(verdict, cfg)}); "
+                             "measuring "
+                             f"{cfg.measure_seconds:g} s at {elapsed:.0f} s of load")
+                continue
+            if phase == "measure":
+                chunks.append((c0, c1, got))
+                runs += len(got)
+                if c1 - m0 >= cfg.measure_seconds or runs + batch[0] > cfg.max_runs:
+                    phase, m1 = "tail", c1
+                    coordinator.report_finished(target.index)
+                continue
+            if coordinator.all_finished() or c1 - m1 >= cfg.measure_seconds + cfg.soak_span_s:
+                break
+    finally:
+        stream.close()
+    if phase != "tail":  # only when the stream ended early, which it never does on its own
+        m1 = time.perf_counter()
+    measured = [t for _, _, got in chunks for t in got]
+    soaked_tflops = stats.tflops(cfg.m, cfg.n, cfg.k, stats.trimmed_mean(measured))
+    first_tflops = (stats.tflops(cfg.m, cfg.n, cfg.k, stats.trimmed_mean(first))
+                    if first else None)
+    temps = [s[4] for s in sampler.between(m0, m1) if s[4] == s[4]]
+    start = [s[4] for s in sampler.between(load0, load0 + 1.0) if s[4] == s[4]]
+    detail = {
+        "soaked": settled_s is not None,
+        "seconds": round(soak_end, 3),
+        "settled_s": None if settled_s is None else round(settled_s, 3),
+        "cap_s": cfg.soak_cap_s, "window_s": cfg.soak_window_s, "span_s": cfg.soak_span_s,
+        "throughput_tolerance": cfg.soak_throughput_tolerance,
+        "temperature_tolerance_c": cfg.soak_temperature_tolerance_c,
+        "throughput_change": _rounded(verdict.throughput_change, 6),
+        "temperature_change_c": _rounded(verdict.temperature_change_c, 3),
+        "first_20s_tflops": first_tflops,
+        "drop": None if first_tflops is None else 1.0 - soaked_tflops / first_tflops,
+        "temperature_c": statistics.median(temps) if temps else None,
+        "temperature_start_c": start[0] if start else None,
+        "curve": soak.curve_rows(windows),
+    }
+    # The warm-up's windows are the soak's own (the curve goes on through the measurement).
+    soak_levels = [levels_ms[i] for i, w in enumerate(windows) if w.end_s <= soak_end + 1e-9]
+    return Load(soak_levels, steady.SETTLED if settled_s is not None else steady.DRIFTING,
+                settled_s is not None, soak_end, cfg.soak_throughput_tolerance,
+                cfg.measure_tolerance, chunks, m0, m1, detail)
+
+
+def _rounded(value: Optional[float], digits: int) -> Optional[float]:
+    return None if value is None else round(value, digits)
+
+
+def _verdict_words(verdict: soak.Verdict, cfg: Config) -> str:
+    if verdict.throughput_change is None:
+        return f"judged once {cfg.soak_span_s:g} s of load are in"
+    words = f"throughput {100 * verdict.throughput_change:+.2f}%"
+    if verdict.temperature_change_c is not None:
+        words += f", temperature {verdict.temperature_change_c:+.1f} C"
+    return words + f" over the last {cfg.soak_span_s:g} s"
+
+
 def measure(
     torch: Any,
     cfg: Config,
     target: GpuTarget,
-    coordinator: Coordinator,
+    coordinator: Any,
     gpus_in_run: int,
     progress: Progress,
 ) -> Dict[str, Any]:
+    """One GPU's result. `coordinator` is a Coordinator for the quick protocol (and burst),
+    a SoakCoordinator for the soaked one."""
     wall0 = time.perf_counter()
     busy_before = _other_processes(target)
     util_before = _utilization(target)
     lock: Optional[Dict[str, Any]] = None
     sampler = telemetry.Sampler(target.nvml, target.handle)
     sampler.start()
+    soaked = cfg.soaked
     try:
         if cfg.lock_clocks_mhz is not None:
             lock = lock_clocks(target, cfg.lock_clocks_mhz)
         runner = Runner(torch, cfg, target)
         err, rows_checked = runner.check()
         progress(f"GPU {target.index}: correctness max relative error {err:.2e}")
-
-        # Warm-up: windows of about window_s until steady (and, when concurrent, until
-        # every GPU is), or the cap.
-        first = runner.timed(3)
-        per_run_ms = max(sorted(first)[1], 1e-3)
-        window_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + 0.05)))
-        burst_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + cfg.pause_ms)))
-        windows: List[float] = []
-        errors: List[float] = []
-        clocks: List[Optional[float]] = []
-        power: List[Optional[float]] = []
-        warm0 = time.perf_counter()
-        state = steady.DRIFTING
-        is_steady = gave_up = False
-        while True:
-            t0 = time.perf_counter()
-            if cfg.mode == "burst":
-                # Burst's steady state is the card at burst's duty cycle, not under load.
-                window = [runner.burst_run(cfg.pause_ms / 1e3) for _ in range(burst_runs)]
-            else:
-                window = runner.timed(window_runs)
-            seen = telemetry.window_medians(sampler.between(t0, time.perf_counter()))
-            windows.append(stats.trimmed_mean(window))
-            errors.append(stats.relative_standard_error(window))
-            clocks.append(seen["sm_clock_mhz"])
-            power.append(seen["power_w"])
-            # A window of few runs (burst mode: ~20 a second) cannot resolve 0.5%: widen
-            # the band to three standard errors of a window's mean where that is larger.
-            band = min(1.0, max(cfg.steady_tolerance,
-                                3.0 * statistics.median(errors[-cfg.steady_windows:])))
-            state = warmup_state(windows, clocks, power, band, cfg)
-            is_steady = state != steady.DRIFTING
-            gave_up = time.perf_counter() - warm0 >= cfg.max_warmup_s
-            coordinator.report(target.index, is_steady, gave_up)
-            if (is_steady or gave_up) and coordinator.ready():
-                break
-            if gave_up and time.perf_counter() - warm0 >= 2 * cfg.max_warmup_s:
-                break  # another GPU never settled either: stop waiting for it
-        warmup_s = time.perf_counter() - warm0
-        progress(f"GPU {target.index}: {'steady' if is_steady else 'NOT steady'} ({state}) "
-                 f"after {warmup_s:.1f} s ({len(windows)} windows); measuring")
-
-        # Measurement: chunks of about half a window, judged in sub-windows of two chunks.
-        agree = max(cfg.measure_tolerance, 2.0 * band)
-        chunks: List[Tuple[float, float, List[float]]] = []
-        samples: List[float] = []
-        m0 = time.perf_counter()
-
-        def done() -> bool:
-            now = time.perf_counter()
-            subs = [stats.trimmed_mean(s) for s in _sub_windows(chunks)]
-            return len(samples) >= cfg.max_runs or steady.measurement_done(
-                subs, now - m0, cfg.measure_s, now - wall0, cfg.max_total_s, agree)
-
-        if cfg.mode == "burst" or not runner.cuda:
-            chunk_runs = max(2, (burst_runs if cfg.mode == "burst" else window_runs) // 2)
-            while not done():
-                c0 = time.perf_counter()
-                if cfg.mode == "burst":
-                    got = [runner.burst_run(cfg.pause_ms / 1e3) for _ in range(chunk_runs)]
-                else:
-                    got = runner.cpu_runs(chunk_runs)
-                chunks.append((c0, time.perf_counter(), got))
-                samples += got
+        if soaked:
+            # Everything before the load (imports, inputs, the gate) is done: every GPU
+            # of the node starts loading together, from here to its last timed run.
+            coordinator.arrive(target.index, timeout=600.0)
+            load = _soaked_load(runner, cfg, target, coordinator, sampler, progress)
         else:
-            # The next batch is queued before the host waits on this one: the GPU never
-            # idles. A batch ran between the two collections around it.
-            batch = max(3, window_runs // 2)
-            pending = runner.launch(batch)
-            c0 = m0
-            while True:
-                full = len(samples) + 2 * batch > cfg.max_runs
-                queued = None if (full or done()) else runner.launch(batch)
-                got = runner.collect(pending)
-                c1 = time.perf_counter()
-                chunks.append((c0, c1, got))
-                samples += got
-                c0 = c1
-                if queued is None:
-                    break
-                pending = queued
-        m1 = time.perf_counter()
-        window_samples = sampler.between(m0, m1)
-        subs = _sub_windows(chunks)
+            load = _quick_load(runner, cfg, target, coordinator, sampler, wall0, progress)
+        window_samples = sampler.between(load.m0, load.m1)
+        subs = _sub_windows(load.chunks)
         sub_means = [stats.trimmed_mean(s) for s in subs]
         sub_seen = [telemetry.window_medians(sampler.between(a, b))
-                    for a, b in _sub_window_bounds(chunks)]
-        points = steady.operating_points(sub_means, agree,
+                    for a, b in _sub_window_bounds(load.chunks)]
+        points = steady.operating_points(sub_means, load.agree,
                                          [x["sm_clock_mhz"] for x in sub_seen],
                                          [x["power_w"] for x in sub_seen])
+    except BaseException:
+        if soaked:
+            # The others must not wait at the start, or for this GPU's soak, any longer.
+            coordinator.withdraw(target.index)
+        raise
     finally:
         sampler.stop()
         unlock_error = unlock_clocks(target) if lock and lock.get("applied") else None
+    samples = [t for _, _, got in load.chunks for t in got]
     busy_after = _other_processes(target)
     summary = stats.summarise(samples)
     tele = telemetry.summarise(window_samples)
@@ -529,6 +794,7 @@ def measure(
     props = torch.cuda.get_device_properties(runner.device) if runner.cuda else None
     if lock is not None and unlock_error is not None:
         lock["unlock_error"] = unlock_error
+    seconds = load.m1 - load.m0
     return {
         "gpu_index": target.nvml_index if target.nvml_index is not None else target.index,
         "gpu_uuid": target.uuid,
@@ -536,6 +802,7 @@ def measure(
         "timing_method": TIMING_METHOD if runner.cuda else "cpu-perf-counter-per-run",
         "mode": cfg.mode,
         "pause_ms": cfg.pause_ms if cfg.mode == "burst" else 0.0,
+        "thermal": "soaked" if soaked else "cool-start",
         "cache": runner.cache,
         "concurrency": "sequential" if cfg.sequential or gpus_in_run == 1 else "concurrent",
         "gpus_in_run": gpus_in_run,
@@ -544,12 +811,14 @@ def measure(
         "tflops": stats.tflops(cfg.m, cfg.n, cfg.k, summary["trimmed_mean_ms"]),
         "statistic": STATISTIC,
         "stats": summary,
-        "warmup": {"steady": is_steady, "state": state, "seconds": round(warmup_s, 3),
-                   "windows": len(windows), "band": round(band, 6),
-                   "window_trimmed_means_ms": [round(w, 6) for w in windows]},
+        "warmup": {"steady": load.steady, "state": load.state,
+                   "seconds": round(load.warmup_s, 3), "windows": len(load.windows),
+                   "band": round(load.band, 6),
+                   "window_trimmed_means_ms": [round(w, 6) for w in load.windows][-1000:]},
         "measurement": {
-            "seconds": round(m1 - m0, 3), "sub_windows": len(subs),
-            "extended": m1 - m0 > cfg.measure_s + cfg.window_s, "band": round(agree, 6),
+            "seconds": round(seconds, 3), "sub_windows": len(subs),
+            "extended": not soaked and seconds > cfg.measure_seconds + cfg.window_s,
+            "band": round(load.agree, 6),
             "sub_window_trimmed_means_ms": [round(w, 6) for w in sub_means][:1000],
             "tflops_ci95": _interval_tflops(cfg, sub_means),
             "operating_points": [
@@ -567,7 +836,10 @@ def measure(
             "thermal_throttled": telemetry.share_with(window_samples, telemetry.THERMAL) > 0,
             "hw_slowdown": telemetry.share_with(window_samples, telemetry.HW_SLOWDOWN) > 0,
             "contended": bool(contention),
-            "not_steady": not is_steady,
+            # Each protocol raises its own: the quick one's warm-up never settled, the
+            # soaked one's load reached the cap still moving.
+            "not_steady": not soaked and not load.steady,
+            "not_soaked": soaked and not load.steady,
             # Two levels that each held at least two sub-windows: a lone sub-window
             # between them is the switch itself, or a blip.
             "operating_point_switch": sum(
@@ -577,8 +849,9 @@ def measure(
         },
         "contention": contention,
         "clock_lock": lock,
+        "soak": load.soak,
         "telemetry": tele,
-        "telemetry_series": telemetry.downsample(window_samples, m0),
+        "telemetry_series": telemetry.downsample(window_samples, load.m0),
         "samples_ms": [round(s, 6) for s in samples],
         "provenance": {
             "torch_version": str(torch.__version__),
@@ -652,23 +925,27 @@ def run(
     errors: List[Dict[str, Any]] = []
     lock = threading.Lock()
 
-    def one(target: GpuTarget, coordinator: Coordinator, count: int) -> None:
+    def one(target: GpuTarget, coordinator: Any, count: int) -> None:
         try:
             result = measure(torch, cfg, target, coordinator, count, progress)
         except Exception as exc:  # one GPU's failure must not lose the others' results
             with lock:
                 errors.append({"stage": "benchmark", "gpu": target.nvml_index,
                                "message": f"{type(exc).__name__}: {exc}"[:4000]})
-            coordinator.report(target.index, True, True)
+            if isinstance(coordinator, Coordinator):
+                coordinator.report(target.index, True, True)
             return
         with lock:
             results.append(result)
 
+    def coordinator_for(count: int) -> Any:
+        return SoakCoordinator(count) if cfg.soaked else Coordinator(count)
+
     if cfg.sequential or len(targets) == 1:
         for target in targets:
-            one(target, Coordinator(1), 1)
+            one(target, coordinator_for(1), 1)
     else:
-        coordinator = Coordinator(len(targets))
+        coordinator = coordinator_for(len(targets))
         threads = [threading.Thread(target=one, args=(t, coordinator, len(targets)),
                                     name=f"fleet-gpu{t.index}") for t in targets]
         for thread in threads:

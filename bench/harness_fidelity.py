@@ -15,6 +15,17 @@ GPU time, the throughput a training job gets); the median of its per-replay time
 printed beside it, as is the harness's own median-based figure (its headline before 1.2).
 
     python3 bench/harness_fidelity.py --out $OUT/fidelity.json
+
+With --soak-check (harness 1.3's judgement, issue "Sustained means soaked"): five runs of
+the agent's default, soaked benchmark (`python3 -m agent bench`, what `fleet bench` and
+`fleet probe` run), each in a process of its own started after a pause of at least 20 s
+as a probe finds a card, with the long reference between the second and the third: 300 s
+of continuous graph replays from wherever the card is, the level of its last 120 s, in a
+process of its own too (no process holds the GPU while the agent measures, which it
+would flag as contention). A --quick run ends it. Prints each run's soaked figure, the
+level of its first 20 s, its soak and wall time, and the goals.
+
+    python3 bench/harness_fidelity.py --soak-check --out $OUT/soak.json
 """
 
 from __future__ import annotations
@@ -157,9 +168,11 @@ def replay_batches(torch: Any, a: Any, b: Any, c: Any, stream: Any, seconds: flo
             yield time.perf_counter() - t0, pairs
 
 
-def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[str, Any]:
-    """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last half of
-    the time counts. Telemetry is sampled throughout, as the harness does."""
+def reference(torch: Any, size: int, seconds: float, nvml: Any = None,
+              late_s: float | None = None) -> dict[str, Any]:
+    """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last `late_s`
+    seconds count (by default the last half). Telemetry is sampled throughout, as the
+    harness does."""
     from agent import telemetry
 
     sampler = telemetry.Sampler(nvml, nvml.device(0) if nvml is not None else None)
@@ -170,7 +183,8 @@ def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[s
     for now, pairs in replay_batches(torch, a, b, c, torch.cuda.Stream(), seconds):
         times += [(now, s.elapsed_time(e) / PER_GRAPH) for s, e in pairs]
     sampler.stop()
-    late = [ms for when, ms in times if when >= seconds / 2]
+    counted_from = seconds / 2 if late_s is None else seconds - late_s
+    late = [ms for when, ms in times if when >= counted_from]
     med = statistics.median(late)
     mean = statistics.fmean(late)  # every replay does the same work: total time / count
     # Per 5 s of the whole run, to show when it settled, with the card's clock and power.
@@ -182,8 +196,8 @@ def reference(torch: Any, size: int, seconds: float, nvml: Any = None) -> dict[s
             seen = telemetry.summarise(sampler.between(t0 + lo, t0 + lo + 5))
             tele.append([seen["sm_clock_mhz_median"], seen["power_w_median"],
                          seen["temperature_c_max"]])
-    late_tele = telemetry.summarise(sampler.between(t0 + seconds / 2, t0 + seconds + 1))
-    return {"tflops": flops(size) / (mean * 1e-3) / 1e12,
+    late_tele = telemetry.summarise(sampler.between(t0 + counted_from, t0 + seconds + 1))
+    return {"tflops": flops(size) / (mean * 1e-3) / 1e12, "counted_from_s": counted_from,
             "tflops_median": flops(size) / (med * 1e-3) / 1e12, "replays": len(late),
             "seconds": seconds, "per_5s": trace, "per_5s_mhz_w_c": tele,
             "telemetry": late_tele}
@@ -202,6 +216,114 @@ def run_short_reference(torch: Any, size: int, nvml: Any, seconds: float) -> dic
 
 def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
+
+
+SOAK_PAUSE_S = 20.0
+REFERENCE_S = 300.0
+REFERENCE_LATE_S = 120.0
+
+
+def agent_run(extra: list[str], log: Any) -> dict[str, Any]:
+    """`python3 -m agent bench` as `fleet bench` runs it, after the pause a probe finds a
+    card in; its document's first result, and the process's own wall time."""
+    time.sleep(SOAK_PAUSE_S)
+    repo = Path(__file__).resolve().parent.parent
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "agent", "bench", *extra], cwd=repo,
+                          capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    for line in done.stdout.splitlines()[:-1]:
+        print("   ", json.loads(line)["message"], file=log, flush=True)
+    if done.returncode != 0 or not done.stdout:
+        raise RuntimeError(f"agent bench failed ({done.returncode}): {done.stderr[-2000:]}")
+    document = json.loads(done.stdout.splitlines()[-1])["document"]
+    if not document["benchmarks"]:
+        raise RuntimeError(f"agent bench measured nothing: {document['errors']}")
+    return {"result": document["benchmarks"][0], "process_wall_s": wall,
+            "errors": document["errors"]}
+
+
+def reference_run(size: int) -> dict[str, Any]:
+    """The long reference, in a process of its own (--reference-only)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "reference.json"
+        subprocess.run([sys.executable, __file__, "--reference-only", "--size", str(size),
+                        "--out", str(out)], check=True, timeout=REFERENCE_S + 300)
+        result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def soak_line(run: dict[str, Any]) -> str:
+    r = run["result"]
+    soak = r.get("soak") or {}
+    tele = r["telemetry"]
+    first = soak.get("first_20s_tflops")
+    return (f"{r['tflops']:.1f} TFLOP/s {r['thermal']}"
+            + (f", first 20 s {first:.1f} (drop {100 * soak['drop']:+.2f}%)" if first else "")
+            + (f", soak {soak['seconds']:.0f} s ({'soaked' if soak['soaked'] else 'NOT soaked'}"
+               f" at {soak['settled_s']} s; throughput {soak['throughput_change']}, "
+               f"temperature {soak['temperature_change_c']} C over the span)" if soak else
+               f", warm-up {r['warmup']['seconds']:.1f} s ({r['warmup']['state']})")
+            + f", {soak.get('temperature_c') or tele['temperature_c_max']} C, "
+              f"{tele['sm_clock_mhz_median']} MHz, {tele['power_w_median']} W, "
+              f"measured {r['measurement']['seconds']:.0f} s, harness wall {r['wall_s']:.0f} s, "
+              f"process {run['process_wall_s']:.0f} s, flags "
+              f"{[k for k, v in r['flags'].items() if v]}")
+
+
+def soak_check(size: int, repeats: int, out: Path, second_reference: bool) -> None:
+    """The judgement of harness 1.3's soaked figure against the long reference (and, with
+    `second_reference`, a second one after the last repeat: how far the card's own
+    continuous level moves over the same minutes)."""
+    log = sys.stdout
+    runs: list[dict[str, Any]] = []
+    refs: list[dict[str, Any]] = []
+
+    def take_reference() -> None:
+        ref = reference_run(size)
+        refs.append(ref)
+        print(f"reference {len(refs)}: {ref['tflops']:.1f} TFLOP/s over its last "
+              f"{REFERENCE_LATE_S:g} s of {REFERENCE_S:g}; per 5 s {ref['per_5s']}; "
+              f"per 5 s MHz, W, C {ref['per_5s_mhz_w_c']}", flush=True)
+
+    for repeat in range(repeats):
+        if repeat == min(2, repeats - 1):
+            take_reference()
+        run = agent_run(["--size", str(size)], log)
+        runs.append(run)
+        print(f"repeat {repeat + 1}: {soak_line(run)}", flush=True)
+    if second_reference:
+        take_reference()
+    quick = agent_run(["--size", str(size), "--quick"], log)
+    print(f"quick: {soak_line(quick)}", flush=True)
+    reference_tflops = statistics.fmean(ref["tflops"] for ref in refs)
+    values = [run["result"]["tflops"] for run in runs]
+    firsts = [run["result"]["soak"]["first_20s_tflops"] for run in runs]
+    summary = {
+        "reference_tflops": reference_tflops, "references": [r["tflops"] for r in refs],
+        "soaked_tflops": values, "soaked_median": statistics.median(values),
+        "vs_reference": statistics.median(values) / reference_tflops - 1,
+        "each_vs_reference": [v / reference_tflops - 1 for v in values],
+        "spread": spread(values),
+        "temperature_c": [run["result"]["soak"]["temperature_c"] for run in runs],
+        "first_20s_tflops": firsts, "first_20s_vs_reference":
+            statistics.median(firsts) / reference_tflops - 1,
+        "quick_tflops": quick["result"]["tflops"],
+        "quick_vs_reference": quick["result"]["tflops"] / reference_tflops - 1,
+        "process_wall_s": [run["process_wall_s"] for run in runs],
+        "soaked": [run["result"]["soak"]["soaked"] for run in runs],
+    }
+    out.write_text(json.dumps({"size": size, "summary": summary, "references": refs,
+                               "runs": runs, "quick": quick}, indent=1))
+    each = ", ".join(f"{v:.1f}" for v in values)
+    print(f"\nsoaked {statistics.median(values):.1f} (each {each}) vs reference "
+          f"{reference_tflops:.1f} ({', '.join(f'{r:.1f}' for r in summary['references'])}): "
+          f"{100 * summary['vs_reference']:+.2f}% (goal within 0.3%); spread "
+          f"{100 * summary['spread']:.2f}% (goal at most 0.5%); process wall "
+          f"{max(summary['process_wall_s']):.0f} s at most (goal at most 150); first 20 s "
+          f"{statistics.median(firsts):.1f} ({100 * summary['first_20s_vs_reference']:+.2f}%); "
+          f"quick {summary['quick_tflops']:.1f} ({100 * summary['quick_vs_reference']:+.2f}%)",
+          flush=True)
 
 
 def main() -> None:
@@ -226,9 +348,24 @@ def main() -> None:
                         help="add a method: the reference's graph replays for this long "
                              "(its last half counted) in each repeat's slot, the card's own "
                              "spread between slots; 0 leaves it out")
+    parser.add_argument("--soak-check", action="store_true",
+                        help="harness 1.3's judgement: five soaked agent runs around a 300-s "
+                             "reference (see the module's docstring)")
+    parser.add_argument("--second-reference", action="store_true",
+                        help="with --soak-check: a second long reference after the last repeat")
+    parser.add_argument("--reference-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.soak_check:
+        soak_check(args.size, args.repeats, args.out, args.second_reference)
+        return
 
     import torch
+
+    if args.reference_only:
+        nvml = LiveNvml()
+        ref = reference(torch, args.size, REFERENCE_S, nvml, late_s=REFERENCE_LATE_S)
+        args.out.write_text(json.dumps(ref))
+        return
 
     nvml = LiveNvml()
     system = read_system(nvml)

@@ -166,8 +166,9 @@ def _flags(result: BenchmarkResult) -> Text:
 def _benchmark(result: BenchmarkResult) -> str:
     shape = (f"{result.m}³" if result.m == result.n == result.k
              else f"{result.m}x{result.n}x{result.k}")
-    return (f"{result.dtype} {shape} {result.mode}, {result.cache} L2, {result.concurrency}, "
-            f"harness {result.harness_version}")
+    thermal = result.thermal or "cool-start"
+    return (f"{result.dtype} {shape} {result.mode}, {thermal}, {result.cache} L2, "
+            f"{result.concurrency}, harness {result.harness_version}")
 
 
 def bench_table(document: AgentDocument) -> Table:
@@ -191,8 +192,8 @@ def bench_table(document: AgentDocument) -> Table:
     table.add_column("GPU", overflow="fold")
     if len(benchmarks) > 1:
         table.add_column("benchmark", overflow="fold")
-    for column in ("TFLOP/s", "95% CI", "median", "% peak", "CV", "runs", "warm-up",
-                   "MHz, W"):
+    # CV gave way to the soak's columns: the interval says how well the level is known.
+    for column in ("TFLOP/s", "95% CI", "median", "first 20 s", "% peak", "soak", "°C MHz W"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("flags", overflow="fold")
     statistics = set()
@@ -207,25 +208,41 @@ def bench_table(document: AgentDocument) -> Table:
         peak = None
         if gpu is not None and gpu.variant.datasheet is not None:
             peak = gpu.variant.datasheet.peak_tflops.get(r.dtype)
-        mhz, watts = r.telemetry.sm_clock_mhz_median, r.telemetry.power_w_median
         table.add_row(
             _t(str(r.gpu_index) if len(names) == 1 else f"{r.gpu_index} {name(r)}"),
             *([_t(_benchmark(r))] if len(benchmarks) > 1 else []),
             f"{r.tflops:.1f}",
             "-" if interval is None else f"{interval[0]:.1f}-{interval[1]:.1f}",
             f"{flops / r.stats.median_ms:.1f}" if r.stats.median_ms > 0 else "-",
+            _first_20s(r),
             f"{100 * r.tflops / peak:.1f}%" if peak else "-",
-            f"{100 * r.stats.cv:.2f}%",
-            str(r.stats.runs),
-            Text(f"{r.warmup.seconds:.1f} s", style="" if r.warmup.steady else "red"),
-            f"{'-' if mhz is None else f'{mhz:.0f}'}, {'-' if watts is None else f'{watts:.0f}'}",
+            Text(f"{r.warmup.seconds:.0f} s", style="" if r.warmup.steady else "red"),
+            _under_load(r),
             _flags(r),
         )
     if statistics == {"trimmed_mean"}:
         table.caption = ("TFLOP/s: 2·M·N·K over the 10%-trimmed mean run time, with its 95% "
-                         "interval from ~1 s windows; median: over the median run time")
+                         "interval from ~1 s windows; median: over the median run time; first "
+                         "20 s: the level of the first 20 s of load and the change from it to "
+                         "the soaked level; soak: load before the measurement (warm-up with "
+                         "--quick); °C MHz W: under load, as measured")
         table.caption_justify = "left"
     return table
+
+
+def _first_20s(r: BenchmarkResult) -> str:
+    soak = r.soak
+    if soak is None or soak.first_20s_tflops is None or soak.drop is None:
+        return "-"
+    return f"{soak.first_20s_tflops:.1f} {-100 * soak.drop:+.1f}%"
+
+
+def _under_load(r: BenchmarkResult) -> str:
+    temperature = r.soak.temperature_c if r.soak is not None else None
+    if temperature is None:
+        temperature = r.telemetry.temperature_c_max
+    mhz, watts = r.telemetry.sm_clock_mhz_median, r.telemetry.power_w_median
+    return " ".join("-" if v is None else f"{v:.0f}" for v in (temperature, mhz, watts))
 
 
 def print_bench(console: Console, document: AgentDocument) -> None:

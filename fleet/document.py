@@ -302,6 +302,9 @@ class Flags(Strict):
     clocks_locked: bool
     # Harness 1.1 and later: the measurement spanned more than one operating point.
     operating_point_switch: bool = False
+    # Harness 1.3 and later, soaked results: the load reached the soak cap before
+    # throughput and temperature stopped moving; measured anyway, at the cap.
+    not_soaked: bool = False
 
 
 class TelemetrySummary(Strict):
@@ -328,6 +331,44 @@ class Provenance(Strict):
     env: dict[Name, Text] = Field(max_length=64)
 
 
+TFlops = Annotated[float, Field(ge=0, le=1e6)]
+Celsius = Annotated[float, Field(ge=-100, le=300)]
+
+
+class Soak(Strict):
+    """Harness 1.3 and later, soaked results: the continuous load from the first launch,
+    and when throughput and temperature stopped moving (agent/soak.py)."""
+
+    # Both stopped moving before the cap; False: the cap ended the wait (flag not_soaked).
+    soaked: bool
+    # Seconds of load before the measurement began (the soak itself, and the wait for
+    # the node's other GPUs), and when this GPU's test first passed (None: never).
+    seconds: Seconds
+    settled_s: Seconds | None
+    cap_s: Seconds
+    # The curve's window, and the trailing span the slope test fits.
+    window_s: Annotated[float, Field(gt=0, le=1e4)]
+    span_s: Annotated[float, Field(gt=0, le=1e4)]
+    # The test: |throughput change fitted over the span| / level at most this...
+    throughput_tolerance: Annotated[float, Field(ge=0, le=1)]
+    # ...and |temperature change fitted over the span| at most this many degrees.
+    temperature_tolerance_c: Annotated[float, Field(ge=0, le=100)]
+    # What the last judged span showed (None: no span was judged).
+    throughput_change: Annotated[float, Field(ge=-10, le=10)] | None
+    temperature_change_c: Annotated[float, Field(ge=-300, le=300)] | None
+    # The level of the first 20 s of load (the cool-start figure, from the same run) and
+    # the drop to the soaked figure: 1 - tflops / first_20s_tflops, positive when it fell.
+    first_20s_tflops: TFlops | None
+    drop: Annotated[float, Field(ge=-10, le=1)] | None
+    # Median GPU temperature over the measurement (under load, soaked), and at first launch.
+    temperature_c: Celsius | None
+    temperature_start_c: Celsius | None
+    # Per window from the first launch: [end, seconds since the first launch; TFLOP/s;
+    # deg C; SM MHz; watts], -1 where NVML did not answer.
+    curve: list[Annotated[list[float], Field(min_length=5, max_length=5)]] = Field(
+        max_length=1000)
+
+
 class ClockLock(Strict):
     requested_mhz: MHz
     applied: bool
@@ -344,6 +385,11 @@ class BenchmarkResult(Strict):
     timing_method: Name
     mode: Literal["sustained", "burst"]
     pause_ms: Ms
+    # Harness 1.3 and later: "soaked" (measured once throughput and temperature stopped
+    # moving under continuous load, the default) or "cool-start" (--quick: the first
+    # seconds of load after the agent started, as every result before 1.3 was, and as
+    # burst always is). Compared apart, like mode and cache.
+    thermal: Literal["soaked", "cool-start"] | None = None
     # "flushed" (harness 1.2 and later): flushed before every run though A, B and C evict
     # the L2 themselves (--flush-always), which moves the figure: never compared as "cold".
     cache: Literal["cold", "warm", "flushed"]
@@ -366,6 +412,8 @@ class BenchmarkResult(Strict):
     flags: Flags
     contention: list[Text] = Field(max_length=16)
     clock_lock: ClockLock | None
+    # Harness 1.3 and later, soaked results only.
+    soak: Soak | None = None
     telemetry: TelemetrySummary
     # Downsampled: [seconds since start, SM MHz, memory MHz, watts, deg C, reasons bitmask].
     telemetry_series: list[Annotated[list[float], Field(min_length=6, max_length=6)]] = Field(
@@ -381,6 +429,16 @@ class BenchmarkResult(Strict):
         if self.statistic is None and _version(self.harness_version) >= (1, 2):
             raise ValueError(f"harness {self.harness_version} results must say which "
                              "statistic tflops is computed from (statistic)")
+        if _version(self.harness_version) >= (1, 3) and self.thermal is None:
+            raise ValueError(f"harness {self.harness_version} results must say whether they "
+                             "were measured soaked or from a cool start (thermal)")
+        if self.thermal == "soaked" and self.soak is None:
+            raise ValueError("a soaked result must carry its soak (curve and verdict)")
+        if self.soak is not None and self.soak.first_20s_tflops and self.soak.drop is not None:
+            drop = 1.0 - self.tflops / self.soak.first_20s_tflops
+            if not math.isclose(self.soak.drop, drop, abs_tol=1e-6):
+                raise ValueError(f"soak.drop {self.soak.drop:.6g} is not 1 - tflops / "
+                                 f"soak.first_20s_tflops ({drop:.6g})")
         # The headline must follow from the result's own times: a figure that does not
         # (an agent bug, an edited file) would be ranked and compared as if measured.
         name = "trimmed_mean_ms" if self.statistic == "trimmed_mean" else "median_ms"

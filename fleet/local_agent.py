@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import soak
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
 from fleet.events import ProgressHandler, read_events
@@ -21,7 +22,12 @@ from fleet.payload import build_payload, write_payload
 from fleet.transport.local import fleet_has_torch, machine_environment
 
 FINGERPRINT_TIMEOUT_S = 300.0
-BENCH_TIMEOUT_PER_GPU_S = 120.0
+# A quick (cool-start) run takes under 20 s a GPU; the budget leaves room for set-up.
+QUICK_TIMEOUT_PER_GPU_S = 120.0
+# Beyond the soak's cap, span and measurement: the agent's start, every GPU's inputs and
+# correctness gate, and the untimed tail while the node's last GPU measures.
+SOAK_MARGIN_S = 90.0
+SOAK_MARGIN_PER_GPU_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,9 @@ class BenchOptions:
     n: int = 8192
     k: int = 8192
     pause_ms: float | None = None  # burst mode when set
+    # The cool-start protocol (--quick), instead of the soaked default.
+    quick: bool = False
+    soak_cap_s: float | None = None  # None: the harness's own (agent/soak.py)
     warm_l2: bool = False
     sequential: bool = False
     gpus: tuple[int, ...] | None = None
@@ -54,6 +63,10 @@ class BenchOptions:
                 args += [flag, str(value)]
         if self.pause_ms is not None:
             args += ["--pause-ms", str(self.pause_ms)]
+        if self.quick:
+            args.append("--quick")
+        if self.soak_cap_s is not None:
+            args += ["--soak-cap-s", str(self.soak_cap_s)]
         if self.warm_l2:
             args.append("--warm-l2")
         if self.flush_always:
@@ -67,6 +80,24 @@ class BenchOptions:
         if self.cpu:
             args.append("--cpu")
         return args
+
+
+    @property
+    def soaked(self) -> bool:
+        return not self.quick and self.pause_ms is None
+
+    def timeout_s(self, gpus: int) -> float:
+        """How long the benchmark may take on a host of `gpus` GPUs, beyond fingerprinting:
+        a soak loads every GPU of the node at once, so it costs one soak a node (one a
+        GPU with --sequential), where a quick run costs its seconds a GPU."""
+        if not self.soaked:
+            return QUICK_TIMEOUT_PER_GPU_S * gpus
+        cap = self.soak_cap_s if self.soak_cap_s is not None else soak.CAP_S
+        measure = self.measure_s if self.measure_s is not None else soak.MEASURE_S
+        node = cap + soak.SPAN_S + 2 * measure + SOAK_MARGIN_S
+        if self.sequential:
+            return (node + SOAK_MARGIN_PER_GPU_S) * gpus
+        return node + SOAK_MARGIN_PER_GPU_S * gpus
 
 
 def agent_python() -> tuple[str | None, dict[str, str]]:
@@ -142,5 +173,5 @@ def fingerprint(
 
 def bench(options: BenchOptions, on_progress: ProgressHandler | None = None) -> AgentDocument:
     """Fingerprint this machine, then run the standard harness on its GPUs."""
-    timeout = FINGERPRINT_TIMEOUT_S + BENCH_TIMEOUT_PER_GPU_S * 8
+    timeout = FINGERPRINT_TIMEOUT_S + options.timeout_s(8)
     return run_agent(["bench", *options.agent_args()], "this machine", timeout, on_progress)

@@ -22,6 +22,19 @@ def test_chosen_settings_reach_the_agent() -> None:
         i = args.index(expected[0])
         assert args[i:i + 2] == expected
     assert "--flush-always" in args and "--warm-l2" not in args
+    quick = BenchOptions(quick=True, soak_cap_s=60.0).agent_args()
+    assert "--quick" in quick and quick[quick.index("--soak-cap-s") + 1] == "60.0"
+
+
+def test_a_soaked_node_costs_one_soak_and_a_sequential_one_a_soak_a_gpu() -> None:
+    # Soaked (the default): 180 s cap + 30 s span + 2 x 20 s of measurement + 90 s of
+    # start-up and tail, then 30 s a GPU for its inputs and gate.
+    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8
+    assert BenchOptions(sequential=True).timeout_s(2) == 2 * (180 + 30 + 40 + 90 + 30)
+    assert BenchOptions(soak_cap_s=60.0, measure_s=5.0).timeout_s(1) == 60 + 30 + 10 + 90 + 30
+    # --quick and burst: under 20 s a GPU, given 120.
+    assert BenchOptions(quick=True).timeout_s(8) == BenchOptions(pause_ms=50.0).timeout_s(8)
+    assert BenchOptions(quick=True).timeout_s(8) == 120 * 8
 
 
 @pytest.mark.parametrize("flags", [["--warm-l2", "--flush-always"],
@@ -37,8 +50,8 @@ def test_flush_auto_is_still_accepted_and_is_the_default() -> None:
     # Harness 1.1's opt-in, named in schedules installed then: it must not break them.
     from fleet.cli import bench_options
 
-    base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None,
-                warm_l2=False, sequential=False, gpus=None, flush_always=False,
+    base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None, quick=False,
+                soak_cap_s=None, warm_l2=False, sequential=False, gpus=None, flush_always=False,
                 measure_s=None, max_warmup_s=None, max_total_s=None, lock_clocks=None,
                 cpu=False)
     assert bench_options(**base, flush_auto=True) == bench_options(**base, flush_auto=False)

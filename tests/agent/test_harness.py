@@ -29,10 +29,22 @@ from tests.conftest import ROOT
 
 
 def small(**overrides: Any) -> harness.Config:
+    """The quick protocol at a small size (its warm-up and measurement logic); `soaked()`
+    gives the soaked one."""
     base: dict[str, Any] = dict(m=96, n=80, k=64, device="cpu", measure_s=0.2, window_s=0.05,
-                                max_warmup_s=0.3, max_total_s=0.8, flush_bytes=1 << 20)
+                                max_warmup_s=0.3, max_total_s=0.8, flush_bytes=1 << 20,
+                                protocol="quick")
     base.update(overrides)
     return harness.Config(**base)
+
+
+def soaked(**overrides: Any) -> harness.Config:
+    """The soaked protocol with its clock shrunk a hundredfold: 0.02-s windows judged over a
+    0.3-s span, a 1.8-s cap, 0.2 s of cool-start level and 0.2 s of measurement."""
+    base: dict[str, Any] = dict(protocol="soaked", soak_window_s=0.02, soak_span_s=0.3,
+                                soak_cap_s=1.8, soak_first_s=0.2, measure_s=0.2)
+    base.update(overrides)
+    return small(**base)
 
 
 def cpu_target(nvml: Any = None) -> harness.GpuTarget:
@@ -43,7 +55,8 @@ def cpu_target(nvml: Any = None) -> harness.GpuTarget:
 
 
 def measure(cfg: harness.Config, target: harness.GpuTarget) -> dict[str, Any]:
-    return harness.measure(torch, cfg, target, harness.Coordinator(1), 1, lambda m: None)
+    coordinator = harness.SoakCoordinator(1) if cfg.soaked else harness.Coordinator(1)
+    return harness.measure(torch, cfg, target, coordinator, 1, lambda m: None)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32", "fp32"])
@@ -55,7 +68,8 @@ def test_each_dtype_passes_the_gate_and_reports_consistent_statistics(dtype: str
     assert s["runs"] == len(result["samples_ms"]) > 0
     assert s["min_ms"] <= s["ci95_low_ms"] <= s["median_ms"] <= s["ci95_high_ms"] <= s["max_ms"]
     # Since 1.2 the headline is over the 10%-trimmed mean, and says so.
-    assert result["statistic"] == "trimmed_mean" and result["harness_version"] == "1.2.0"
+    assert result["statistic"] == "trimmed_mean" and result["harness_version"] == "1.3.0"
+    assert result["thermal"] == "cool-start" and result["soak"] is None
     assert result["tflops"] == pytest.approx(
         2 * 96 * 80 * 64 / (s["trimmed_mean_ms"] * 1e-3) / 1e12)
     assert result["dtype"] == dtype and result["cache"] == "cold"
@@ -152,6 +166,10 @@ def test_bad_options_are_refused() -> None:
         small(dtype="int8").validate()
     with pytest.raises(harness.HarnessError, match="mode"):
         small(mode="peak").validate()
+    with pytest.raises(harness.HarnessError, match="protocol"):
+        small(protocol="slow").validate()
+    with pytest.raises(harness.HarnessError, match="longer span"):
+        soaked(soak_span_s=0.03).validate()
 
 
 def test_agent_bench_on_cpu_emits_a_valid_document(tmp_path: Path) -> None:
@@ -159,14 +177,33 @@ def test_agent_bench_on_cpu_emits_a_valid_document(tmp_path: Path) -> None:
         ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s", "0.2",
-         "--max-warmup-s", "0.3", "--max-total-s", "0.8"],
+         "--soak-window-s", "0.05", "--soak-span-s", "0.5", "--soak-cap-s", "1.5"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert any(e["event"] == "progress" and e["stage"] == "benchmark" for e in events)
     document = parse_document(events[-1]["document"], "agent bench")
     assert len(document.benchmarks) == 1
-    assert document.benchmarks[0].m == 64 and document.benchmarks[0].stats.runs > 0
-    assert document.benchmarks[0].statistic == "trimmed_mean"
+    result = document.benchmarks[0]
+    assert result.m == 64 and result.stats.runs > 0
+    assert result.statistic == "trimmed_mean"
+    # Soaked by default: the soak's own settings, as given, travel with the result.
+    assert result.thermal == "soaked" and result.soak is not None
+    assert (result.soak.window_s, result.soak.span_s, result.soak.cap_s) == (0.05, 0.5, 1.5)
+    assert result.soak.curve and result.soak.first_20s_tflops
+
+
+def test_quick_and_burst_are_cool_start_figures() -> None:
+    env = dict(os.environ, FLEET_NVML_REPLAY=str(
+        ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
+    for flags in (["--quick"], ["--pause-ms", "1"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s",
+             "0.2", "--max-warmup-s", "0.3", "--max-total-s", "0.8", *flags],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
+        result = parse_document(json.loads(proc.stdout.splitlines()[-1])["document"],
+                                "agent bench").benchmarks[0]
+        assert result.thermal == "cool-start" and result.soak is None, flags
+        assert not result.flags.not_soaked
 
 
 def test_without_torch_the_agent_says_which_python_lacks_it_and_what_to_do() -> None:
@@ -230,8 +267,9 @@ def test_the_bench_table_keeps_every_figure_whole_in_80_columns() -> None:
     assert max(len(line) for line in lines) <= 80
     assert lines[0].startswith("Standard harness: 1 x H100-SXM5-80GB, bf16 8192³ sustained")
     [row] = [line for line in lines if line.startswith("0 ")]
-    assert row.split()[:10] == ["0", "692.6", "690.6-694.6", "695.3", "70.0%", "1.76%",
-                                "4248", "10.2", "s", "1380,"]
+    # A cool-start result (harness 1.2.0): no first-20-s level; its warm-up as the soak.
+    assert row.split()[:10] == ["0", "692.6", "690.6-694.6", "695.3", "-", "70.0%", "10",
+                                "s", "67", "1380"]
 
 
 def test_a_result_must_say_its_statistic_from_1_2_and_its_interval_in_order() -> None:
@@ -417,7 +455,7 @@ def test_the_agents_flush_flags(flags: list[str], refused: bool) -> None:
         ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s", "0.2",
-         "--max-warmup-s", "0.3", "--max-total-s", "0.8", *flags],
+         "--max-warmup-s", "0.3", "--max-total-s", "0.8", "--quick", *flags],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     if refused:
         assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
@@ -425,3 +463,70 @@ def test_the_agents_flush_flags(flags: list[str], refused: bool) -> None:
         assert proc.returncode == 0, proc.stderr
         document = parse_document(json.loads(proc.stdout.splitlines()[-1])["document"], "x")
         assert document.benchmarks[0].cache == "cold"
+
+
+def test_a_card_that_falls_then_holds_is_measured_soaked_with_its_drop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1.4% slower over the first 0.6 s (a hundredfold the H100's first minute), then held.
+    fake_runs(monkeypatch, lambda t: 1.0 + 0.014 * min(t, 0.6) / 0.6)
+    result = measure(soaked(), cpu_target())
+    soak = result["soak"]
+    assert result["thermal"] == "soaked" and soak["soaked"]
+    assert not result["flags"]["not_soaked"] and not result["flags"]["not_steady"]
+    # Not before the fall ended and a span more had shown it flat.
+    assert soak["settled_s"] >= 0.6 and soak["seconds"] >= soak["settled_s"]
+    assert soak["seconds"] < 1.8  # well before the cap
+    flops = 2 * 96 * 80 * 64 / 1e9
+    assert result["tflops"] == pytest.approx(flops / 1.014, rel=0.002)
+    # The first 0.2 s averaged ~0.23% of the fall; the soaked level lost the rest of it.
+    assert soak["first_20s_tflops"] == pytest.approx(flops / 1.0023, rel=0.002)
+    assert soak["drop"] == pytest.approx(1 - 1.0023 / 1.014, abs=0.002)
+    # The curve starts at the first launch and goes on through the measurement.
+    curve = soak["curve"]
+    assert curve[0][0] < 0.1 and curve[-1][0] >= soak["seconds"] + 0.15
+    assert curve[0][1] > curve[-1][1]
+    assert result["measurement"]["seconds"] == pytest.approx(0.2, abs=0.05)
+    parse_result(result)
+
+
+def test_a_card_that_never_settles_is_measured_at_the_cap_and_flagged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_runs(monkeypatch, lambda t: 1.0 + 0.02 * t)  # 2% a second: never flat
+    result = measure(soaked(), cpu_target())
+    soak = result["soak"]
+    assert result["flags"]["not_soaked"] and not soak["soaked"] and soak["settled_s"] is None
+    assert 1.8 <= soak["seconds"] < 1.8 + 0.1
+    assert result["warmup"]["state"] == "drifting" and not result["warmup"]["steady"]
+    assert soak["throughput_change"] < -0.003
+    parse_result(result)
+
+
+def test_every_gpu_starts_loading_together_and_nobody_waits_for_a_failed_one() -> None:
+    import threading
+    import time
+
+    coordinator = harness.SoakCoordinator(3)
+    started: dict[int, float] = {}
+
+    def gpu(index: int, setup_s: float) -> None:
+        time.sleep(setup_s)
+        coordinator.arrive(index, timeout=5.0)
+        started[index] = time.perf_counter()
+
+    threads = [threading.Thread(target=gpu, args=(i, 0.3 * i)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.8)
+    assert not started  # GPU 2 is still setting up: nobody loads yet
+    coordinator.withdraw(2)  # its set-up failed
+    for thread in threads:
+        thread.join()
+    assert set(started) == {0, 1} and abs(started[0] - started[1]) < 0.05
+    assert not coordinator.all_ready()
+    coordinator.report_ready(0)
+    coordinator.report_ready(1)
+    assert coordinator.all_ready()  # the withdrawn GPU is not waited for
+    coordinator.report_finished(1)
+    assert not coordinator.all_finished()
+    coordinator.report_finished(0)
+    assert coordinator.all_finished()
