@@ -48,6 +48,11 @@ CONFIG_FIELDS = ("uuid", "variant", "driver_version", "cuda_driver_version", "vb
                  "power_limit_w", "max_sm_clock_mhz", "max_mem_clock_mhz", "memory_total_mib",
                  "virtualization_mode", "mig_enabled", "ecc_enabled", "pcie_gen_max",
                  "pcie_width_max", "nvlink_links_active")
+# Read off the night's results rather than the fingerprint: the software stack (torch,
+# CUDA runtime, cuBLAS) the GPU was measured on. A new image's stack is a change on the
+# night it arrived, beside any regression it brings, rather than a new series that would
+# need five nights of history before it could regress.
+RESULT_FIELDS = ("software_stack",)
 POWER_TOLERANCE_W = 1.0  # NVML reports milliwatts; a rounding wobble is no change
 FAIL_KINDS = ("regression", "mismatch", "change", "gone")
 
@@ -261,8 +266,10 @@ def _config_changes(host: HostNight, earlier: HostNight, run_id: int
         old = before.get(gpu.index)
         if old is None:
             continue
-        for name in CONFIG_FIELDS:
+        for name in (*CONFIG_FIELDS, *RESULT_FIELDS):
             was, now = old.config.get(name), gpu.config.get(name)
+            if name in RESULT_FIELDS and (was is None or now is None):
+                continue  # a night without results says nothing of the stack
             if _differs(name, was, now):
                 changes.append(ConfigChange(host.provider, host.host, gpu.index, name, was,
                                             now, run_id))

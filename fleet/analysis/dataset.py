@@ -32,12 +32,15 @@ from fleet.store.models import (
     Provider,
     RunHost,
 )
-from fleet.store.query import in_chunks
+from fleet.store.query import in_chunks, software_stack
 
 if TYPE_CHECKING:
     AnySelect = Select[*tuple[Any, ...]]
 
 POWER_CAP_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+# The stack of a Config when the report compares across software stacks (--across-stacks):
+# each GPU's own stack is then a difference a gap lists, not a reason to split.
+ACROSS_STACKS = "any software stack"
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,13 @@ class Scope:
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """A benchmark configuration: results under different ones are never compared."""
+    """A benchmark configuration: results under different ones are never compared.
+
+    The thermal state is part of it (a soaked figure and a cool-start one differ by the
+    card's heating, 0.2-1.2% on the lent H100s and H200: DESIGN.md, "Thermal soak"), and
+    so is the software stack (cuBLAS picks kernels by version), unless the report was
+    asked to compare across stacks (then `stack` is ACROSS_STACKS).
+    """
 
     dtype: str
     m: int
@@ -80,12 +89,14 @@ class Config:
     cache: str
     concurrency: str
     harness_version: str
+    thermal: str  # "soaked" or "cool-start" (every result before harness 1.3)
+    stack: str  # fleet.store.query.software_stack, or ACROSS_STACKS
 
     @property
     def label(self) -> str:
         size = f"{self.m}³" if self.m == self.n == self.k else f"{self.m}×{self.n}×{self.k}"
-        return (f"{size} {self.dtype}, {self.mode}, {self.cache} L2, {self.concurrency} "
-                f"(harness {self.harness_version})")
+        return (f"{size} {self.dtype}, {self.mode}, {self.thermal}, {self.cache} L2, "
+                f"{self.concurrency} (harness {self.harness_version}; {self.stack})")
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,13 @@ class GpuMeasure:
     flags: tuple[str, ...]
     first: dt.datetime
     last: dt.datetime
+    # Soaked results: medians over the GPU's results of the level of the first 20 s of
+    # load and of the drop from it to the soaked level (1 - soaked / first 20 s).
+    first_20s_tflops: float | None = None
+    drop: float | None = None
+    # Under load: the soak's median while measuring, else the telemetry's hottest sample.
+    temperature_c: float | None = None
+    stack: str = ""  # the software stack(s) the GPU's results were measured on
 
     @property
     def name(self) -> str:
@@ -190,7 +208,7 @@ class Dataset:
 
 
 FLAG_COLUMNS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended",
-                "not_steady", "clocks_locked")
+                "not_steady", "clocks_locked", "not_soaked")
 
 
 def _where_runs(stmt: AnySelect, scope: Scope) -> AnySelect:
@@ -286,12 +304,19 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def _measures(engine: Engine, scope: Scope) -> tuple[list[GpuMeasure], list[Excluded]]:
+def _stack(row: Any) -> str:
+    return software_stack(row.torch_version, row.cuda_runtime_version, row.cublas_version)
+
+
+def _measures(engine: Engine, scope: Scope, across_stacks: bool
+              ) -> tuple[list[GpuMeasure], list[Excluded]]:
     r, f = BenchmarkResult, Fingerprint
     stmt = _where_runs(
         select(r.gpu_id, Provider.name.label("provider"), Host.name.label("host"),
                r.gpu_index, r.variant, r.dtype, r.m, r.n, r.k, r.mode, r.cache,
-               r.concurrency, r.harness_version, r.tflops, r.sm_clock_mhz_median,
+               r.concurrency, r.harness_version, r.thermal, r.torch_version,
+               r.cuda_runtime_version, r.cublas_version, r.tflops, r.first_20s_tflops,
+               r.soak_drop, r.temperature_load_c, r.sm_clock_mhz_median,
                r.power_w_median, r.reason_shares, r.collected_at, r.correctness_failed,
                *(getattr(r, flag) for flag in FLAG_COLUMNS),
                f.power_limit_w, f.driver_version, f.virtualization_mode)
@@ -309,7 +334,8 @@ def _measures(engine: Engine, scope: Scope) -> tuple[list[GpuMeasure], list[Excl
     with engine.connect() as conn:
         for row in conn.execute(stmt.order_by(r.collected_at, r.id)):
             config = Config(row.dtype, row.m, row.n, row.k, row.mode, row.cache,
-                            row.concurrency, row.harness_version)
+                            row.concurrency, row.harness_version, row.thermal,
+                            ACROSS_STACKS if across_stacks else _stack(row))
             groups[(row.gpu_id, config, row.correctness_failed)].append(row)
     measures, excluded = [], []
     for (gpu_id, config, failed), rows in groups.items():
@@ -331,17 +357,23 @@ def _measures(engine: Engine, scope: Scope) -> tuple[list[GpuMeasure], list[Excl
             power_limit_w=last.power_limit_w, driver_version=last.driver_version,
             virtualization_mode=last.virtualization_mode,
             flags=tuple(flag for flag in FLAG_COLUMNS if any(getattr(row, flag) for row in rows)),
-            first=rows[0].collected_at, last=last.collected_at))
+            first=rows[0].collected_at, last=last.collected_at,
+            first_20s_tflops=_median(row.first_20s_tflops for row in rows),
+            drop=_median(row.soak_drop for row in rows),
+            temperature_c=_median(row.temperature_load_c for row in rows),
+            stack="; ".join(sorted({_stack(row) for row in rows}))))
     measures.sort(key=lambda m: (m.config, m.variant, m.provider, m.host, m.gpu_index))
     return measures, excluded
 
 
-def load_dataset(engine: Engine, scope: Scope) -> Dataset:
+def load_dataset(engine: Engine, scope: Scope, across_stacks: bool = False) -> Dataset:
+    """What the report rests on; `across_stacks` compares results of different software
+    stacks as one configuration (each GPU's stack stays on its measure)."""
     hosts, failures, runs = _host_states(engine, scope)
     if scope.variants:
         hosts = [h for h in hosts if any(variant_of(g) in scope.variants
                                          for g in h.document.gpus)]
-    measures, excluded = _measures(engine, scope)
+    measures, excluded = _measures(engine, scope, across_stacks)
     times = [h.collected_at for h in hosts] + [m.last for m in measures] + \
         [m.first for m in measures]
     return Dataset(scope, tuple(hosts), tuple(failures), tuple(measures), tuple(excluded),

@@ -2,7 +2,9 @@
 
 A driver, power limit or clock limit that differs between cards of the same variant is a
 candidate explanation for a gap before any benchmark runs, and a power limit below the
-datasheet's default is one even when every card of a provider shares it.
+datasheet's default is one even when every card of a provider shares it. So is the
+software stack a card was measured on (torch, CUDA runtime, cuBLAS: each provider's image
+brings its own, and cuBLAS picks GEMM kernels by version).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleet.analysis.dataset import HostState
-from fleet.document import Gpu
+from fleet.document import AgentDocument, Gpu
 from fleet.store.ingest import variant_of
+from fleet.store.query import software_stack
 from fleet.words import counted
 
 
@@ -45,6 +48,21 @@ ATTRIBUTES: tuple[tuple[str, Callable[[Gpu], str | None]], ...] = (
     ("MIG", lambda g: _on_off(g.mig_enabled)),
     ("persistence mode", lambda g: _on_off(g.persistence_mode)),
     ("virtualization", lambda g: g.virtualization_mode),
+)
+
+
+def _stack(document: AgentDocument, gpu: Gpu) -> str | None:
+    """The stack the GPU's results in this document were measured on; None when it was
+    not measured (a fingerprint is no evidence of the stack a benchmark would use)."""
+    stacks = sorted({software_stack(p.torch_version, p.cuda_runtime_version, p.cublas_version)
+                     for p in (r.provenance for r in document.benchmarks
+                               if r.gpu_index == gpu.index)})
+    return "; ".join(stacks) or None
+
+
+# Read off the GPU's document rather than its fingerprint.
+MEASURED: tuple[tuple[str, Callable[[AgentDocument, Gpu], str | None]], ...] = (
+    ("software stack", _stack),
 )
 
 
@@ -93,17 +111,30 @@ def _outliers(seen: list[tuple[str, str, str]]) -> tuple[Outlier, ...]:
                  for value, provider in sorted(hosts))
 
 
+HostReader = Callable[[HostState, Gpu], str | None]
+
+
+def _of_gpu(read: Callable[[Gpu], str | None]) -> HostReader:
+    return lambda _, gpu: read(gpu)
+
+
+def _of_document(read: Callable[[AgentDocument, Gpu], str | None]) -> HostReader:
+    return lambda host, gpu: read(host.document, gpu)
+
+
 def find_drift(hosts: tuple[HostState, ...]) -> list[Drift]:
     by_variant: dict[str, list[tuple[HostState, Gpu]]] = defaultdict(list)
     for host in hosts:
         for gpu in host.document.gpus:
             by_variant[variant_of(gpu)].append((host, gpu))
     found: list[Drift] = []
+    readers = [(what, _of_gpu(read)) for what, read in ATTRIBUTES] + [
+        (what, _of_document(read)) for what, read in MEASURED]
     for variant, members in sorted(by_variant.items()):
-        for attribute, read in ATTRIBUTES:
+        for attribute, read_host in readers:
             values: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
             for host, gpu in members:
-                value = read(gpu)
+                value = read_host(host, gpu)
                 if value is not None:
                     values[value].append((value, host.provider, host.host))
             if len(values) < 2:

@@ -153,28 +153,37 @@ def ratio_interval(slower: Sequence[float], faster: Sequence[float], options: Ga
     return float(low), float(high)
 
 
+def resampled_medians(hosts: Sequence[Sequence[float]], rng: np.random.Generator,
+                      resamples: int) -> NDArray[np.float64]:
+    """The median of each of `resamples` draws of hosts with replacement, each host with
+    all its values: a cluster bootstrap, the host as the unit."""
+    # Hosts as rows, padded with NaN where a host has fewer GPUs than the largest.
+    table = np.full((len(hosts), max(len(h) for h in hosts)), np.nan)
+    for row, values in zip(table, hosts, strict=True):
+        row[:len(values)] = values
+    picks = rng.integers(0, len(hosts), size=(resamples, len(hosts)))
+    drawn = table[picks].reshape(resamples, -1)
+    ragged = bool(np.isnan(table).any())
+    result: NDArray[np.float64] = (np.nanmedian(drawn, axis=1) if ragged
+                                   else np.median(drawn, axis=1))
+    return result
+
+
+def cluster_resamples(slower: Sequence[Sequence[float]], faster: Sequence[Sequence[float]],
+                      wanted: int) -> int:
+    """As in `ratio_interval`: past ~4 M resampled values a side, fewer resamples suffice."""
+    cells = max(sum(len(h) for h in slower), sum(len(h) for h in faster))
+    return min(wanted, max(1000, RESAMPLED_VALUES // max(1, cells)))
+
+
 def cluster_ratio_interval(slower: Sequence[Sequence[float]], faster: Sequence[Sequence[float]],
                            options: GapOptions) -> tuple[float, float]:
     """Bootstrap interval of median(slower) / median(faster) where each side is a list of
     hosts' per-GPU medians: hosts are resampled with replacement, each with all its GPUs."""
     rng = np.random.default_rng(options.seed)
-    cells = max(sum(len(h) for h in slower), sum(len(h) for h in faster))
-    # As in `ratio_interval`: past ~4 M resampled values a side, fewer resamples suffice.
-    resamples = min(options.resamples, max(1000, RESAMPLED_VALUES // max(1, cells)))
-
-    def medians(hosts: Sequence[Sequence[float]]) -> NDArray[np.float64]:
-        # Hosts as rows, padded with NaN where a host has fewer GPUs than the largest.
-        table = np.full((len(hosts), max(len(h) for h in hosts)), np.nan)
-        for row, values in zip(table, hosts, strict=True):
-            row[:len(values)] = values
-        picks = rng.integers(0, len(hosts), size=(resamples, len(hosts)))
-        drawn = table[picks].reshape(resamples, -1)
-        ragged = bool(np.isnan(table).any())
-        result: NDArray[np.float64] = (np.nanmedian(drawn, axis=1) if ragged
-                                       else np.median(drawn, axis=1))
-        return result
-
-    ratios = medians(slower) / medians(faster)
+    resamples = cluster_resamples(slower, faster, options.resamples)
+    ratios = (resampled_medians(slower, rng, resamples)
+              / resampled_medians(faster, rng, resamples))
     tail = (1.0 - options.confidence) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return float(low), float(high)
@@ -229,6 +238,13 @@ def _common(gpus: list[GpuMeasure], read: Callable[[GpuMeasure], str | None]) ->
                      for value, n in counts.most_common())
 
 
+# Absolute differences worth naming: a die 3 degrees hotter under the same power cap
+# leaks more and clocks lower; a drop 0.5 points larger is half the 0.2-1.2% that
+# separated cool-start from soaked figures on the lent cards (DESIGN.md, "Thermal soak").
+TEMPERATURE_DIFFERS_C = 3.0
+DROP_DIFFERS = 0.005
+
+
 def explain(faster: list[GpuMeasure], slower: list[GpuMeasure]) -> tuple[Difference, ...]:
     """What differs between the two sides' GPUs, among what can slow a matmul."""
     found: list[Difference] = []
@@ -242,6 +258,15 @@ def explain(faster: list[GpuMeasure], slower: list[GpuMeasure]) -> tuple[Differe
         if fast is not None and slow is not None and abs(fast - slow) > tolerance * max(
                 abs(fast), abs(slow), 1e-9):
             found.append(Difference(what, shown.format(fast), shown.format(slow)))
+    absolute: tuple[tuple[str, Callable[[GpuMeasure], float | None], str, float], ...] = (
+        ("temperature under load", lambda g: g.temperature_c, "{:.0f} °C",
+         TEMPERATURE_DIFFERS_C),
+        ("drop from the first 20 s to soaked", lambda g: g.drop, "{:.1%}", DROP_DIFFERS),
+    )
+    for what, read, shown, least in absolute:
+        fast, slow = _median_of(faster, read), _median_of(slower, read)
+        if fast is not None and slow is not None and abs(fast - slow) >= least:
+            found.append(Difference(what, shown.format(fast), shown.format(slow)))
     fast_cap = _median_of(faster, lambda g: g.power_capped_share)
     slow_cap = _median_of(slower, lambda g: g.power_capped_share)
     if fast_cap is not None and slow_cap is not None and abs(fast_cap - slow_cap) >= 0.10:
@@ -250,12 +275,14 @@ def explain(faster: list[GpuMeasure], slower: list[GpuMeasure]) -> tuple[Differe
         ("driver", lambda g: g.driver_version),
         ("variant", lambda g: g.variant),
         ("virtualization", lambda g: g.virtualization_mode),
+        # Only ever differs when the report compares across stacks (--across-stacks).
+        ("software stack", lambda g: g.stack or None),
     )
     for what, text in categorical:
         fast_text, slow_text = _common(faster, text), _common(slower, text)
         if fast_text != slow_text:
             found.append(Difference(what, fast_text, slow_text))
-    for flag in ("thermal_throttled", "hw_slowdown", "contended", "not_steady"):
+    for flag in ("thermal_throttled", "hw_slowdown", "contended", "not_steady", "not_soaked"):
         fast_n = sum(flag in g.flags for g in faster)
         slow_n = sum(flag in g.flags for g in slower)
         if slow_n > fast_n:

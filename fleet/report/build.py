@@ -15,6 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine
 
+from fleet.analysis.cooling import (
+    CoolingComparison,
+    CoolingOptions,
+    ThermalRow,
+    compare_cooling,
+    thermal_table,
+)
 from fleet.analysis.cost import CostRow, cost_table
 from fleet.analysis.dataset import (
     Aliases,
@@ -35,7 +42,7 @@ from fleet.report.charts import Chart, provider_charts
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
-FINDING_KINDS = ("mismatch", "gap", "drift", "straggler", "regression")
+FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression")
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,10 @@ class ReportOptions:
     anonymize: bool = False
     gaps: GapOptions = field(default_factory=GapOptions)
     stragglers: StragglerOptions = field(default_factory=StragglerOptions)
+    cooling: CoolingOptions = field(default_factory=CoolingOptions)
+    # Compare results of different software stacks as one configuration, each GPU's
+    # stack then listed among what differs (`fleet report --across-stacks`).
+    across_stacks: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,8 @@ class Report:
     mixed: tuple[MixedListing, ...]
     drift: tuple[Drift, ...]
     comparisons: tuple[Comparison, ...]
+    thermal: tuple[ThermalRow, ...]
+    cooling: tuple[CoolingComparison, ...]
     stragglers: tuple[Straggler, ...]
     cost: tuple[CostRow, ...]
     charts: tuple[Chart, ...]
@@ -100,6 +113,10 @@ class Report:
         return tuple(c for c in self.comparisons if c.systematic)
 
     @property
+    def cooling_findings(self) -> tuple[CoolingComparison, ...]:
+        return tuple(c for c in self.cooling if c.called)
+
+    @property
     def regressions(self) -> int:
         """GPUs slower than their own past on the newest night of the sweep."""
         return 0 if self.history is None else self.history.regressed_last_night
@@ -107,8 +124,8 @@ class Report:
     def counts(self) -> dict[str, int]:
         """Findings per kind, as `--fail-on` reads them."""
         return {"mismatch": len(self.mismatches) + len(self.mixed), "gap": len(self.gaps),
-                "drift": len(self.drift), "straggler": len(self.stragglers),
-                "regression": self.regressions}
+                "cooling": len(self.cooling_findings), "drift": len(self.drift),
+                "straggler": len(self.stragglers), "regression": self.regressions}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -120,9 +137,10 @@ def _headline(data: Dataset) -> Config | None:
     gpus = Counter(m.config for m in data.measures)
     if not gpus:
         return None
-    # Most GPUs first; among equals the default benchmark (bf16, sustained, cold L2).
+    # Most GPUs first; among equals the default benchmark (bf16, sustained, soaked, cold
+    # L2): the soaked figure is the one a buyer's long job gets.
     return max(sorted(gpus), key=lambda c: (gpus[c], c.dtype == "bf16", c.mode == "sustained",
-                                            c.cache == "cold"))
+                                            c.thermal == "soaked", c.cache == "cold"))
 
 
 def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison],
@@ -169,7 +187,8 @@ def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison]
 
 
 def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[Comparison],
-             stragglers: list[Straggler], drift: list[Drift]) -> list[Finding]:
+             cooling: list[CoolingComparison], stragglers: list[Straggler],
+             drift: list[Drift]) -> list[Finding]:
     found = [Finding("mismatch", m.provider, f"{m.host}: listed {m.listed}, found {m.found}",
                      "; ".join(m.problems)) for m in mismatches]
     found += [Finding("mismatch", m.provider,
@@ -181,6 +200,11 @@ def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[C
             f"{gap.slower} is {gap.gap:.1%} slower than {gap.faster} on {gap.group}",
             gap.evidence + (f". Differs: {reasons}" if reasons else
                             ". No difference in fingerprint or telemetry explains it")))
+    found += [Finding("cooling", c.hotter.provider,
+                      f"{c.hotter.provider}'s {c.variant} run {c.temperature_difference_c:.1f} °C "
+                      f"hotter than {c.cooler.provider}'s and lose "
+                      f"{c.drop_difference * 100:.2f} points more from the first 20 s to "
+                      "soaked, at the same power cap", c.evidence) for c in cooling]
     found += [Finding("straggler", s.provider, f"{s.host} GPU {s.gpu_index} is a straggler",
                       s.evidence) for s in stragglers]
     # Of drift, what costs throughput: a power limit below the datasheet's, or below
@@ -207,7 +231,7 @@ def _watts(text: str) -> float:
 def build_report(engine: Engine, options: ReportOptions, store: str,
                  now: dt.datetime | None = None) -> Report:
     scope = options.scope
-    data = load_dataset(engine, scope)
+    data = load_dataset(engine, scope, options.across_stacks)
     upto = max(scope.runs) if scope.runs else None
     names: Aliases | None = None
     if options.anonymize:
@@ -225,6 +249,7 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
     drift = find_drift(data.hosts)
     comparisons = compare_providers(data, options.gaps)
     gaps = [c for c in comparisons if c.systematic]
+    cooling = compare_cooling(data, options.cooling)
     stragglers = find_stragglers(data, options.stragglers)
     cost = cost_table(data)
     headline = _headline(data)
@@ -234,7 +259,9 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         d.variant for d in drift})
     return Report(
         generated_at=now or dt.datetime.now(dt.UTC), store=store,
-        scope=data.scope.describe(), anonymized=options.anonymize,
+        scope=data.scope.describe() + ("; software stacks compared as one"
+                                       if options.across_stacks else ""),
+        anonymized=options.anonymize,
         # The filters as given name real providers: an anonymized report keeps them aliased.
         options=replace(options, scope=data.scope) if options.anonymize else options,
         runs=data.runs, hosts=len(data.hosts),
@@ -242,9 +269,11 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         gpus_measured=len({m.gpu for m in data.measures}),
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
         headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
-        dispute=tuple(_dispute(mismatches, mixed, gaps, stragglers, drift)),
+        dispute=tuple(_dispute(mismatches, mixed, gaps,
+                               [c for c in cooling if c.called], stragglers, drift)),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
-        comparisons=tuple(comparisons), stragglers=tuple(stragglers), cost=tuple(cost),
+        comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
+        cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
         charts=tuple(provider_charts(data, stragglers)), failures=data.failures,
         excluded=data.excluded, providers=tuple(providers), variants=tuple(variants),
         history=history)

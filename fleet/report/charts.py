@@ -117,10 +117,18 @@ def _chart(variant: str, config: Config, gpus: list[GpuMeasure],
             offset = 0.0 if len(members) == 1 else (j / (len(members) - 1) - 0.5) * span
             points.append(Point(provider, round(x + offset, 2), y_of(m.tflops),
                                 f"{m.host} GPU {m.gpu_index}: {m.tflops:.1f} TFLOP/s "
-                                f"({counted(m.results, 'result')})",
+                                f"({counted(m.results, 'result')}){_soak_note(m)}",
                                 (m.provider, m.host, m.gpu_index) in slow))
     return Chart(variant, config, WIDTH, HEIGHT, LEFT, plot_right, TOP, plot_bottom,
                  tuple(Tick(y_of(t), f"{t:g}") for t in ticks), tuple(boxes), tuple(points))
+
+
+def _soak_note(m: GpuMeasure) -> str:
+    """A soaked GPU's evidence in its tooltip: its first 20 s, its drop, its heat."""
+    if m.first_20s_tflops is None or m.drop is None:
+        return ""
+    heat = "" if m.temperature_c is None else f", {m.temperature_c:.0f} °C under load"
+    return f"; first 20 s {m.first_20s_tflops:.1f}, drop {m.drop:.2%}{heat}"
 
 
 def provider_charts(data: Dataset, stragglers: list[Straggler]) -> list[Chart]:

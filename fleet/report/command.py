@@ -115,6 +115,10 @@ def _format_for(fmt: str | None, output: str | None) -> str:
 @click.option("--straggler-threshold", type=click.FloatRange(0, 1), default=0.03,
               show_default=True, metavar="FRACTION",
               help="Smallest shortfall against a node's other GPUs called a straggler.")
+@click.option("--across-stacks", is_flag=True,
+              help="Compare results measured on different software stacks (torch, CUDA "
+                   "runtime, cuBLAS) as one configuration, listing each side's stack among "
+                   "what differs, instead of comparing each stack apart.")
 @click.option("--fail-on", metavar="KINDS",
               help="Exit with status 1 when findings of these kinds exist: a comma-separated "
                    f"list of {', '.join(FINDING_KINDS)}.")
@@ -124,15 +128,18 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
                    runs: tuple[int, ...], providers: tuple[str, ...],
                    variants: tuple[str, ...], anonymize: bool,
                    gap_threshold: float, straggler_threshold: float,
-                   fail_on: str | None) -> None:
+                   across_stacks: bool, fail_on: str | None) -> None:
     """Write the procurement report from everything stored (or the part you filter).
 
     It finds hosts that differ from their listing (the inventory's `expect`), listings
     that hide several variants, settings that drift within a variant, systematic gaps
     between providers (per-GPU medians, a bootstrap interval on the ratio and a rank
-    test), stragglers within a node, and what an effective PFLOP-hour costs at each
-    provider (with `price_per_gpu_hour` in the inventory). Every flag states the
-    evidence it rests on.
+    test), providers whose GPUs run hotter and lose more from their first 20 s of load to
+    the soaked level at the same power cap (cooling), stragglers within a node, and what
+    an effective PFLOP-hour costs at each provider (with `price_per_gpu_hour` in the
+    inventory). Every flag states the evidence it rests on. Soaked and cool-start
+    results, harness versions and software stacks are compared apart (--across-stacks
+    compares stacks as one).
 
     Exit status: 0, or 1 when --fail-on names a kind of finding that was found (for
     scripts and schedulers), 2 for bad input.
@@ -144,7 +151,8 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
       fleet report --sweep nightly --run 42 -o night-42.html   # one night, as sweeps write it
       fleet report --format json -o - | jq .findings
       fleet report --anonymize --format md -o for-the-vendor.md
-      fleet report --fail-on mismatch,gap -o /dev/null || echo "dispute something"
+      fleet report --across-stacks --provider lambda --provider aws -o stacks.html
+      fleet report --fail-on mismatch,gap,cooling -o /dev/null || echo "dispute something"
     """
     kinds = parse_fail_on(fail_on)
     fmt = _format_for(fmt, output)
@@ -157,7 +165,8 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
                         runs=tuple(sorted(set(runs))), providers=providers,
                         variants=stored_variants(store.engine, variants)),
             anonymize=anonymize, gaps=GapOptions(threshold=gap_threshold),
-            stragglers=StragglerOptions(threshold=straggler_threshold))
+            stragglers=StragglerOptions(threshold=straggler_threshold),
+            across_stacks=across_stacks)
         report = build_report(store.engine, options, str(store.location))
     where = write_report(report, fmt, output)
     err_console.print(f"Report ({fmt}) written to {where}: {counted(report.hosts, 'host')}, "

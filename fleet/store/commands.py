@@ -8,7 +8,7 @@ import datetime as dt
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -264,19 +264,31 @@ def _since(value: dt.datetime | None) -> dt.datetime | None:
 SHORT_FLAGS = {"power_capped": "power-cap", "thermal_throttled": "thermal",
                "hw_slowdown": "hw-slowdown", "contended": "contended",
                "not_steady": "unsteady", "correctness_failed": "WRONG-RESULT",
-               "clocks_locked": "clocks-locked"}
+               "clocks_locked": "clocks-locked", "not_soaked": "not-soaked"}
 
 
 def _flags(flags: Sequence[str]) -> str:
     return " ".join(SHORT_FLAGS.get(flag, flag) for flag in flags) if flags else "-"
 
 
-def _config(row: ResultRow | VariantSummary) -> str:
-    """bf16 8192³, then only what differs from the harness's defaults."""
+def _config(row: ResultRow | VariantSummary, stack_key: str | None = None) -> str:
+    """bf16 8192³, then only what differs from the harness's defaults (soaked from 1.3 on;
+    every older result is a cool start), and the stack's key where the table has several."""
     size = f"{row.m}³" if row.m == row.n == row.k else f"{row.m}x{row.n}x{row.k}"
-    extra = [word for word, default in ((row.mode, "sustained"), (f"{row.cache}-L2", "cold-L2"),
+    extra = [word for word, default in ((row.mode, "sustained"), (row.thermal, "soaked"),
+                                        (f"{row.cache}-L2", "cold-L2"),
                                         (row.concurrency, "concurrent")) if word != default]
-    return " ".join([row.dtype, size, *extra])
+    stack = [] if stack_key is None else [f"({stack_key})"]
+    return " ".join([row.dtype, size, *extra, *stack])
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    """"-" where there is none: a cool-start result has no first 20 s of its own."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def _table(title: str, columns: str, rows: Sequence[Sequence[str]]) -> Table:
@@ -293,23 +305,66 @@ def _table(title: str, columns: str, rows: Sequence[Sequence[str]]) -> Table:
     return table
 
 
+def _stack_keys(stacks: Iterable[str]) -> dict[str, str]:
+    """Several stacks get a letter each, named in the benchmark column and spelled out in
+    the title: a stack's label is ~45 characters, more than a table of 80-100 columns has
+    to spare."""
+    return {stack: _letter(i) for i, stack in enumerate(sorted(set(stacks)))}
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else str(i + 1)
+
+
+def _stack_title(keys: dict[str, str]) -> str:
+    if len(keys) == 1:
+        return f"; {next(iter(keys))}"
+    return "; stacks: " + "; ".join(f"({key}) {stack}" for stack, key in keys.items())
+
+
+def _mhz_watts(row: ResultRow) -> str:
+    """SM clock and power drawn in one column, as `fleet bench` shows them."""
+    return f"{_number(row.sm_clock_mhz_median)} {_number(row.power_w_median)}"
+
+
+def _shared(columns: str, rows: Sequence[Sequence[str]], hoisted: Sequence[str]
+            ) -> tuple[str, str, list[Sequence[str]]]:
+    """Columns in `hoisted` whose every row says the same move into the title, as
+    `fleet bench` does: a filtered listing keeps its numbers in 80-100 columns."""
+    names = columns.split("|")
+    shared = [i for i, name in enumerate(names) if name in hoisted and rows
+              and len({row[i] for row in rows}) == 1]
+    said = ", ".join(rows[0][i] for i in shared)
+    keep = [i for i in range(len(names)) if i not in shared]
+    return ("|".join(names[i] for i in keep), said,
+            [[row[i] for i in keep] for row in rows])
+
+
 def _results_table(rows: Sequence[ResultRow]) -> Table:
-    return _table(
-        "Benchmark results (newest first; times UTC)",
-        "collected|provider|host|>GPU|variant|benchmark|>TFLOP/s|>CV|>W|>MHz|flags",
+    keys = _stack_keys(row.stack for row in rows)
+    several = len(keys) > 1
+    columns, said, cells = _shared(
+        "collected|provider|host|>GPU|variant|benchmark|>TFLOP/s|>20 s|>drop|>CV|>MHz W|>°C|"
+        "flags",
         [(row.collected_at.strftime("%Y-%m-%d %H:%M"), row.provider, row.host,
-          str(row.gpu_index), row.variant, _config(row), f"{row.tflops:.1f}",
-          f"{row.cv:.1%}", "-" if row.power_w_median is None else f"{row.power_w_median:.0f}",
-          "-" if row.sm_clock_mhz_median is None else f"{row.sm_clock_mhz_median:.0f}",
-          _flags(row.flags)) for row in rows])
+          str(row.gpu_index), row.variant, _config(row, keys[row.stack] if several else None),
+          f"{row.tflops:.1f}", _number(row.first_20s_tflops, 1), _share(row.soak_drop),
+          f"{row.cv:.1%}", _mhz_watts(row), _number(row.temperature_load_c),
+          _flags(row.flags)) for row in rows],
+        ("provider", "variant", "benchmark"))
+    return _table(f"Benchmark results{': ' + said if said else ''} (newest first; times "
+                  f"UTC){_stack_title(keys)}", columns, cells)
 
 
 def _summary_table(rows: Sequence[VariantSummary]) -> Table:
+    keys = _stack_keys(row.stack for row in rows)
+    several = len(keys) > 1
     return _table(
-        "Per provider and variant: median of per-GPU median TFLOP/s",
-        "variant|benchmark|harness|provider|>GPUs|>results|>TFLOP/s|>GPU range",
-        [(row.variant, _config(row), row.harness_version, row.provider, str(row.gpus),
-          str(row.results), f"{row.median_tflops:.1f}",
+        "Per provider and variant: median of per-GPU median TFLOP/s" + _stack_title(keys),
+        "variant|benchmark|harness|provider|>GPUs|>results|>TFLOP/s|>20 s|>drop|>GPU range",
+        [(row.variant, _config(row, keys[row.stack] if several else None),
+          row.harness_version, row.provider, str(row.gpus), str(row.results),
+          f"{row.median_tflops:.1f}", _number(row.first_20s_tflops, 1), _share(row.drop),
           f"{row.min_gpu_tflops:.1f}-{row.max_gpu_tflops:.1f}") for row in rows])
 
 
@@ -340,6 +395,10 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
                                               "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
               help="Only results collected at or after this date or time (UTC unless given).")
 @click.option("--sweep", help="Only results stored under this sweep name.")
+@click.option("--stack", metavar="TEXT",
+              help='Only results measured on a software stack whose label holds TEXT, case '
+                   'aside; labels read "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2", so '
+                   '--stack "cuBLAS 13.0" or --stack "torch 2.13".')
 @click.option("--summary", is_flag=True,
               help="Per provider and variant: median of per-GPU medians, GPU count and range.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
@@ -350,14 +409,21 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
 @db_option
 @reported
 def results(provider: str | None, variant: str | None, host: str | None,
-            since: dt.datetime | None, sweep: str | None, summary: bool, as_csv: bool,
+            since: dt.datetime | None, sweep: str | None, stack: str | None, summary: bool,
+            as_csv: bool,
             as_json: bool, limit: int | None, db: str | None) -> None:
     """Show stored benchmark results, filtered, as a table, CSV or JSON.
+
+    A soaked result (harness 1.3 and later) shows its soaked TFLOP/s, the level of its
+    first 20 s of load and the drop between them, and its temperature under load; a
+    cool-start one (--quick, burst, or any older harness) only its figure. The summary
+    keeps thermal states, harness versions and software stacks apart.
 
     \b
     Examples:
       fleet results --provider lambda --since 2026-11-01
       fleet results --variant "H100 SXM5 80GB" --summary
+      fleet results --stack "cuBLAS 13.0" --summary
       fleet results --sweep nightly --csv > nightly.csv
     """
     if as_csv and as_json:
@@ -368,6 +434,7 @@ def results(provider: str | None, variant: str | None, host: str | None,
     with open_store(db) as store:
         _note(store.created, store.location)
         where = ResultFilter(provider=provider, host=host, since=_since(since), sweep=sweep,
+                             stack=stack or None,
                              variants=stored_variants(store.engine, [variant] if variant else []))
         rows: Sequence[ResultRow | VariantSummary]
         if summary:

@@ -35,7 +35,7 @@ from fleet.errors import AgentError, InputError
 from fleet.events import MAX_LINE, read_events
 from fleet.store import models
 from fleet.store.database import WRITES
-from fleet.store.models import pack_floats, pack_rows
+from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
 from fleet.store.statements import Statements, to_json
 
 DEFAULT_PROVIDER = "unknown"
@@ -598,6 +598,8 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "gpu_index": result.gpu_index, "harness_version": result.harness_version,
         "timing_method": result.timing_method, "mode": result.mode,
         "pause_ms": result.pause_ms, "cache": result.cache,
+        # Before harness 1.3 every result was measured from a cool start.
+        "thermal": result.thermal or "cool-start",
         "concurrency": result.concurrency, "gpus_in_run": result.gpus_in_run,
         "dtype": result.dtype, "m": result.m, "n": result.n, "k": result.k,
         "tflops": result.tflops,
@@ -611,7 +613,7 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "power_capped": flags.power_capped, "thermal_throttled": flags.thermal_throttled,
         "hw_slowdown": flags.hw_slowdown, "contended": flags.contended,
         "not_steady": flags.not_steady, "correctness_failed": flags.correctness_failed,
-        "clocks_locked": flags.clocks_locked,
+        "clocks_locked": flags.clocks_locked, "not_soaked": flags.not_soaked,
         "clock_lock_mhz": lock.requested_mhz if lock is not None and lock.applied else None,
         "telemetry_samples": telemetry.samples,
         "sm_clock_mhz_median": telemetry.sm_clock_mhz_median,
@@ -619,10 +621,23 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "power_w_median": telemetry.power_w_median,
         "temperature_c_max": telemetry.temperature_c_max,
         "reason_shares": to_json(telemetry.reason_shares),
+        **_soak_columns(result),
         "torch_version": result.provenance.torch_version,
         "cuda_runtime_version": result.provenance.cuda_runtime_version,
         "cublas_version": result.provenance.cublas_version,
         "wall_s": result.wall_s,
         "samples_ms": pack_floats(result.samples_ms),
         "telemetry_series": pack_rows(result.telemetry_series, TELEMETRY_WIDTH),
+    }
+
+
+def _soak_columns(result: BenchmarkResult) -> dict[str, Any]:
+    soak = result.soak
+    load = soak.temperature_c if soak is not None else None
+    return {
+        "temperature_load_c": load if load is not None else result.telemetry.temperature_c_max,
+        "soak_s": None if soak is None else soak.seconds,
+        "first_20s_tflops": None if soak is None else soak.first_20s_tflops,
+        "soak_drop": None if soak is None else soak.drop,
+        "soak_curve": pack_rows(soak.curve if soak is not None else [], SOAK_CURVE_WIDTH),
     }

@@ -254,8 +254,13 @@ class Fingerprint(Base):
 
 
 SUMMARY_INDEX = "ix_benchmark_result_summary"
+# What the main query groups by (the benchmark configuration, the thermal state and the
+# software stack), then what it reads per GPU.
 SUMMARY_COLUMNS = ("correctness_failed", "provider_id", "variant", "harness_version", "dtype",
-                   "m", "n", "k", "mode", "cache", "concurrency", "gpu_id", "tflops")
+                   "m", "n", "k", "mode", "cache", "thermal", "concurrency", "torch_version",
+                   "cuda_runtime_version", "cublas_version", "gpu_id", "tflops",
+                   "first_20s_tflops", "soak_drop")
+SOAK_CURVE_WIDTH = 5  # [end s, TFLOP/s, deg C, SM MHz, watts], as the agent sends it
 
 
 class BenchmarkResult(Base):
@@ -289,6 +294,8 @@ class BenchmarkResult(Base):
     mode: Mapped[str] = mapped_column(String(16))
     pause_ms: Mapped[float] = mapped_column(Float)
     cache: Mapped[str] = mapped_column(String(16))
+    # "soaked" or "cool-start"; results before harness 1.3 were all cool-start.
+    thermal: Mapped[str] = mapped_column(String(16))
     concurrency: Mapped[str] = mapped_column(String(16))
     gpus_in_run: Mapped[int] = mapped_column(Integer)
     dtype: Mapped[str] = mapped_column(String(8))
@@ -320,6 +327,7 @@ class BenchmarkResult(Base):
     not_steady: Mapped[bool] = mapped_column(Boolean)
     correctness_failed: Mapped[bool] = mapped_column(Boolean)
     clocks_locked: Mapped[bool] = mapped_column(Boolean)
+    not_soaked: Mapped[bool] = mapped_column(Boolean)
     clock_lock_mhz: Mapped[int | None] = mapped_column(Integer)
 
     telemetry_samples: Mapped[int] = mapped_column(BigInteger)
@@ -328,6 +336,15 @@ class BenchmarkResult(Base):
     power_w_median: Mapped[float | None] = mapped_column(Float)
     temperature_c_max: Mapped[float | None] = mapped_column(Float)
     reason_shares: Mapped[dict[str, Any]]
+    # The GPU's temperature under load: the soak's median over the measurement where the
+    # result was soaked, else the telemetry's maximum (a cool start never settled).
+    temperature_load_c: Mapped[float | None] = mapped_column(Float)
+
+    # Soaked results only (harness 1.3 and later): the seconds of load before the
+    # measurement, the level of the first 20 s of load, and 1 - tflops / that level.
+    soak_s: Mapped[float | None] = mapped_column(Float)
+    first_20s_tflops: Mapped[float | None] = mapped_column(Float)
+    soak_drop: Mapped[float | None] = mapped_column(Float)
 
     torch_version: Mapped[str | None] = mapped_column(String(128))
     cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
@@ -337,6 +354,9 @@ class BenchmarkResult(Base):
     # [seconds, SM MHz, memory MHz, watts, deg C, reasons bitmask].
     samples_ms: Mapped[bytes]
     telemetry_series: Mapped[bytes]
+    # pack_rows: the soak's curve, SOAK_CURVE_WIDTH a row; empty when not soaked. Kept by
+    # `fleet db prune`: it is the evidence for the drop, a few hundred values.
+    soak_curve: Mapped[bytes]
 
 
 class HostError(Base):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, Select, false, func, select
+from sqlalchemy import ColumnElement, Engine, Select, false, func, literal, select
 
 from fleet.document import AgentDocument
 from fleet.errors import InputError
@@ -33,7 +33,34 @@ from fleet.store.models import (
 )
 
 FLAGS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended", "not_steady",
-         "correctness_failed", "clocks_locked")
+         "correctness_failed", "clocks_locked", "not_soaked")
+UNKNOWN_VERSION = "?"
+
+
+def software_stack(torch: str | None, cuda_runtime: str | None, cublas: str | None) -> str:
+    """The stack a result was measured on, as reports and `fleet results --stack` read it:
+    "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2" (cuBLAS picks the GEMM kernels by
+    version, so two stacks are two measurements; DESIGN.md)."""
+    return (f"torch {torch or UNKNOWN_VERSION}, CUDA {cuda_runtime or UNKNOWN_VERSION}, "
+            f"cuBLAS {cublas or UNKNOWN_VERSION}")
+
+
+def _stack_expression() -> ColumnElement[str]:
+    """`software_stack` in SQL, so that --stack filters before LIMIT and counts."""
+    r = BenchmarkResult
+
+    def version(column: Any) -> Any:
+        return func.coalesce(column, UNKNOWN_VERSION)
+
+    label: ColumnElement[str] = (literal("torch ") + version(r.torch_version)
+                                 + literal(", CUDA ") + version(r.cuda_runtime_version)
+                                 + literal(", cuBLAS ") + version(r.cublas_version))
+    return label
+
+
+def _like_pattern(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 if TYPE_CHECKING:
@@ -59,6 +86,8 @@ class ResultFilter:
     host: str | None = None
     since: dt.datetime | None = None
     sweep: str | None = None
+    # Part of the software stack's label (`software_stack`), case aside: "cuBLAS 13.0".
+    stack: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,13 +107,19 @@ class ResultRow:
     k: int
     mode: str
     cache: str
+    thermal: str  # "soaked" or "cool-start"
     concurrency: str
-    tflops: float
+    tflops: float  # soaked results: the soaked level
     median_ms: float
     cv: float
     runs: int
     power_w_median: float | None
     sm_clock_mhz_median: float | None
+    temperature_load_c: float | None
+    soak_s: float | None
+    first_20s_tflops: float | None  # soaked results: the level of the first 20 s of load
+    soak_drop: float | None  # 1 - tflops / first_20s_tflops
+    stack: str
     flags: tuple[str, ...]
 
 
@@ -101,12 +136,18 @@ class VariantSummary:
     k: int
     mode: str
     cache: str
+    thermal: str
     concurrency: str
+    stack: str
     gpus: int
     results: int
     median_tflops: float  # the median of the per-GPU medians
     min_gpu_tflops: float
     max_gpu_tflops: float
+    # Soaked results: the median of the per-GPU medians of the first 20 s of load, and of
+    # the per-GPU drops from it to the soaked level; None where no result says.
+    first_20s_tflops: float | None
+    drop: float | None
 
 
 def stored_variants(engine: Engine, asked: Sequence[str]) -> tuple[str, ...]:
@@ -146,6 +187,8 @@ def _filtered(stmt: AnySelect, where: ResultFilter) -> AnySelect:
         stmt = stmt.where(result.collected_at >= where.since)
     if where.sweep is not None:
         stmt = stmt.where(ProbeRun.sweep == where.sweep)
+    if where.stack:
+        stmt = stmt.where(_stack_expression().ilike(_like_pattern(where.stack), escape="\\"))
     return stmt
 
 
@@ -156,9 +199,10 @@ def list_results(engine: Engine, where: ResultFilter, limit: int | None = None
     stmt = _filtered(
         select(r.id, r.collected_at, Provider.name, Host.name, ProbeRun.sweep, r.gpu_index,
                Gpu.uuid, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k, r.mode,
-               r.cache, r.concurrency, r.tflops, r.median_ms, r.cv, r.runs,
-               r.power_w_median, r.sm_clock_mhz_median,
-               *(getattr(r, flag) for flag in FLAGS))
+               r.cache, r.thermal, r.concurrency, r.tflops, r.median_ms, r.cv, r.runs,
+               r.power_w_median, r.sm_clock_mhz_median, r.temperature_load_c, r.soak_s,
+               r.first_20s_tflops, r.soak_drop, r.torch_version, r.cuda_runtime_version,
+               r.cublas_version, *(getattr(r, flag) for flag in FLAGS))
         .join(Provider, Provider.id == r.provider_id)
         .join(Host, Host.id == r.host_id)
         .join(ProbeRun, ProbeRun.id == r.probe_run_id)
@@ -168,7 +212,8 @@ def list_results(engine: Engine, where: ResultFilter, limit: int | None = None
         stmt = stmt.limit(limit)
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
-    return [ResultRow(*row[:22], flags=_flag_names(row[22:])) for row in rows]  # type: ignore[misc]
+    return [ResultRow(*row[:27], stack=software_stack(*row[27:30]),  # type: ignore[misc]
+                      flags=_flag_names(row[30:])) for row in rows]
 
 
 def _flag_names(values: Sequence[Any]) -> tuple[str, ...]:
@@ -189,8 +234,10 @@ def summary_statement(where: ResultFilter) -> AnySelect:
     """The main query's rows: one per result, only columns the summary index holds
     (models.SUMMARY_COLUMNS), so that unfiltered it reads the index alone."""
     r = BenchmarkResult
-    stmt: AnySelect = (select(Provider.name, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k,
-                   r.mode, r.cache, r.concurrency, r.gpu_id, r.tflops)
+    stmt: AnySelect = (select(Provider.name, r.variant, r.harness_version, r.dtype, r.m, r.n,
+                              r.k, r.mode, r.cache, r.thermal, r.concurrency, r.torch_version,
+                              r.cuda_runtime_version, r.cublas_version, r.gpu_id, r.tflops,
+                              r.first_20s_tflops, r.soak_drop)
             .join(Provider, Provider.id == r.provider_id)
             # "= false", not "IS false": PostgreSQL searches an index only with "=".
             .where(r.correctness_failed == false()))
@@ -206,26 +253,44 @@ def summarise_variants(engine: Engine, where: ResultFilter) -> list[VariantSumma
     median of per-GPU median TFLOP/s and how many GPUs it rests on.
 
     Results that failed the correctness gate are left out: their times measure a wrong
-    answer. Different harness versions are different groups, never compared as equals.
+    answer. Different harness versions, thermal states (soaked or cool-start) and
+    software stacks are different groups, never compared as equals.
     """
-    per_gpu: dict[tuple[Any, ...], dict[int, list[float]]] = defaultdict(
-        lambda: defaultdict(list))
+    per_gpu: dict[tuple[Any, ...], dict[int, list[tuple[float, float | None, float | None]]]]
+    per_gpu = defaultdict(lambda: defaultdict(list))
     with engine.connect() as conn:
         for row in conn.execute(summary_statement(where)):
-            per_gpu[tuple(row[:10])][row[10]].append(row[11])
+            key = (*row[:11], software_stack(*row[11:14]))
+            per_gpu[key][row[14]].append((row[15], row[16], row[17]))
     summaries = []
     for key, gpus in per_gpu.items():
-        medians = [statistics.median(values) for values in gpus.values()]
+        medians = [statistics.median(v[0] for v in values) for values in gpus.values()]
+        first = _medians_of_gpus(gpus.values(), 1)
+        drops = _medians_of_gpus(gpus.values(), 2)
         summaries.append(VariantSummary(
             provider=key[0], variant=key[1], harness_version=key[2], dtype=key[3], m=key[4],
-            n=key[5], k=key[6], mode=key[7], cache=key[8], concurrency=key[9],
+            n=key[5], k=key[6], mode=key[7], cache=key[8], thermal=key[9],
+            concurrency=key[10], stack=key[11],
             gpus=len(medians), results=sum(len(v) for v in gpus.values()),
             median_tflops=statistics.median(medians), min_gpu_tflops=min(medians),
-            max_gpu_tflops=max(medians)))
+            max_gpu_tflops=max(medians),
+            first_20s_tflops=statistics.median(first) if first else None,
+            drop=statistics.median(drops) if drops else None))
     summaries.sort(key=lambda s: (s.variant, s.dtype, s.m, s.n, s.k, s.mode, s.cache,
-                                  s.concurrency, s.harness_version, -s.median_tflops,
-                                  s.provider))
+                                  s.thermal, s.concurrency, s.harness_version, s.stack,
+                                  -s.median_tflops, s.provider))
     return summaries
+
+
+def _medians_of_gpus(gpus: Iterable[list[tuple[float, float | None, float | None]]],
+                     column: int) -> list[float]:
+    """Per GPU, the median of one column over its results that have it."""
+    found: list[float] = []
+    for values in gpus:
+        present = [value for value in (v[column] for v in values) if value is not None]
+        if present:
+            found.append(statistics.median(present))
+    return found
 
 
 def load_samples(engine: Engine, result_id: int) -> list[float]:

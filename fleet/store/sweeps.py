@@ -36,7 +36,7 @@ from fleet.store.models import (
     Provider,
     RunHost,
 )
-from fleet.store.query import in_chunks
+from fleet.store.query import in_chunks, software_stack
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,9 @@ def iter_documents(engine: Engine, ids: Collection[int]) -> Iterator[tuple[int, 
 
 
 def _label(row: Any) -> str:
-    return (f"{row.dtype} {row.m}x{row.n}x{row.k} {row.mode} {row.cache}-L2 "
+    """A GPU's series: a soaked night is never judged against cool-start ones."""
+    thermal = "" if row.thermal == "cool-start" else f" {row.thermal}"
+    return (f"{row.dtype} {row.m}x{row.n}x{row.k} {row.mode}{thermal} {row.cache}-L2 "
             f"{row.concurrency} harness {row.harness_version}")
 
 
@@ -202,17 +204,24 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
             select(BenchmarkResult.document_id, BenchmarkResult.gpu_index,
                    BenchmarkResult.tflops, BenchmarkResult.dtype, BenchmarkResult.m,
                    BenchmarkResult.n, BenchmarkResult.k, BenchmarkResult.mode,
-                   BenchmarkResult.cache, BenchmarkResult.concurrency,
-                   BenchmarkResult.harness_version, BenchmarkResult.correctness_passed)
+                   BenchmarkResult.cache, BenchmarkResult.thermal,
+                   BenchmarkResult.concurrency, BenchmarkResult.harness_version,
+                   BenchmarkResult.correctness_passed, BenchmarkResult.torch_version,
+                   BenchmarkResult.cuda_runtime_version, BenchmarkResult.cublas_version)
             .where(BenchmarkResult.document_id.in_(document_ids.scalar_subquery()))).all()
     tflops: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
+    stacks: dict[tuple[int, int], set[str]] = defaultdict(set)
     for r in results:
+        stacks[(r.document_id, r.gpu_index)].add(
+            software_stack(r.torch_version, r.cuda_runtime_version, r.cublas_version))
         if r.correctness_passed:  # a wrong answer's speed is no speed
             tflops[(r.document_id, r.gpu_index)][_label(r)].append(r.tflops)
     gpus: dict[int, list[GpuState]] = defaultdict(list)
     for fp in fingerprints:
         config = {name: getattr(fp, name) for name in CONFIG_FIELDS}
+        stack = stacks.get((fp.document_id, fp.gpu_index))
+        config["software_stack"] = "; ".join(sorted(stack)) if stack else None
         medians = {label: float(statistics.median(values)) for label, values in
                    tflops[(fp.document_id, fp.gpu_index)].items()}
         gpus[fp.document_id].append(GpuState(fp.gpu_index, fp.uuid, fp.variant, config,

@@ -6,12 +6,14 @@ import datetime as dt
 import json
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Aliases, Scope, anonymize, load_dataset
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Listing
-from tests.report.scene import WHEN, store_scene
+from tests.report.scene import WHEN, hot_hosts, store_scene
+from tests.store import factory
 
 
 def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> None:
@@ -73,11 +75,29 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
 
     (failure,) = report.failures
     assert (failure.provider, failure.host, failure.stage) == ("delta", "delta-01", "connect")
-    assert report.counts() == {"mismatch": 2, "gap": 1, "drift": 3, "straggler": 1,
-                                                    "regression": 0}
+    assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
+                                "straggler": 1, "regression": 0}
     kinds = [f.kind for f in report.dispute]
     assert kinds.count("mismatch") == 2 and kinds.count("gap") == 1
     assert "straggler" in kinds and "drift" in kinds
+
+    # Every result is soaked: the headline says so, and each provider's soak is shown.
+    assert report.headline is not None and report.headline.thermal == "soaked"
+    thermal = {(t.provider, t.variant): t for t in report.thermal}
+    alpha = thermal[("alpha", "H100 SXM5 80GB")]
+    assert alpha.gpus == 16 and 69.0 < (alpha.temperature_c or 0) < 71.0
+    assert 0.009 < (alpha.drop or 0) < 0.011 and alpha.power_limit_w == 700.0
+    assert alpha.first_20s_tflops == pytest.approx(alpha.tflops / (1 - 0.01), rel=0.003)
+    # Each GPU's point in the charts carries its own soak.
+    labels = [p.label for chart in report.charts for p in chart.points]
+    assert labels and all("; first 20 s " in label and "°C under load" in label
+                          for label in labels)
+    # beta's cap differs and gamma's SXM5 cards are one node: compared, never called.
+    verdicts = {frozenset((c.hotter.provider, c.cooler.provider)): c.verdict
+                for c in report.cooling}
+    assert verdicts == {frozenset(("alpha", "beta")): "different power caps",
+                        frozenset(("alpha", "gamma")): "too few hosts",
+                        frozenset(("beta", "gamma")): "different power caps"}
 
 
 def test_filters_narrow_what_the_report_rests_on(engine: Engine) -> None:
@@ -111,16 +131,17 @@ def test_anonymized_report_names_no_provider_or_host(engine: Engine) -> None:
     letter = mismatch.provider.removeprefix("Provider ")
     assert letter in "ABCD" and mismatch.host in (f"{letter}-1", f"{letter}-2")
     assert report.failures[0].message == "(hidden in an anonymized report)"
-    assert report.counts() == {"mismatch": 2, "gap": 1, "drift": 3, "straggler": 1,
-                                                    "regression": 0}
+    assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
+                                "straggler": 1, "regression": 0}
 
 
 def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
     report = build_report(engine, ReportOptions(), "test")
     assert (report.hosts, report.gpus_measured, report.comparisons, report.buy) == (
         0, 0, (), ())
-    assert report.counts() == {"mismatch": 0, "gap": 0, "drift": 0, "straggler": 0,
-                               "regression": 0}
+    assert report.counts() == {"mismatch": 0, "gap": 0, "cooling": 0, "drift": 0,
+                               "straggler": 0, "regression": 0}
+    assert (report.thermal, report.cooling) == ((), ())
 
 
 def test_an_anonymized_reports_settings_name_no_provider(engine: Engine) -> None:
@@ -199,3 +220,56 @@ def test_an_anonymized_reports_rows_follow_the_aliases_not_the_names(engine: Eng
             keys = [(row.provider, row.host) for row in rows]
             assert keys == sorted(keys)
 
+
+
+def test_hosts_that_cool_worse_are_a_cooling_finding_with_its_evidence(engine: Engine) -> None:
+    store_scene(engine, extra=hot_hosts())
+    report = build_report(engine, ReportOptions(), "test")
+    (cooling,) = report.cooling_findings
+    assert (cooling.hotter.provider, cooling.cooler.provider) == ("zeta", "alpha")
+    assert 9.0 < cooling.temperature_difference_c < 11.0
+    assert 0.010 < cooling.drop_difference < 0.014
+    assert report.counts()["cooling"] == 1
+    # Cooling evidence, not a provider gap: zeta is 1.2% below alpha soaked.
+    assert not any({c.slower, c.faster} == {"alpha", "zeta"} and c.systematic
+                   for c in report.comparisons)
+    (finding,) = [f for f in report.dispute if f.kind == "cooling"]
+    assert finding.provider == "zeta"
+    assert "hotter than alpha's and lose" in finding.title
+    assert "zeta: 16 GPUs on 2 hosts" in finding.evidence
+    assert "alpha: 16 GPUs on 2 hosts" in finding.evidence and "700 W cap" in finding.evidence
+    # What differs between them, as a gap (called or not) lists it.
+    (pair,) = [c for c in report.comparisons if c.within == "variant"
+               and {c.slower, c.faster} == {"alpha", "zeta"}]
+    differs = {d.what: (d.slower, d.faster) for d in pair.differences}
+    assert differs["temperature under load"][0].endswith("°C")
+    assert "drop from the first 20 s to soaked" in differs
+
+
+def _stacks(engine: Engine) -> None:
+    """alpha on the scene's stack, omega's two hosts on a newer one, 3% slower."""
+    store_scene(engine, extra=[
+        ("omega", f"omega-0{i}", {"gpu_tflops": [679.0 + j / 4 for j in range(8)],
+                                  "stack": factory.NEW_STACK},
+         Listing({"variant": "H100 SXM5 80GB"}, 2.0, "USD", ())) for i in (1, 2)])
+
+
+def test_results_of_different_stacks_are_compared_apart_unless_asked(engine: Engine) -> None:
+    _stacks(engine)
+    apart = build_report(engine, ReportOptions(), "test")
+    stacks = {c.config.stack for c in apart.comparisons}
+    assert "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2" not in stacks  # omega alone there
+    assert not any("omega" in (c.slower, c.faster) for c in apart.comparisons)
+    (drift,) = [d for d in apart.drift if d.attribute == "software stack"]
+    assert drift.usual == "torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4"
+    assert [(o.value, o.provider, o.gpus) for o in drift.outliers] == [
+        ("torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2", "omega", 16)]
+
+    across = build_report(engine, ReportOptions(across_stacks=True), "test")
+    assert "software stacks compared as one" in across.scope
+    (omega,) = [c for c in across.comparisons if c.within == "variant"
+                and (c.slower, c.faster) == ("omega", "alpha")]
+    assert omega.config.stack == "any software stack"
+    differs = {d.what: (d.slower, d.faster) for d in omega.differences}
+    assert differs["software stack"] == ("torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2",
+                                         "torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4")

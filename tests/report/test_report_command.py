@@ -18,7 +18,7 @@ from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.schema import upgrade
 from tests.report.browser import open_page, screenshot
-from tests.report.scene import WHEN, store_scene
+from tests.report.scene import WHEN, hot_hosts, store_scene
 from tests.store import factory
 
 EVIL_PROVIDER = '<script>document.title="pwned-provider"</script>'
@@ -31,7 +31,7 @@ def fleet(*args: str, db: str) -> Result:
 
 
 def _evil_host() -> tuple[str, str, dict[str, Any], Listing]:
-    return (EVIL_PROVIDER, EVIL_HOST, {"gpu_tflops": [700.0] * 8},
+    return (EVIL_PROVIDER, EVIL_HOST, {"gpu_tflops": [700.0] * 8, "harness": "1.3.0"},
             Listing({"variant": "H100 SXM5 80GB"}, 2.0, "USD", ("<b>tag</b>",)))
 
 
@@ -43,6 +43,17 @@ def scene_url(tmp_path: Path) -> str:
     engine = open_engine(resolve(url))
     upgrade(engine)
     store_scene(engine, extra=[_evil_host()])
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def hot_scene_url(tmp_path: Path) -> str:
+    """The scene with zeta's hosts, which cool worse than alpha's (tests/report/scene.py)."""
+    url = f"sqlite:///{tmp_path / 'hot.db'}"
+    engine = open_engine(resolve(url))
+    upgrade(engine)
+    store_scene(engine, extra=hot_hosts())
     engine.dispose()
     return url
 
@@ -63,10 +74,49 @@ def test_html_opens_in_chromium_without_errors_and_shows_names_as_text(
     assert page.dom.count("<svg") == 2  # one chart per variant: SXM5 and PCIe
     circles = re.findall(r'<circle class="gpu( straggler)?"', page.dom)
     assert len(circles) == 56 and circles.count(" straggler") == 1
-    for section in ("summary", "mismatches", "gaps", "stragglers", "drift", "cost", "charts"):
+    for section in ("summary", "mismatches", "gaps", "cooling", "stragglers", "drift", "cost",
+                    "charts"):
         assert f'id="{section}"' in page.dom
+    # Each provider's soak: soaked level, first 20 s, drop and temperature under load.
+    thermal = re.search(r'<table class="thermal">(.*?)</table>', page.dom, re.S)
+    assert thermal is not None
+    alpha = re.search(r'<tr data-provider="alpha"[^>]*>(.*?)</tr>', thermal.group(1), re.S)
+    assert alpha is not None
+    cells = [re.sub(r"<[^>]+>", "", c).strip()
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", alpha.group(1), re.S)]
+    assert cells[:3] == ["alpha", "H100 SXM5 80GB", "16 (2)"]
+    assert re.fullmatch(r"\d{3}\.\d", cells[3]) and re.fullmatch(r"\d{3}\.\d", cells[4])
+    assert re.match(r"[01]\.\d\d% \(", cells[5]) and re.match(r"(69|70)\.\d \(", cells[6])
+    assert cells[7] == "700 W" and cells[8] == "none"
+    assert '<span class="tag cooling">' not in page.dom  # the scene has no cooling finding
     assert not re.search(r'class="[^"]*filtered-out', page.dom)  # nothing filtered by default
     screenshot(out.as_uri(), "report.png", tmp_path)
+
+
+def test_a_cooling_finding_is_shown_and_can_fail_the_command(hot_scene_url: str,
+                                                             tmp_path: Path) -> None:
+    out = tmp_path / "hot.html"
+    done = fleet("report", "--fail-on", "cooling", "-o", str(out), db=hot_scene_url)
+    assert done.exit_code == 1 and "--fail-on: 1 cooling found" in done.output
+    page = open_page(out.as_uri(), tmp_path)
+    assert page.console == []
+    table = re.search(r'<table class="cooling">(.*?)</table>', page.dom, re.S)
+    assert table is not None
+    rows = re.findall(r'<tr data-provider="zeta" data-provider2="alpha"[^>]*>(.*?)</tr>',
+                      table.group(1), re.S)
+    assert len(rows) == 1 and '<span class="tag cooling">cooling</span>' in rows[0]
+    summary = re.search(r'<section id="summary">(.*?)</section>', page.dom, re.S)
+    assert summary is not None and '<span class="tag cooling">cooling</span>' in summary.group(1)
+    assert "hotter than alpha's and lose" in summary.group(1)
+    screenshot(out.as_uri(), "report-cooling.png", tmp_path)
+    data = json.loads(fleet("report", "--format", "json", "-o", "-", db=hot_scene_url).stdout)
+    assert data["findings"]["cooling"] == 1
+    (called,) = [c for c in data["cooling"] if c["called"]]
+    assert called["hotter"]["provider"] == "zeta" and "16 GPUs on 2 hosts" in called["evidence"]
+    md = fleet("report", "--format", "md", "-o", "-", db=hot_scene_url).stdout
+    assert "## Heat under load" in md and "**cooling**" in md
+    anonymous = fleet("report", "--anonymize", "--format", "md", "-o", "-", db=hot_scene_url)
+    assert "zeta" not in anonymous.stdout and "**cooling**" in anonymous.stdout
 
 
 def test_a_link_can_carry_a_filter(scene_url: str, tmp_path: Path) -> None:
@@ -86,8 +136,10 @@ def test_json_and_markdown_carry_the_same_findings(scene_url: str, tmp_path: Pat
     assert data["format"] == "fleet-report/1"
     # The scene's findings; beta is slower than the hostile provider's one node too, which
     # is measured but not called.
-    assert data["findings"] == {"mismatch": 2, "gap": 1, "drift": 3, "straggler": 1,
-                                                    "regression": 0}
+    assert data["findings"] == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
+                                "straggler": 1, "regression": 0}
+    assert {t["provider"] for t in data["thermal"]} >= {"alpha", "beta", "gamma"}
+    assert all(t["config"]["thermal"] == "soaked" for t in data["thermal"])
     gaps = [c for c in data["comparisons"] if c["systematic"]]
     assert {(g["slower"], g["faster"]) for g in gaps} == {("beta", "alpha")}
     assert any(c["faster"] == EVIL_PROVIDER and c["faster_hosts"] == 1

@@ -101,20 +101,61 @@ def summary(values: list[float]) -> dict[str, Any]:
     }
 
 
+OLD_STACK = ("2.9.0", "12.8", "12.8.4")  # torch, CUDA runtime, cuBLAS
+NEW_STACK = ("2.13.0+cu130", "13.0", "13.0.2")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def soak(tflops: float, drop: float, temperature_c: float, soaked: bool = True
+         ) -> dict[str, Any]:
+    """A soak whose first 20 s ran `drop` above the soaked `tflops` (drop = 1 - tflops /
+    first_20s_tflops, as the model checks), settling at `temperature_c`."""
+    first = tflops / (1.0 - drop)
+    curve = [[10.0 * (i + 1), first - (first - tflops) * min(1.0, i / 6),
+              temperature_c - 30.0 * max(0.0, 1.0 - i / 6), 1410.0, 699.0]
+             for i in range(12)]
+    return {"soaked": soaked, "seconds": 120.0, "settled_s": 110.0 if soaked else None,
+            "cap_s": 600.0, "window_s": 10.0,
+            "span_s": 60.0, "throughput_tolerance": 0.002, "temperature_tolerance_c": 1.0,
+            "throughput_change": 0.0005, "temperature_change_c": 0.3,
+            "first_20s_tflops": first, "drop": 1.0 - tflops / first,
+            "temperature_c": temperature_c, "temperature_start_c": temperature_c - 30.0,
+            "curve": curve}
+
+
 def benchmark(index: int, uuid: str | None, tflops_target: float, rng: random.Random,
               runs: int = 50, size: int = 8192, dtype: str = "bf16",
               power_capped: bool = True, sm_clock_mhz: float = 1410.0,
-              power_w: float = 699.5) -> dict[str, Any]:
+              power_w: float = 699.5, harness: str = "1", thermal: str | None = None,
+              drop: float = 0.01, temperature_c: float = 70.0,
+              stack: tuple[str, str, str] = OLD_STACK) -> dict[str, Any]:
+    """One result. Harness 1.2 and later compute TFLOP/s over the trimmed mean; 1.3 and
+    later say their thermal state ("soaked" unless `thermal` says otherwise), and a soaked
+    result carries its soak (`drop`, `temperature_c` under load)."""
     flops = 2.0 * size ** 3
     median_target = flops / (tflops_target * 1e12) * 1e3
     values = samples(rng, median_target, runs)
     stats = summary(values)
+    modern = _version(harness) >= (1, 2)
+    if _version(harness) >= (1, 3) and thermal is None:
+        thermal = "soaked"
+    tflops = flops / (stats["trimmed_mean_ms" if modern else "median_ms"] * 1e-3) / 1e12
+    extra: dict[str, Any] = {}
+    if modern:
+        extra["statistic"] = "trimmed_mean"
+    if thermal is not None:
+        extra["thermal"] = thermal
+    if thermal == "soaked":
+        extra["soak"] = soak(tflops, drop, temperature_c)
     return {
-        "gpu_index": index, "gpu_uuid": uuid, "harness_version": "1",
+        "gpu_index": index, "gpu_uuid": uuid, "harness_version": harness,
         "timing_method": "cuda-events", "mode": "sustained", "pause_ms": 0.0,
         "cache": "cold", "concurrency": "concurrent", "gpus_in_run": 8, "dtype": dtype,
         "m": size, "n": size, "k": size,
-        "tflops": flops / (stats["median_ms"] * 1e-3) / 1e12,
+        "tflops": tflops, **extra,
         "stats": stats,
         "warmup": {"steady": True, "seconds": 3.5, "windows": 4,
                    "band": 0.005, "window_trimmed_means_ms": [median_target] * 4},
@@ -126,13 +167,14 @@ def benchmark(index: int, uuid: str | None, tflops_target: float, rng: random.Ra
         "contention": [], "clock_lock": None,
         "telemetry": {"samples": 40, "sm_clock_mhz_median": sm_clock_mhz,
                       "mem_clock_mhz_median": 2619.0, "power_w_median": power_w,
-                      "temperature_c_max": 61.0,
+                      "temperature_c_max": 61.0 if thermal != "soaked" else
+                      temperature_c + 2.0,
                       "reason_shares": {"sw_power_cap": 0.95} if power_capped else {}},
         "telemetry_series": [[0.1 * i, 1410.0, 2619.0, 699.0, 55.0 + i % 5, 4.0]
                              for i in range(10)],
         "samples_ms": values,
-        "provenance": {"torch_version": "2.9.0", "cuda_runtime_version": "12.8",
-                       "cublas_version": "12.8.4", "device_name": "NVIDIA H100 80GB HBM3",
+        "provenance": {"torch_version": stack[0], "cuda_runtime_version": stack[1],
+                       "cublas_version": stack[2], "device_name": "NVIDIA H100 80GB HBM3",
                        "sm_count": 132, "l2_bytes": 52428800, "flush_bytes": 104857600,
                        "inputs": "randn seed 1, scaled to bf16",
                        "env": {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}},
@@ -146,12 +188,19 @@ def document(host: str = "gpu-01", gpus: int = 2, variant: str = "H100 SXM5 80GB
              errors: list[dict[str, Any]] | None = None, power_limit_w: float | None = None,
              results_per_gpu: int = 1, gpu_tflops: list[float] | None = None,
              driver_version: str | None = None, sm_clock_mhz: float = 1410.0,
-             power_w: float = 699.5, variants: list[str] | None = None) -> dict[str, Any]:
+             power_w: float = 699.5, variants: list[str] | None = None,
+             harness: str = "1", thermal: str | None = None, drop: float = 0.01,
+             temperature_c: float = 70.0, gpu_drops: list[float] | None = None,
+             gpu_temperatures: list[float] | None = None,
+             stack: tuple[str, str, str] = OLD_STACK) -> dict[str, Any]:
     """One host's document: `gpus` GPUs of one variant, `results_per_gpu` results each.
 
     Each GPU's TFLOP/s is `tflops` with 2% GPU-to-GPU noise, or exactly `gpu_tflops[i]`
     (up to the 1% run-to-run noise of its samples, which the median mostly removes);
-    `variants` gives each GPU its own variant.
+    `variants` gives each GPU its own variant. Harness "1" by default (cool-start, as
+    every result before 1.3); `harness="1.3.0"` gives soaked results whose first 20 s ran
+    `drop` (or `gpu_drops[i]`) above them, at `temperature_c` (or `gpu_temperatures[i]`)
+    under load, measured on `stack` (torch, CUDA runtime, cuBLAS).
     """
     rng = random.Random(f"{host}/{seed}")
     when = collected_at or dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
@@ -166,8 +215,12 @@ def document(host: str = "gpu-01", gpus: int = 2, variant: str = "H100 SXM5 80GB
         for _ in range(results_per_gpu):
             target = (gpu_tflops[index] if gpu_tflops is not None
                       else tflops * (1.0 + rng.gauss(0, 0.02)))
-            results.append(benchmark(index, uuid, target, rng, runs=runs,
-                                     sm_clock_mhz=sm_clock_mhz, power_w=power_w))
+            results.append(benchmark(
+                index, uuid, target, rng, runs=runs, sm_clock_mhz=sm_clock_mhz,
+                power_w=power_w, harness=harness, thermal=thermal,
+                drop=gpu_drops[index] if gpu_drops is not None else drop,
+                temperature_c=(gpu_temperatures[index] if gpu_temperatures is not None
+                               else temperature_c), stack=stack))
     data = {
         "format": "fleet-agent/1", "agent_version": "0.1.0",
         "collected_at": when.isoformat(timespec="seconds"),
@@ -179,8 +232,8 @@ def document(host: str = "gpu-01", gpus: int = 2, variant: str = "H100 SXM5 80GB
             "cpu_count": 96, "memory_total_mib": 1031000, "platform": "vm",
             "hypervisor": "kvm", "container": None, "virtualization_evidence": ["cpuinfo"],
             "python_version": "3.10.12", "python_executable": "/usr/bin/python3",
-            "torch_version": "2.9.0", "cuda_runtime_version": "12.8",
-            "cudnn_version": None, "cublas_version": "12.8.4", "torch_error": None,
+            "torch_version": stack[0], "cuda_runtime_version": stack[1],
+            "cudnn_version": None, "cublas_version": stack[2], "torch_error": None,
             "is_root": False, "user": "ubuntu",
         },
         "system": {"driver_version": "580.159.04", "cuda_driver_version": "13.0",

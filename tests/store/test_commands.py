@@ -116,6 +116,60 @@ def test_results_filters_and_formats(store_url: str, tmp_path: Path) -> None:
     assert "Showing the newest 1 of 4 results" in limited.stderr
 
 
+def test_results_show_the_soak_and_filter_by_stack(store_url: str, tmp_path: Path) -> None:
+    documents = {
+        "soaked": factory.document(host="s1", harness="1.3.0", gpu_drops=[0.01, 0.02],
+                                   gpu_temperatures=[71.0, 76.0]),
+        "quick": factory.document(host="q1", gpus=1, harness="1.3.0", thermal="cool-start",
+                                  stack=factory.NEW_STACK),
+    }
+    for name, data in documents.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        assert fleet("ingest", "--provider", "lambda", str(path), db=store_url).exit_code == 0
+
+    rows = {(row["host"], row["gpu_index"]): row
+            for row in json.loads(fleet("results", "--json", db=store_url).stdout)}
+    soaked = rows[("s1", 1)]
+    assert soaked["thermal"] == "soaked" and soaked["temperature_load_c"] == 76.0
+    assert soaked["soak_drop"] == pytest.approx(0.02) and soaked["soak_s"] == 120.0
+    first = documents["soaked"]["benchmarks"][1]["soak"]["first_20s_tflops"]
+    assert soaked["first_20s_tflops"] == pytest.approx(first)
+    assert soaked["stack"] == "torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4"
+    assert rows[("q1", 0)]["thermal"] == "cool-start"
+    assert rows[("q1", 0)]["first_20s_tflops"] is None
+
+    table = fleet("results", db=store_url, env={"COLUMNS": "100"}).stdout
+    lines = table.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 100
+    # Two stacks: each gets a letter in the benchmark column, spelled out in the title.
+    words = " ".join(table.split())
+    assert "(A) torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2" in words
+    assert "(B) torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4" in words
+    assert "bf16 8192³ (B)" in table and "cool-start (A)" in words
+    (s1,) = [line for line in lines if "s1 " in line and " 1 " in line]
+    assert f"{soaked['tflops']:.1f}" in s1 and f"{first:.1f}" in s1 and "2.0%" in s1
+    assert " 76 " in s1
+    (q1,) = [line for line in lines if "q1 " in line]
+    assert "cool-start" in table and "   -     - " in q1
+
+    listed = fleet("results", "--stack", "CUBLAS 13.0", "--csv", db=store_url).stdout
+    found = list(csv.DictReader(io.StringIO(listed)))
+    assert [(row["host"], row["stack"]) for row in found] == [
+        ("q1", "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2")]
+    assert {"thermal", "first_20s_tflops", "soak_drop", "temperature_load_c"} <= set(found[0])
+    one = fleet("results", "--stack", "cuBLAS 12.8", db=store_url, env={"COLUMNS": "100"})
+    words = " ".join(one.stdout.split())  # the title may wrap
+    assert "; torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4" in words and "q1" not in words
+    summary = json.loads(fleet("results", "--summary", "--json", db=store_url).stdout)
+    assert {(s["thermal"], s["stack"], s["gpus"]) for s in summary} == {
+        ("soaked", "torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4", 2),
+        ("cool-start", "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2", 1)}
+    (hot,) = [s for s in summary if s["thermal"] == "soaked"]
+    assert hot["drop"] == pytest.approx(0.015)
+    assert "--stack" in fleet("results", "--help").stdout
+
+
 def test_ingest_goes_on_past_a_batch_and_says_what_a_failing_database_kept(
         store_url: str, tmp_path: Path) -> None:
     """Documents are stored 100 to a transaction; when the database refuses one, the

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, inspect, select, text
 
 from fleet.errors import StoreError
 from fleet.store.database import open_engine, resolve
@@ -126,3 +126,35 @@ def test_processes_upgrading_one_new_database_take_turns(empty_url: str) -> None
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         revisions = pool.map(_upgrade, [empty_url] * 3)
     assert revisions == [head_revision()] * 3
+
+
+def test_results_stored_before_the_soak_read_as_cool_start(empty_url: str) -> None:
+    """0006 fills the rows already stored: measured from a cool start (every result
+    before harness 1.3 was), never soaked, hottest telemetry sample as the temperature."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin
+    from fleet.store.models import BenchmarkResult
+    from tests.store import factory
+
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        with Ingest(engine) as ingest:
+            ingest.store(AgentDocument.model_validate(factory.document(gpus=2)),
+                         Origin("lambda"))
+        downgrade(engine, "0005")
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("benchmark_result")}
+        assert "thermal" not in columns and "soak_curve" not in columns
+        upgrade(engine)
+        r = BenchmarkResult
+        with engine.connect() as conn:
+            rows = conn.execute(select(r.thermal, r.not_soaked, r.temperature_load_c,
+                                       r.temperature_c_max, r.soak_s, r.first_20s_tflops,
+                                       r.soak_drop, r.soak_curve)).all()
+        assert len(rows) == 2
+        assert all(row == ("cool-start", False, 61.0, 61.0, None, None, None, b"")
+                   for row in rows), rows
+        assert _differences(engine) == []
+    finally:
+        engine.dispose()

@@ -17,6 +17,7 @@ from fleet.store.query import (
     ResultFilter,
     count_results,
     list_results,
+    software_stack,
     stored_variants,
     summarise_variants,
     summary_statement,
@@ -132,15 +133,72 @@ def test_main_query_groups_and_filters(fleet_db: Engine) -> None:
 def test_main_query_keeps_harness_versions_apart_and_drops_wrong_results(
         engine: Engine) -> None:
     old = factory.document(host="h", gpus=2)
-    new = factory.document(host="h", gpus=2, seed=1)
-    for result in new["benchmarks"]:
-        result.update(harness_version="2", statistic="trimmed_mean",
-                      tflops=2.0 * 8192**3 / (result["stats"]["trimmed_mean_ms"] * 1e-3) / 1e12)
+    new = factory.document(host="h", gpus=2, seed=1, harness="1.3.0")
     new["benchmarks"][1]["flags"]["correctness_failed"] = True
     _store(engine, [("lambda", "s", old), ("lambda", "s", new)])
     summaries = {s.harness_version: s for s in summarise_variants(engine, ResultFilter())}
     assert summaries["1"].gpus == 2
-    assert summaries["2"].gpus == 1 and summaries["2"].results == 1
+    assert summaries["1.3.0"].gpus == 1 and summaries["1.3.0"].results == 1
+
+
+def test_soaked_and_cool_start_results_are_grouped_apart_with_their_soak(
+        engine: Engine) -> None:
+    soaked = factory.document(host="h", gpus=2, harness="1.3.0", gpu_drops=[0.01, 0.03],
+                              gpu_temperatures=[70.0, 80.0])
+    quick = factory.document(host="h", gpus=2, seed=1, harness="1.3.0", thermal="cool-start")
+    old = factory.document(host="h", gpus=2, seed=2)
+    _store(engine, [("lambda", "s", soaked), ("lambda", "s", quick), ("lambda", "s", old)])
+    summaries = {(s.harness_version, s.thermal): s
+                 for s in summarise_variants(engine, ResultFilter())}
+    assert set(summaries) == {("1.3.0", "soaked"), ("1.3.0", "cool-start"),
+                              ("1", "cool-start")}
+    hot = summaries[("1.3.0", "soaked")]
+    assert hot.drop == pytest.approx(0.02)
+    firsts = [r["soak"]["first_20s_tflops"] for r in soaked["benchmarks"]]
+    assert hot.first_20s_tflops == pytest.approx(statistics.median(firsts))
+    assert summaries[("1.3.0", "cool-start")].first_20s_tflops is None
+    assert summaries[("1.3.0", "cool-start")].drop is None
+
+    rows = {(row.harness_version, row.thermal, row.gpu_index): row
+            for row in list_results(engine, ResultFilter())}
+    row = rows[("1.3.0", "soaked", 1)]
+    assert row.soak_drop == pytest.approx(0.03) and row.temperature_load_c == 80.0
+    assert row.first_20s_tflops == pytest.approx(firsts[1]) and row.soak_s == 120.0
+    # A result that never soaked has its telemetry's hottest sample as its temperature.
+    assert rows[("1", "cool-start", 0)].temperature_load_c == 61.0
+    assert rows[("1", "cool-start", 0)].first_20s_tflops is None
+
+
+def test_software_stacks_are_grouped_apart_and_filtered_by_their_label(
+        engine: Engine) -> None:
+    _store(engine, [
+        ("lambda", "s", factory.document(host="h1", gpus=2, harness="1.3.0")),
+        ("lambda", "s", factory.document(host="h2", gpus=2, harness="1.3.0",
+                                         stack=factory.NEW_STACK)),
+    ])
+    new = software_stack(*factory.NEW_STACK)
+    assert new == "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2"
+    summaries = summarise_variants(engine, ResultFilter())
+    assert sorted(s.stack for s in summaries) == sorted([software_stack(*factory.OLD_STACK),
+                                                         new])
+    for text in ("cublas 13.0", "TORCH 2.13", new):
+        where = ResultFilter(stack=text)
+        rows = list_results(engine, where)
+        assert {row.host for row in rows} == {"h2"} and count_results(engine, where) == 2
+        assert {row.stack for row in rows} == {new}
+        assert [s.stack for s in summarise_variants(engine, where)] == [new]
+    # LIKE's wildcards in the text are matched as themselves.
+    assert list_results(engine, ResultFilter(stack="torch 2_13")) == []
+    assert list_results(engine, ResultFilter(stack="%")) == []
+    assert len(list_results(engine, ResultFilter(stack="cuBLAS"))) == 4
+
+
+def test_a_stack_the_agent_could_not_read_is_labelled_unknown(engine: Engine) -> None:
+    data = factory.document(host="h", gpus=1, harness="1.3.0")
+    data["benchmarks"][0]["provenance"]["cublas_version"] = None
+    _store(engine, [("lambda", "s", data)])
+    [row] = list_results(engine, ResultFilter(stack="cuBLAS ?"))
+    assert row.stack == "torch 2.9.0, CUDA 12.8, cuBLAS ?"
 
 
 def test_main_query_reads_the_summary_index_alone(fleet_db: Engine) -> None:

@@ -167,3 +167,39 @@ def test_a_stored_document_that_no_longer_validates_is_left_out_with_a_warning(
     # listing's verdict needed the document.
     assert [n.run_id for n in nights] == [first, second]
     assert all(n.hosts["coreweave/b"].status == "stored" for n in nights)
+
+
+def test_a_new_software_stack_is_a_change_and_soaked_nights_are_their_own_series(
+        tmp_path: Path) -> None:
+    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
+    upgrade(engine)
+    try:
+        for night, stack in ((1, factory.OLD_STACK), (2, factory.NEW_STACK)):
+            run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly"))
+            document = factory.document(host="b", gpus=1, seed=night, harness="1.3.0",
+                                        stack=stack,
+                                        collected_at=START + dt.timedelta(days=night))
+            with Ingest(engine, RunInfo(kind="sweep", sweep="nightly", run_id=run_id)) as ingest:
+                ingest.store(AgentDocument.model_validate(document), Origin("lambda", "b"))
+            finish_run(engine, run_id)
+        nights = read_nights(engine, "nightly")
+    finally:
+        engine.dispose()
+    (gpu,) = nights[-1].hosts["lambda/b"].gpus
+    assert list(gpu.tflops) == [
+        "bf16 8192x8192x8192 sustained soaked cold-L2 concurrent harness 1.3.0"]
+    (change,) = compare_night(nights).changes
+    assert (change.field, change.before, change.after) == (
+        "software_stack", "torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4",
+        "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2")
+    assert "software_stack torch 2.9.0" in change.describe()
+
+
+def test_a_night_without_results_says_nothing_of_the_stack() -> None:
+    measured = GpuState(0, "GPU-0", "H100", {"software_stack": "torch 2.9.0, CUDA 12.8, "
+                                                                "cuBLAS 12.8.4"}, {LABEL: H})
+    unmeasured = GpuState(0, "GPU-0", "H100", {"software_stack": None})
+    nights = [Night(i + 1, START + dt.timedelta(days=i),
+                    {"lambda/a": HostNight("lambda", "a", "stored", (gpu,))})
+              for i, gpu in enumerate((measured, unmeasured))]
+    assert compare_night(nights).changes == ()
