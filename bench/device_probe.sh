@@ -35,4 +35,14 @@ import json, sys
 rows = json.load(sys.stdin)
 print(json.dumps(rows, indent=1)[:6000])'
 fleet report --format md -o "$OUT/fleet-report.md"; echo "report md rc=$?"
+if [ "${1:-}" = "--pinned-offline" ]; then
+  # The pinned runtime on a GPU host that reaches no index (the device reaches nothing):
+  # the host's driver picks the build, and the host fails at stage runtime, saying why.
+  sed 's/use: host/use: pinned/' inventory/local.yaml > /tmp/pinned.yaml
+  echo "== fleet probe /tmp/pinned.yaml (use: pinned, no network)"
+  timeout 300 fleet probe /tmp/pinned.yaml --json > "$OUT/pinned.json" 2> "$OUT/pinned.err"
+  echo "rc=$?"; tail -n 5 "$OUT/pinned.err"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r["hosts"], indent=1)[:3000])' "$OUT/pinned.json"
+  fleet runtime show /tmp/pinned.yaml; fleet runtime remove /tmp/pinned.yaml; echo "remove rc=$?"
+fi
 cp ~/.local/share/fleet/fleet.db "$OUT/fleet.db"

@@ -73,6 +73,7 @@ from fleet.errors import FleetError, InputError, StoreError
 from fleet.inventory import LoadedInventory, Target, load_inventory
 from fleet.local_agent import BenchOptions
 from fleet.probe import HostProber, Observer, ProbeOptions, _sigterm_as_interrupt
+from fleet.runtime.provision import RUNTIME_BUDGET_S
 from fleet.store.database import Location, hide_passwords, redact, resolve
 from fleet.store.ingest import Ingest, RunInfo
 from fleet.store.models import ProbeRun
@@ -84,8 +85,8 @@ if TYPE_CHECKING:
 
 TASK = "fleet.probe_host"
 # Long enough for the slowest default host (8 GPUs benchmarked: 300 s + 8 x 120 s, plus
-# its connect budget) to finish before Redis hands its unacknowledged task to another
-# worker.
+# its connect budget, plus 1980 s for a first install of fleet's runtime: 3273 s) to
+# finish before Redis hands its unacknowledged task to another worker.
 DEFAULT_VISIBILITY_TIMEOUT_S = 3600.0
 DEFAULT_QUEUE_TIMEOUT_S = 60.0
 DEFAULT_CONCURRENCY = 16
@@ -173,11 +174,16 @@ def store_identity(engine: Engine, location: Location) -> str:
 
 def host_budget_s(options: ProbeOptions, target: Target) -> float:
     """The longest one host's task may take: every connection attempt with its backoff,
-    then the agent's timeout."""
+    then, where a benchmark may install fleet's pinned runtime first, that install's own
+    budget (a first install of a CUDA build may take up to RUNTIME_BUDGET_S, apart from
+    --timeout), then the agent's timeout."""
     attempts = 1 + max(0, options.connect_retries)
     backoff = sum(RETRY_BACKOFF_S[min(i, len(RETRY_BACKOFF_S) - 1)]
                   for i in range(attempts - 1))
-    return options.timeout_for(target) + attempts * options.connect_timeout_s + backoff
+    runtime = (RUNTIME_BUDGET_S if options.bench is not None and target.runtime.use == "pinned"
+               else 0.0)
+    return (options.timeout_for(target) + runtime + attempts * options.connect_timeout_s
+            + backoff)
 
 
 def restore_every_s(visibility_timeout_s: float) -> int:
@@ -219,7 +225,8 @@ def check_visibility(broker: str, visibility_timeout_s: float | None, options: P
     if visibility < longest:
         raise InputError(
             f"--visibility-timeout {visibility:g} s is shorter than the longest host's "
-            f"probe ({longest:g} s: its --timeout plus its connect attempts); Redis would "
+            f"probe ({longest:g} s: its --timeout, its connect attempts and, when "
+            "benchmarking on fleet's runtime, that runtime's install); Redis would "
             "hand a host still being probed to a second worker. Give --visibility-timeout "
             f"{math.ceil(longest) + 60} or more, to the sweep and to every `fleet worker`, "
             "or a shorter --timeout")

@@ -56,6 +56,7 @@ Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[
 # A key like these holding a value is a secret written into the file; `*_env` keys name an
 # environment variable instead and are fine.
 SECRET_KEY = re.compile(r"pass(word|wd|phrase)|secret", re.IGNORECASE)
+PASSWORD_IN_URL = re.compile(r"://[^/@\s]*:[^/@\s]*@")
 
 
 def _as_list(value: Any) -> Any:
@@ -81,6 +82,30 @@ class Expect(BaseModel):
     min_power_limit_w: Annotated[float, Field(ge=1, le=100_000)] | None = Field(
         None, description="Lowest acceptable enforced power limit per GPU, in watts: a "
                           "provider's power cap is a first-class explanation of a slow GPU.")
+
+
+class RuntimeSettings(BaseModel):
+    """Which Python and torch run the harness, and where fleet's pinned runtime comes from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    use: Literal["pinned", "host"] | None = Field(
+        None, description="pinned (default): fleet installs its pinned torch into a cached "
+                          "environment on the host, so every provider is measured on one "
+                          "software stack; host: run the agent with `python:` and whatever "
+                          "torch it has.")
+    index_url: Annotated[str, StringConstraints(pattern=r"^(https?|file)://[^\s'\"`]+$",
+                                                max_length=2048)] | None = Field(
+        None, description="Package index (or proxy) the host installs from, instead of "
+                          "PyTorch's index for the chosen CUDA build. No password here: use "
+                          "index_url_env.")
+    index_url_env: EnvName | None = Field(
+        None, description="Name of the environment variable (on the controller) holding the "
+                          "index URL, when it carries a password.")
+    wheelhouse: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = Field(
+        None, description="Directory of wheels on the controller (relative to the inventory "
+                          "file): uploaded once to hosts without internet, installed with no "
+                          "index at all.")
 
 
 class Settings(BaseModel):
@@ -124,6 +149,9 @@ class Settings(BaseModel):
     queue: Name | None = Field(
         None, description="Celery queue for `fleet sweep --via celery` (default: the "
                           "provider's name); `fleet worker --queue NAME` probes its hosts.")
+    runtime: RuntimeSettings | None = Field(
+        None, description="The harness's Python and torch: fleet's pinned runtime (default) "
+                          "or the host's own; merged key by key.")
 
 
 class HostSpec(Settings):
@@ -150,6 +178,16 @@ class Inventory(BaseModel):
 
 
 @dataclass(frozen=True)
+class RuntimeChoice:
+    """A host's runtime settings, resolved: `wheelhouse` is absolute, on the controller."""
+
+    use: Literal["pinned", "host"] = "pinned"
+    index_url: str | None = None
+    index_url_env: str | None = None
+    wheelhouse: Path | None = None
+
+
+@dataclass(frozen=True)
 class Target:
     """One host to probe: every setting resolved down the tree."""
 
@@ -173,6 +211,7 @@ class Target:
     price_per_gpu_hour: float | None = None
     currency: str | None = None
     queue: str | None = None  # Celery queue; None: the provider's name
+    runtime: RuntimeChoice = field(default_factory=RuntimeChoice)
 
     @property
     def key(self) -> str:
@@ -312,6 +351,8 @@ def _model_at(path: Path_) -> type[BaseModel] | None:
         return HostSpec
     if path[-1] == "expect":
         return Expect
+    if path[-1] == "runtime":
+        return RuntimeSettings
     return None
 
 
@@ -410,15 +451,31 @@ def _merge(*levels: Settings | None) -> dict[str, Any]:
                 merged["env"] = {**merged.get("env", {}), **value}
             elif name == "tags":
                 merged["tags"] = list(dict.fromkeys([*merged.get("tags", []), *value]))
-            elif name == "expect":
-                before = merged.get("expect", {})
-                merged["expect"] = {**before, **value.model_dump(exclude_unset=True)}
+            elif name in ("expect", "runtime"):
+                before = merged.get(name, {})
+                merged[name] = {**before, **value.model_dump(exclude_unset=True)}
             else:
                 merged[name] = value
     return merged
 
 
 LOCAL_ONLY_CONFLICTS = ("address", "port", "user", "jump", "identity_file", "password_env")
+
+
+def _runtime_choice(given: dict[str, Any], base: Path, where: str) -> RuntimeChoice:
+    index_url = given.get("index_url")
+    if index_url is not None and PASSWORD_IN_URL.search(index_url):
+        raise InputError(f"{where}: runtime.index_url: holds a password, and the inventory "
+                         "never holds secrets. Put the URL in an environment variable and "
+                         "name it instead, e.g. `index_url_env: FLEET_INDEX_URL`")
+    if index_url is not None and given.get("index_url_env"):
+        raise InputError(f"{where}: runtime: index_url and index_url_env both name the index; "
+                         "keep one")
+    wheelhouse = given.get("wheelhouse")
+    return RuntimeChoice(
+        use=given.get("use") or "pinned", index_url=index_url,
+        index_url_env=given.get("index_url_env"),
+        wheelhouse=None if wheelhouse is None else (base / Path(wheelhouse).expanduser()))
 
 
 def _resolve(inventory: Inventory, marks: _Marks, source: str) -> tuple[Target, ...]:
@@ -463,6 +520,8 @@ def _resolve(inventory: Inventory, marks: _Marks, source: str) -> tuple[Target, 
                 price_per_gpu_hour=merged.get("price_per_gpu_hour"),
                 currency=merged.get("currency"),
                 queue=merged.get("queue"),
+                runtime=_runtime_choice(merged.get("runtime", {}), Path(source).parent,
+                                        f"{source}:{line}:{column}: {_dotted(path)}"),
             ))
     return tuple(targets)
 

@@ -182,10 +182,12 @@ def _marker(process: Process, lines: Iterator[str], target: Target) -> str:
 
 def launch_agent(transport: Transport, payload: Payload, target: Target, args: list[str],
                  deadline: float, cancel: threading.Event,
-                 on_stage: StageHandler | None = None) -> Launched:
-    """Start the agent on the host, uploading the payload first if its hash is not there."""
+                 on_stage: StageHandler | None = None, python: str | None = None) -> Launched:
+    """Start the agent on the host, uploading the payload first if its hash is not there.
+    `python` (fleet's runtime on the host) runs it instead of the inventory's `python:`."""
     path = payload.remote_path(target.cache_dir)
-    script = launch_script(target.python, path, args, target.env)
+    python = python or target.python
+    script = launch_script(python, path, args, target.env)
     uploaded = False
     while True:
         process = transport.run(script)
@@ -196,7 +198,7 @@ def launch_agent(transport: Transport, payload: Payload, target: Target, args: l
         process.exit_status(5.0)
         if answer == "no-python":
             raise NoPython(
-                f"host {target.key} has no {target.python}: install Python 3.8 or newer, "
+                f"host {target.key} has no {python}: install Python 3.8 or newer, "
                 f"or set `python:` for it in the inventory ({target.where})")
         if answer != "missing":
             raise PayloadError(f"{target.key}: fleet's command answered {answer[:60]!r}, "

@@ -29,8 +29,10 @@ from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events
 from fleet.expectation import Verdict, check_expectation
 from fleet.inventory import LoadedInventory, Target
-from fleet.local_agent import BENCH_TIMEOUT_PER_GPU_S, FINGERPRINT_TIMEOUT_S, BenchOptions
+from fleet.local_agent import FINGERPRINT_TIMEOUT_S, BenchOptions
 from fleet.payload import Launched, NoPython, Payload, build_payload, launch_agent
+from fleet.runtime.pin import RuntimeFailure
+from fleet.runtime.provision import INSTALL_TIMEOUT_S, RuntimeReady, prepare_runtime
 from fleet.store.database import Location, database_failure
 from fleet.store.ingest import (
     Ingest,
@@ -82,7 +84,7 @@ class ProbeOptions:
             return FINGERPRINT_TIMEOUT_S
         gpus = (target.expect.gpu_count if target.expect and target.expect.gpu_count
                 else ASSUMED_GPUS)
-        return FINGERPRINT_TIMEOUT_S + BENCH_TIMEOUT_PER_GPU_S * gpus
+        return FINGERPRINT_TIMEOUT_S + self.bench.timeout_s(gpus)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class HostOutcome:
     uploaded: bool | None = None
     wall_s: float = 0.0
     expectation: Verdict | None = None
+    runtime: RuntimeReady | None = None  # fleet's pinned runtime, where the harness used it
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,19 @@ def _host_dict(outcome: HostOutcome) -> dict[str, Any]:
         "agent_errors": [] if document is None else [e.message for e in document.errors],
         "price_per_gpu_hour": target.price_per_gpu_hour, "currency": target.currency,
         "tags": list(target.tags),
+        "runtime": _runtime_dict(outcome),
     }
+
+
+def _runtime_dict(outcome: HostOutcome) -> dict[str, Any]:
+    prepared = outcome.runtime
+    if outcome.target.runtime.use == "host":
+        return {"use": "host", "python": outcome.target.python}
+    if prepared is None:
+        return {"use": "pinned", "environment": None}
+    return {"use": "pinned", "environment": prepared.name, "installed": prepared.installed,
+            "uploaded_bytes": prepared.uploaded_bytes, "seconds": round(prepared.seconds, 3),
+            "not_needed": prepared.why_none}
 
 
 def headline_tflops(document: AgentDocument | None) -> tuple[float, int] | None:
@@ -246,6 +261,7 @@ class _HostProbe:
         self.stage = "connect"
         self.uploaded: bool | None = None
         self.launched: Launched | None = None
+        self.runtime: RuntimeReady | None = None
         self._last_progress = ""
 
     def _enter(self, stage: str, message: str) -> None:
@@ -269,6 +285,12 @@ class _HostProbe:
             return self._failed("interrupted", f"{target.key}: interrupted while at "
                                                f"{self.stage}; its agent was stopped")
         except RunTimeout:
+            if self.stage == "runtime":
+                return self._failed("runtime", f"{target.key}: runtime: installing fleet's "
+                                               f"runtime did not finish in "
+                                               f"{INSTALL_TIMEOUT_S:g} s; it was stopped, and "
+                                               "the next probe starts it again. Give the host "
+                                               "a faster index or a `wheelhouse:`")
             timeout = ctx.options.timeout_for(target)
             said = self._last_progress[:200]
             last = f" (last it said: {said!r})" if said else ""
@@ -277,6 +299,8 @@ class _HostProbe:
                                            "--timeout if the host is only slow")
         except NoPython as exc:
             return self._failed("python", str(exc))
+        except RuntimeFailure as exc:
+            return self._failed("runtime", str(exc))
         except FleetError as exc:
             return self._failed(self.stage, str(exc))
         except Exception as exc:  # a bug in fleet: this host fails, the others carry on
@@ -291,13 +315,26 @@ class _HostProbe:
         self._last_progress = event["message"]
         self.ctx.observe(self.target, "agent", event["message"])
 
+    def _prepare_runtime(self, transport: Transport) -> str | None:
+        """fleet's runtime's python where the harness runs on it, else None (`python:`)."""
+        bench = self.ctx.options.bench
+        if bench is None or self.target.runtime.use != "pinned":
+            return None
+        self._enter("runtime", "checking fleet's runtime")
+        self.runtime = prepare_runtime(transport, self.target, self.ctx.payload, bench.cpu,
+                                       self.ctx.cancel,
+                                       lambda message: self._enter("runtime", message))
+        self.uploaded = self.runtime.payload_uploaded
+        return self.runtime.python
+
     def _probe(self, transport: Transport) -> HostOutcome:
         target, ctx = self.target, self.ctx
+        python = self._prepare_runtime(transport)
         self._enter("start", "starting the agent")
         deadline = time.monotonic() + ctx.options.timeout_for(target)
         self.launched = launch_agent(transport, ctx.payload, target, ctx.options.agent_args(),
-                                     deadline, ctx.cancel, self._enter)
-        self.uploaded = self.launched.uploaded
+                                     deadline, ctx.cancel, self._enter, python)
+        self.uploaded = bool(self.uploaded) or self.launched.uploaded
         self._enter("agent", "agent running")
         stream = _Stream(self.launched.lines)
         try:
@@ -315,7 +352,8 @@ class _HostProbe:
         self._enter("done", f"{variants_found(document)}{listing}"
                             + (" (already stored)" if again else ""))
         return HostOutcome(target, True, "stored", None, document, document_id, again,
-                           self.uploaded, time.monotonic() - self.started, verdict)
+                           self.uploaded, time.monotonic() - self.started, verdict,
+                           self.runtime)
 
     def _agent_failure(self, stream: _Stream, exc: AgentError) -> FleetError:
         self.stage = "agent output"
@@ -337,7 +375,7 @@ class _HostProbe:
         if record:
             self.ctx.results.record_failure(self.target, stage, reason)
         return HostOutcome(self.target, False, stage, reason, uploaded=self.uploaded,
-                           wall_s=time.monotonic() - self.started)
+                           wall_s=time.monotonic() - self.started, runtime=self.runtime)
 
 
 def plan_targets(inventory: LoadedInventory) -> dict[str, SshPlan]:

@@ -12,7 +12,7 @@ import shlex
 import signal
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from fleet.errors import FleetError
@@ -81,6 +81,11 @@ class Transport(Protocol):
         whole under its name or not at all. Parent directories are created."""
         ...
 
+    def append(self, path: str, chunks: Iterable[bytes], timeout: float) -> None:
+        """Append `chunks` to `path`, creating it and its directories (mode 0600/0700):
+        the next part of a resumable upload, which the caller checks before using."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -103,6 +108,13 @@ def put_script(path: str, tag: str) -> str:
     mkdir = f"mkdir -p {shell_path(directory)} && " if directory else ""
     return (f"umask 077; t={temporary}.$$; {mkdir}cat > \"$t\" && mv -f \"$t\" {final} "
             f"|| {{ st=$?; rm -f \"$t\"; exit $st; }}")
+
+
+def append_script(path: str) -> str:
+    """sh that appends stdin to `path`."""
+    directory = path.rpartition("/")[0]
+    mkdir = f"mkdir -p {shell_path(directory)} && " if directory else ""
+    return f"umask 077; {mkdir}cat >> {shell_path(path)}"
 
 
 def describe_exit(status: int | None) -> str:

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from fleet.transport.base import (
@@ -163,6 +163,19 @@ class LocalTransport:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
                 raise
+        except OSError as exc:
+            raise TransportError(
+                f"{self._origin}: cannot write {final} ({exc.strerror}). Set `cache_dir:` "
+                "in the inventory to a directory you may write") from None
+
+    def append(self, path: str, chunks: Iterable[bytes], timeout: float) -> None:
+        final = Path(path).expanduser()
+        try:
+            final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(final, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "ab") as fh:
+                for chunk in chunks:
+                    fh.write(chunk)
         except OSError as exc:
             raise TransportError(
                 f"{self._origin}: cannot write {final} ({exc.strerror}). Set `cache_dir:` "

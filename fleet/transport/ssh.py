@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +44,7 @@ from fleet.transport.base import (
     RunTimeout,
     StderrTail,
     TransportError,
+    append_script,
     put_script,
 )
 from fleet.transport.hostkeys import KnownHosts
@@ -496,11 +497,22 @@ class SshTransport:
             channel.close()
 
     def put(self, data: bytes, path: str, timeout: float) -> None:
-        channel = self._open("sh -c " + shlex.quote(put_script(path, uuid.uuid4().hex[:8])))
+        self._upload(put_script(path, uuid.uuid4().hex[:8]), [data], path, timeout,
+                     resumable=False)
+
+    def append(self, path: str, chunks: Iterable[bytes], timeout: float) -> None:
+        self._upload(append_script(path), chunks, path, timeout, resumable=True)
+
+    def _upload(self, script: str, chunks: Iterable[bytes], path: str, timeout: float,
+                resumable: bool) -> None:
+        channel = self._open("sh -c " + shlex.quote(script))
         stderr = StderrTail()
         try:
             channel.settimeout(timeout)
-            channel.sendall(data)
+            for chunk in chunks:
+                channel.sendall(chunk)
+                while channel.recv_stderr_ready():
+                    stderr.feed(channel.recv_stderr(65536))
             channel.shutdown_write()
             if not channel.status_event.wait(timeout):
                 raise TransportError(f"{self._origin}: uploading to {path} did not finish "
@@ -508,16 +520,16 @@ class SshTransport:
             while channel.recv_stderr_ready():
                 stderr.feed(channel.recv_stderr(65536))
         except (TimeoutError, OSError, paramiko.SSHException) as exc:
-            raise TransportError(f"{self._origin}: uploading to {path} failed ({exc})"
+            kept = "; what arrived is kept and the next run resumes there" if resumable else ""
+            raise TransportError(f"{self._origin}: uploading to {path} failed ({exc}){kept}"
                                  ) from None
         finally:
             channel.close()
         if channel.exit_status != 0:
             raise TransportError(
                 f"{self._origin}: cannot write {path} on {self.description}: "
-                f"{stderr.text() or f'exit status {channel.exit_status}'}. Set `cache_dir:` "
-                "in the inventory to a directory the user may write")
-
+                f"{stderr.text() or f'exit status {channel.exit_status}'}. Free space there, "
+                "or set `cache_dir:` in the inventory to a directory the user may write")
     def close(self) -> None:
         for client in reversed(self._clients):
             with contextlib.suppress(Exception):

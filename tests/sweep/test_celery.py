@@ -262,6 +262,27 @@ def test_a_task_expiry_leaves_room_for_its_redelivery(
             assert expires - latest_start - (visibility or 3600) >= budget
 
 
+@pytest.mark.parametrize(("bench", "runtime", "budget"), [
+    # 15 s of agent, 3 connect attempts of 10 s and 1 + 2 s of backoff between them.
+    (False, {}, 48.0),
+    # A benchmark on fleet's runtime may first install it: 3 x 60 s of inspect, payload
+    # and index secret, then 1800 s of upload and install, apart from --timeout.
+    (True, {}, 48.0 + 1980.0),
+    # On the host's own Python nothing is installed.
+    (True, {"runtime": {"use": "host"}}, 48.0),
+])
+def test_a_host_budget_counts_the_runtime_install_where_a_benchmark_may_run_it(
+        workspace: Workspace, bench: bool, runtime: dict[str, Any], budget: float) -> None:
+    (target,) = load_inventory(workspace.inventory({"lambda/a": workspace.ssh_host(
+        workspace.servers[0], **runtime)})).targets
+    options = ProbeOptions(timeout_s=15.0, bench=BenchOptions() if bench else None)
+    assert host_budget_s(options, target) == budget
+    # Queued first: the queue timeout, one budget, then Redis's visibility timeout (80 s)
+    # and its restore period (10 s) for a worker that died.
+    assert expires_after_s(options, target, 0, 25.0, redelivery_s(BROKER, 80.0)) == (
+        25.0 + budget + 80.0 + 10.0)
+
+
 def test_a_worker_refuses_a_finished_run_and_hands_back_what_it_cannot_serve(
         workspace: Workspace, postgres_url: str, tag: str) -> None:
     truncate(postgres_url)
