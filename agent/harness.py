@@ -654,7 +654,9 @@ def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: So
                     windows.append(_soak_window(sampler, window0, c1, load0, pending, cfg))
                     levels_ms.append(stats.trimmed_mean(pending))
                     pending, window0 = [], c1
-                    if phase == "soak":
+                    # The verdict that passed is the one kept: later windows, while the
+                    # node's other GPUs soak, are in the curve.
+                    if phase == "soak" and settled_s is None:
                         verdict = soak.judge(windows, cfg.soak_span_s, cfg.soak_span_s,
                                              cfg.soak_throughput_tolerance,
                                              cfg.soak_temperature_tolerance_c)

@@ -125,7 +125,8 @@ HARNESS_OPTIONS = (
     click.option("--quick", is_flag=True,
                  help="The cool-start figure: warm up until 1-s windows agree, then measure "
                       "(under 20 s a GPU), as every result before harness 1.3. Reads high on "
-                      "a card that heats (up to ~1.2% on the lent H100s). Labelled "
+                      "a card that heats (the lent H100s' first 20 s of load were 0.4-1.8% "
+                      "above their soaked level). Labelled "
                       "\"cool-start\" and compared apart from soaked results."),
     click.option("--soak-cap-s", type=click.FloatRange(10, 3600), metavar="S",
                  help="Stop waiting for throughput and temperature to stop moving after S "
@@ -200,13 +201,14 @@ def bench(as_json: bool, **harness: Any) -> None:
 
     Checks the product against float64 on every GPU, then loads them all at once,
     continuously, until throughput and temperature have stopped moving over 30 s (the
-    soak: a card heating under its power cap loses up to ~1.5% in its first minute;
-    flagged not_soaked at the cap, 180 s), then times 20 s of back-to-back runs with
-    CUDA events, sampling clocks, power and temperature throughout. Prints the soaked
+    soak: the lent H100s, heating under their power cap, lost 0.4-1.8% from their
+    first 20 s of load; flagged not_soaked at the cap, 180 s), then times 20 s of
+    back-to-back runs with CUDA events, sampling clocks, power and temperature
+    throughout. Prints the soaked
     TFLOP/s (over the 10%-trimmed mean run time, with its 95% interval), the level of
     the first 20 s of load beside it and the drop between them, the temperature under
     load, the conditions (power-capped, thermal, contended, not soaked) and the share of
-    the datasheet peak. About 1.5-3 minutes a node.
+    the datasheet peak. About 1-2 minutes a node (62-122 s on the lent cards).
 
     \b
     Examples:

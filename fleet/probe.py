@@ -163,6 +163,7 @@ def _runtime_dict(outcome: HostOutcome) -> dict[str, Any]:
     if prepared is None:
         return {"use": "pinned", "environment": None}
     return {"use": "pinned", "environment": prepared.name, "installed": prepared.installed,
+            "installer": prepared.installer,
             "uploaded_bytes": prepared.uploaded_bytes, "seconds": round(prepared.seconds, 3),
             "not_needed": prepared.why_none}
 
@@ -286,7 +287,7 @@ class _HostProbe:
                                                f"{self.stage}; its agent was stopped")
         except RunTimeout:
             if self.stage == "runtime":
-                return self._failed("runtime", f"{target.key}: runtime: installing fleet's "
+                return self._failed("runtime", f"{target.key}: installing fleet's "
                                                f"runtime did not finish in "
                                                f"{INSTALL_TIMEOUT_S:g} s; it was stopped, and "
                                                "the next probe starts it again. Give the host "

@@ -113,6 +113,7 @@ def test_installed_once_under_two_probes_reused_rebuilt_shown_and_removed(
         assert result.returncode == 0, result.stderr[-3000:]
     runtimes = [r.host("lambda/box")["runtime"] for r in results]
     assert sorted(rt["installed"] for rt in runtimes) == [False, True], runtimes
+    assert [rt["installer"] for rt in runtimes] == [f"uv {UV_VERSION}"] * 2
     name = runtimes[0]["environment"]
     assert name.startswith("torch-2.13.0-cpu-py") and runtimes[1]["environment"] == name
     # The wheelhouse and fleet's uv, each once.
@@ -154,6 +155,7 @@ def test_installed_once_under_two_probes_reused_rebuilt_shown_and_removed(
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     runtime = rebuilt.host("lambda/box")["runtime"]
     assert (runtime["installed"], runtime["uploaded_bytes"]) == (True, 0)
+    assert runtime["installer"].startswith("pip ")
     assert _documents_torch(workspace, "lambda/box")[-1] == ("2.13.0+cpu", python)
     assert _marker(envs / name)["installer"].startswith("pip ")
 
