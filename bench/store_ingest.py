@@ -166,7 +166,7 @@ def run(url: str, label: str, args: argparse.Namespace, names: dict[str, list[st
         summary = summarise_variants(engine, ResultFilter())
         query_times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    filtered = list_results(engine, ResultFilter(provider="aws", variant=VARIANTS[0],
+    filtered = list_results(engine, ResultFilter(provider="aws", variants=(VARIANTS[0],),
                                                  since=START + dt.timedelta(days=5)), 100)
     filtered_s = time.perf_counter() - t0
     engine.dispose()

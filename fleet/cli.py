@@ -325,7 +325,10 @@ def probe_command(inventory_file: Path, db: str | None, parallel: int,
     Hosts are probed in parallel over SSH (or `transport: local` for this machine): the
     agent is uploaded once per version, run with the host's python3, and each host's
     document is validated and stored as it arrives. The summary shows what each host
-    is, whether it matches its listing, its TFLOP/s, and why any host failed.
+    is, whether it matches its listing, its TFLOP/s, and why any host failed. Two hosts
+    that answer with the same GPUs (UUID, else serial) are both stored and flagged "same
+    GPUs as ...": one machine listed twice, measured on contended cards; the report keeps
+    their results out of its statistics until you remove one from the inventory.
 
     Host keys are checked strictly: a new host is refused until you accept it with
     --accept-new-host-keys, and a changed key is always refused. Ctrl-C stops every

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agent import __version__ as agent_version
+from fleet.analysis.duplicates import SharedGpus, shared_gpus
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events
@@ -118,6 +119,11 @@ class ProbeReport:
         return [h for h in self.hosts if not h.ok]
 
     @property
+    def shared(self) -> list[SharedGpus]:
+        """Hosts of this run that answered with the same GPUs (fleet/analysis/duplicates.py)."""
+        return shared_gpus((h.target.key, h.document) for h in self.hosts if h.ok)
+
+    @property
     def mismatched(self) -> list[HostOutcome]:
         return [h for h in self.hosts if h.expectation is not None and
                 not h.expectation.matches]
@@ -132,6 +138,8 @@ class ProbeReport:
             "wall_s": round(self.wall_s, 3),
             "interrupted": self.interrupted,
             "hosts": [_host_dict(h) for h in self.hosts],
+            "same_gpus": [{"hosts": [p.first, p.second], "gpus": list(p.identities)}
+                          for p in self.shared],
         }
 
 

@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from fleet.analysis.duplicates import SharedGpus, same_gpus_note
 from fleet.inventory import Expect, LoadedInventory, Target
 from fleet.probe import HostOutcome, ProbeReport, headline_tflops, variants_found
 from fleet.sanitize import safe
@@ -127,10 +128,11 @@ def _short_reason(outcome: HostOutcome) -> str:
     return first if len(first) <= 90 else first[:87] + "..."
 
 
-def _notes(outcome: HostOutcome) -> Text:
+def _notes(outcome: HostOutcome, shared: list[SharedGpus]) -> Text:
     if not outcome.ok:
         return Text(safe(_short_reason(outcome)), style="red")
-    notes: list[str] = []
+    key = outcome.target.key
+    notes = [same_gpus_note(pair, key) for pair in shared if key in (pair.first, pair.second)]
     if outcome.expectation is not None and not outcome.expectation.matches:
         notes += outcome.expectation.problems
     elif outcome.expectation is not None and outcome.expectation.unchecked:
@@ -147,6 +149,7 @@ def summary_table(report: ProbeReport) -> Table:
     table.add_column("host", no_wrap=True)
     for column in ("result", "variant", "listing", "TFLOP/s", "notes"):
         table.add_column(column, overflow="fold")
+    shared = report.shared
     for outcome in report.hosts:
         verdict = outcome.expectation
         if not outcome.ok:
@@ -160,7 +163,7 @@ def summary_table(report: ProbeReport) -> Table:
         table.add_row(Text(outcome.target.key), result,
                       Text(safe(variants_found(outcome.document)) or "-"), match,
                       _tflops(outcome),
-                      _notes(outcome))
+                      _notes(outcome, shared))
     return table
 
 
@@ -178,6 +181,15 @@ def print_summary(console: Console, report: ProbeReport) -> None:
         console.print(Text(f"{counted(len(report.mismatched), 'host')} {verb} from the listing: "
                            + ", ".join(h.target.key for h in report.mismatched),
                            style="bold red"), highlight=False)
+    for pair in report.shared:
+        # Said after the count: both hosts are stored, and each answer is its own, but the
+        # two may be one machine, and figures measured on both at once were contended.
+        console.print(Text(
+            safe(f"{pair.first} and {pair.second} answered with the same GPUs "
+                 f"({', '.join(pair.identities)}): one machine listed twice? Their "
+                 "figures were measured at the same time on the same cards; remove one of "
+                 "the two from the inventory."), style="bold yellow"),
+            highlight=False, soft_wrap=True)
     if report.failed:
         console.print(Text(f"{counted(len(report.failed), 'host')} failed:", style="bold red"))
         for outcome in report.failed:

@@ -69,8 +69,8 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
                    "Default: $FLEET_BROKER (which keeps a password off the command line).")
 @click.option("--fail-on", "fail_on", default="", metavar="KINDS",
               help=f"Exit 6 when tonight shows any of these: {','.join(FAIL_KINDS)} "
-                   "(a regression counts the night it begins), or gap, cooling, straggler, "
-                   "drift in tonight's report.")
+                   "(a regression counts the night it begins), or gap, cooling, duplicate, "
+                   "straggler, drift in tonight's report.")
 @db_option
 @click.option("--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL,
               show_default=True, help="How many hosts to probe at once (--via local).")

@@ -6,6 +6,12 @@ every result of one GPU under one benchmark configuration becomes one number, th
 of its results' TFLOP/s, with the telemetry that explains it. Host facts (listing,
 fingerprint) come from the newest document of each host in scope, judged against the
 listing the inventory gave when that document was collected.
+
+Two hosts whose documents in one probe or sweep named the same GPUs (by UUID, else
+serial) are one machine listed twice, or were measured on the same cards at the same
+moment: the pair is a finding of its own (`SharedHosts`), and the results both hosts
+stored in that run are kept out of every measure (`Excluded`), so that no provider
+statistic counts contended figures, or one card twice (fleet/analysis/duplicates.py).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from itertools import combinations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, Select, Text, cast, select
@@ -26,6 +33,7 @@ from fleet.store.models import (
     BenchmarkResult,
     Document,
     Fingerprint,
+    Gpu,
     Host,
     HostError,
     ProbeRun,
@@ -196,6 +204,26 @@ class Excluded:
 
 
 @dataclass(frozen=True)
+class SharedHosts:
+    """Two hosts (`host` the first by name) that answered with the same GPUs in one
+    probe or sweep run; `gpus` are "uuid:..." or "serial:...", empty when anonymized."""
+
+    provider: str
+    host: str
+    other_provider: str
+    other_host: str
+    gpu_count: int
+    gpus: tuple[str, ...]
+    runs: tuple[int, ...]
+
+
+# Why a shared host's results are left out; it names no host, so that an anonymized
+# report can keep it as it is.
+SHARED_REASON = ("measured in a run where another host answered with the same GPUs "
+                 "(see its duplicate finding)")
+
+
+@dataclass(frozen=True)
 class Dataset:
     scope: Scope
     hosts: tuple[HostState, ...]
@@ -205,6 +233,7 @@ class Dataset:
     runs: int
     first: dt.datetime | None
     last: dt.datetime | None
+    shared: tuple[SharedHosts, ...] = ()
 
 
 FLAG_COLUMNS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended",
@@ -308,11 +337,51 @@ def _stack(row: Any) -> str:
     return software_stack(row.torch_version, row.cuda_runtime_version, row.cublas_version)
 
 
-def _measures(engine: Engine, scope: Scope, across_stacks: bool
+def _shared_hosts(engine: Engine, scope: Scope
+                  ) -> tuple[list[SharedHosts], set[tuple[int, str, str]]]:
+    """Pairs of hosts whose documents of one run named a GPU in common, and every
+    (run, provider, host) of such a pair. Hand ingest is left out: it may load one card's
+    history from two hosts it moved between, which is no finding."""
+    f, d = Fingerprint, Document
+    stmt = _where_runs(
+        select(d.probe_run_id, Provider.name.label("provider"), Host.name.label("host"),
+               Gpu.uuid, f.serial, d.collected_at)
+        .select_from(f)
+        .join(d, d.id == f.document_id)
+        .join(Gpu, Gpu.id == f.gpu_id)
+        .join(Host, Host.id == d.host_id)
+        .join(Provider, Provider.id == Host.provider_id)
+        .join(ProbeRun, ProbeRun.id == d.probe_run_id)
+        .where(ProbeRun.kind != "ingest"), scope)
+    holders: dict[tuple[int, str], set[tuple[str, str]]] = defaultdict(set)
+    with engine.connect() as conn:
+        for row in conn.execute(stmt):
+            card = f"uuid:{row.uuid}" if row.uuid else \
+                f"serial:{row.serial}" if row.serial else None
+            if card is not None and _within(row.collected_at, scope):
+                holders[(row.probe_run_id, card)].add((row.provider, row.host))
+    gpus: dict[tuple[tuple[str, str], tuple[str, str]], set[str]] = defaultdict(set)
+    runs: dict[tuple[tuple[str, str], tuple[str, str]], set[int]] = defaultdict(set)
+    contended: set[tuple[int, str, str]] = set()
+    for (run_id, card), hosts in holders.items():
+        for pair in combinations(sorted(hosts), 2):
+            gpus[pair].add(card)
+            runs[pair].add(run_id)
+        if len(hosts) > 1:
+            contended.update((run_id, provider, host) for provider, host in hosts)
+    shared = [SharedHosts(a[0], a[1], b[0], b[1], len(cards), tuple(sorted(cards)),
+                          tuple(sorted(runs[(a, b)])))
+              for (a, b), cards in sorted(gpus.items())]
+    return shared, contended
+
+
+def _measures(engine: Engine, scope: Scope, across_stacks: bool,
+              contended: set[tuple[int, str, str]]
               ) -> tuple[list[GpuMeasure], list[Excluded]]:
     r, f = BenchmarkResult, Fingerprint
     stmt = _where_runs(
-        select(r.gpu_id, Provider.name.label("provider"), Host.name.label("host"),
+        select(r.gpu_id, r.probe_run_id, Provider.name.label("provider"),
+               Host.name.label("host"),
                r.gpu_index, r.variant, r.dtype, r.m, r.n, r.k, r.mode, r.cache,
                r.concurrency, r.harness_version, r.thermal, r.torch_version,
                r.cuda_runtime_version, r.cublas_version, r.tflops, r.first_20s_tflops,
@@ -331,13 +400,18 @@ def _measures(engine: Engine, scope: Scope, across_stacks: bool
     if scope.until is not None:
         stmt = stmt.where(r.collected_at <= scope.until)
     groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    shared: dict[tuple[str, str, int, str], int] = defaultdict(int)
     with engine.connect() as conn:
         for row in conn.execute(stmt.order_by(r.collected_at, r.id)):
+            if (row.probe_run_id, row.provider, row.host) in contended:
+                shared[(row.provider, row.host, row.gpu_index, row.variant)] += 1
+                continue
             config = Config(row.dtype, row.m, row.n, row.k, row.mode, row.cache,
                             row.concurrency, row.harness_version, row.thermal,
                             ACROSS_STACKS if across_stacks else _stack(row))
             groups[(row.gpu_id, config, row.correctness_failed)].append(row)
-    measures, excluded = [], []
+    measures: list[GpuMeasure] = []
+    excluded = [Excluded(*key, results, SHARED_REASON) for key, results in shared.items()]
     for (gpu_id, config, failed), rows in groups.items():
         last = rows[-1]
         if failed:
@@ -373,11 +447,12 @@ def load_dataset(engine: Engine, scope: Scope, across_stacks: bool = False) -> D
     if scope.variants:
         hosts = [h for h in hosts if any(variant_of(g) in scope.variants
                                          for g in h.document.gpus)]
-    measures, excluded = _measures(engine, scope, across_stacks)
+    shared, contended = _shared_hosts(engine, scope)
+    measures, excluded = _measures(engine, scope, across_stacks, contended)
     times = [h.collected_at for h in hosts] + [m.last for m in measures] + \
         [m.first for m in measures]
     return Dataset(scope, tuple(hosts), tuple(failures), tuple(measures), tuple(excluded),
-                   runs, min(times, default=None), max(times, default=None))
+                   runs, min(times, default=None), max(times, default=None), tuple(shared))
 
 
 @dataclass(frozen=True)
@@ -418,9 +493,10 @@ class Aliases:
 
 
 def named_pairs(data: Dataset) -> set[tuple[str, str]]:
-    items: list[HostState | GpuMeasure | HostFailure | Excluded] = [
-        *data.hosts, *data.measures, *data.failures, *data.excluded]
-    return {(item.provider, item.host) for item in items}
+    items: list[HostState | GpuMeasure | HostFailure | Excluded | SharedHosts] = [
+        *data.hosts, *data.measures, *data.failures, *data.excluded, *data.shared]
+    return {(item.provider, item.host) for item in items} | {
+        (s.other_provider, s.other_host) for s in data.shared}
 
 
 def _hidden_document(document: AgentDocument) -> AgentDocument:
@@ -464,7 +540,15 @@ def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
                                   host=names.host(m.provider, m.host)) for m in data.measures),
         excluded=by_alias(replace(e, provider=names.provider(e.provider),
                                   host=names.host(e.provider, e.host)) for e in data.excluded),
-        runs=data.runs, first=data.first, last=data.last)
+        runs=data.runs, first=data.first, last=data.last,
+        # UUIDs and serials name the cards: only how many the two hosts share is kept.
+        shared=tuple(sorted((replace(s, provider=names.provider(s.provider),
+                                     host=names.host(s.provider, s.host),
+                                     other_provider=names.provider(s.other_provider),
+                                     other_host=names.host(s.other_provider, s.other_host),
+                                     gpus=()) for s in data.shared),
+                            key=lambda s: (s.provider, s.host, s.other_provider,
+                                           s.other_host))))
 
 
 def _letters(i: int) -> str:

@@ -30,6 +30,7 @@ from fleet.analysis.dataset import (
     Excluded,
     HostFailure,
     Scope,
+    SharedHosts,
     anonymize,
     load_dataset,
     named_pairs,
@@ -42,7 +43,8 @@ from fleet.report.charts import Chart, provider_charts
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
-FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression")
+FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
+                 "duplicate")
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class Report:
     charts: tuple[Chart, ...]
     failures: tuple[HostFailure, ...]
     excluded: tuple[Excluded, ...]
+    shared: tuple[SharedHosts, ...]
     providers: tuple[str, ...]
     variants: tuple[str, ...]
     history: History | None = None  # with --sweep: the sweep's nights
@@ -125,7 +128,8 @@ class Report:
         """Findings per kind, as `--fail-on` reads them."""
         return {"mismatch": len(self.mismatches) + len(self.mixed), "gap": len(self.gaps),
                 "cooling": len(self.cooling_findings), "drift": len(self.drift),
-                "straggler": len(self.stragglers), "regression": self.regressions}
+                "straggler": len(self.stragglers), "regression": self.regressions,
+                "duplicate": len(self.shared)}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -224,6 +228,25 @@ def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[C
     return found
 
 
+def _duplicates(shared: tuple[SharedHosts, ...], anonymized: bool) -> list[Finding]:
+    found = []
+    for pair in shared:
+        other = (pair.other_host if pair.other_provider == pair.provider
+                 else f"{pair.other_provider}'s {pair.other_host}")
+        cards = counted(pair.gpu_count, "GPU")
+        which = ("" if anonymized or not pair.gpus else f" ({', '.join(pair.gpus)})")
+        runs = ", ".join(f"#{run}" for run in pair.runs)
+        found.append(Finding(
+            "duplicate", pair.provider, f"{pair.host} has the same GPUs as {other}",
+            f"{cards} in common{which} in run {runs}: one machine listed twice (an "
+            "inventory mistake, or one node sold as two listings), and figures measured "
+            "on both at once were contended. Both hosts' results of those runs are left "
+            "out of every comparison, cost and chart until one of the two is chosen: "
+            "remove the other from the inventory, and the next run probes the machine "
+            "once"))
+    return found
+
+
 def _watts(text: str) -> float:
     return float(text.removesuffix(" W"))
 
@@ -269,11 +292,13 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         gpus_measured=len({m.gpu for m in data.measures}),
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
         headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
-        dispute=tuple(_dispute(mismatches, mixed, gaps,
-                               [c for c in cooling if c.called], stragglers, drift)),
+        dispute=tuple(_duplicates(data.shared, options.anonymize)
+                      + _dispute(mismatches, mixed, gaps,
+                                 [c for c in cooling if c.called], stragglers, drift)),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
         charts=tuple(provider_charts(data, stragglers)), failures=data.failures,
-        excluded=data.excluded, providers=tuple(providers), variants=tuple(variants),
+        excluded=data.excluded, shared=data.shared, providers=tuple(providers),
+        variants=tuple(variants),
         history=history)

@@ -141,6 +141,12 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
     results, harness versions and software stacks are compared apart (--across-stacks
     compares stacks as one).
 
+    Two hosts that answered with the same GPUs (UUID, else serial) in one probe or sweep
+    are a duplicate: one machine listed twice, or one node sold as two listings, and
+    measured on contended cards. Their results of that run are left out of every
+    comparison, cost and chart until you choose one: remove the other from the
+    inventory, and the next run probes the machine once.
+
     Exit status: 0, or 1 when --fail-on names a kind of finding that was found (for
     scripts and schedulers), 2 for bad input.
 

@@ -1,10 +1,13 @@
 """Storing agent documents: validated first, then one transaction per document.
 
 A document is known by the sha256 of its canonical JSON (the validated model dumped with
-sorted keys and no spaces), held unique by the database: storing it again, from this
-process or from another one at the same moment, stores nothing and answers "already
-stored". A document that fails validation never reaches the database, so nothing of it
-is stored.
+sorted keys and no spaces), held unique per host by the database: storing it again for
+its host, from this process or from another one at the same moment, stores nothing and
+answers "already stored". In a probe or sweep, another inventory host that sends the very
+same document (the same machine listed twice) gets its own copy: each host's answer is
+its own, and the pair is a finding (fleet/analysis/duplicates.py). Hand ingest still
+takes a document given twice, under whatever names, as one. A document that fails
+validation never reaches the database, so nothing of it is stored.
 
 Every transaction takes its locks in one order (provider, host, probe run, document,
 GPUs sorted by identity), so concurrent ingests into PostgreSQL queue behind each other
@@ -305,7 +308,10 @@ class _Lookups:
                        .values(finished_at=bindparam("finished_at"),
                                ended_at=bindparam("finished_at")))
         self.document_id = select(document.c.id).where(
-            document.c.content_hash == bindparam("hash"))
+            document.c.content_hash == bindparam("hash"),
+            document.c.host_id == bindparam("host_id"))
+        self.document_by_hash = select(document.c.id).where(
+            document.c.content_hash == bindparam("hash")).order_by(document.c.id).limit(1)
         self.run_host_document = select(run_host.c.document_id).where(
             run_host.c.probe_run_id == bindparam("run_id"),
             run_host.c.host_id == bindparam("host_id"))
@@ -365,14 +371,20 @@ class Ingest:
         names = _names(origin, prepared.hostname)
         transaction = conn.begin()
         try:
+            # By hand, the same file given under two names is one collection given twice;
+            # a probe's hosts each answered, so only the same host's copy is "already".
+            existing = None if self.run.one_document_per_host else self._existing(prepared)
+            if existing is not None:
+                transaction.rollback()
+                return Stored(Outcome.ALREADY_STORED, existing, prepared.content_hash)
             provider_id, host_id = self._host_ids(names)
             run_id = self._run_id()
             document_id = self._write(prepared, run_id, provider_id, host_id)
             if document_id is None:
                 transaction.rollback()
                 with conn.begin():
-                    existing = conn.execute(self._sql.document_id,
-                                            {"hash": prepared.content_hash}).scalar_one()
+                    existing = conn.execute(self._sql.document_id, {
+                        "hash": prepared.content_hash, "host_id": host_id}).scalar_one()
                 return Stored(Outcome.ALREADY_STORED, existing, prepared.content_hash)
             if not self._settle_host(run_id, host_id, "stored", document_id, origin.listing):
                 transaction.rollback()
@@ -412,10 +424,11 @@ class Ingest:
         transaction = conn.begin()
         try:
             for (prepared, origin), name in zip(items, names, strict=True):
-                # A document stored before under another provider or host name must not
-                # leave that name behind as a host without documents, as a rolled-back
-                # single store would not.
-                existing = None if name in hosts else self._existing(prepared)
+                # A document stored before under another provider or host name is already
+                # stored (hand ingest, see `store_prepared`), and must not leave that name
+                # behind as a host without documents, as a rolled-back single store would
+                # not. Per host, the database would store it again, so ask every time.
+                existing = self._existing(prepared)
                 document_id = None
                 if existing is None:
                     if name not in hosts:
@@ -425,9 +438,10 @@ class Ingest:
                         run_id = self._run_id()
                     document_id = self._write(prepared, run_id, provider_id, host_id)
                 if document_id is None:
-                    if existing is None:  # stored under a known host: the insert said so
+                    if existing is None:  # stored meanwhile by another process
                         existing = int(conn.execute(self._sql.document_id, {
-                            "hash": prepared.content_hash}).scalar_one())
+                            "hash": prepared.content_hash, "host_id": host_id}
+                        ).scalar_one())
                     stored.append(Stored(Outcome.ALREADY_STORED, existing,
                                          prepared.content_hash))
                     continue
@@ -461,7 +475,7 @@ class Ingest:
         self._hosts[names] = (provider_id, host_id)
 
     def _existing(self, prepared: Prepared) -> int | None:
-        found = self.conn.execute(self._sql.document_id,
+        found = self.conn.execute(self._sql.document_by_hash,
                                   {"hash": prepared.content_hash}).scalar_one_or_none()
         return None if found is None else int(found)
 

@@ -182,12 +182,16 @@ class Document(Base):
     """One agent document (fleet-agent/1), whole, as it was validated."""
 
     __tablename__ = "document"
-    __table_args__ = (Index(None, "host_id", "collected_at"),)
+    # sha256 of the canonical JSON (sorted keys, no spaces): the same document twice for
+    # one host is one row, even when two processes store it at the same moment. Unique per
+    # host, not alone: two inventory hosts that are one machine can send the very same
+    # document, and each host's answer is its own (the report flags the pair, see
+    # fleet/analysis/duplicates.py). Led by content_hash, so a lookup by hash uses it too.
+    __table_args__ = (Index(None, "host_id", "collected_at"),
+                      UniqueConstraint("content_hash", "host_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    # sha256 of the canonical JSON (sorted keys, no spaces): the same document twice is
-    # one row, even when two processes store it at the same moment.
-    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    content_hash: Mapped[str] = mapped_column(String(64))
     probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"), index=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
     collected_at: Mapped[dt.datetime]

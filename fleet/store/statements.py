@@ -126,7 +126,8 @@ class Statements:
                        .compile(dialect=target, column_keys=columns(fingerprint)))
 
         self.document = build(upsert(document)
-                              .on_conflict_do_nothing(index_elements=["content_hash"])
+                              .on_conflict_do_nothing(
+                                  index_elements=["content_hash", "host_id"])
                               .returning(document.c.id))
         # count 0: the one-row statement, with plain parameter names.
         self.gpus = MultiRow(gpus(0), gpus, {}, pipelined=not self.sqlite)

@@ -269,3 +269,36 @@ providers:
     result = workspace.probe(inventory, "--fingerprint-only", "--accept-new-host-keys")
     assert result.returncode == 0, result.stderr
     assert set(workspace.documents()) == {"viajump/v100", "alias/gpu-behind-bastion"}
+
+
+def test_one_machine_listed_three_times_is_stored_thrice_and_flagged(
+        workspace: Workspace) -> None:
+    """Three aliases of one address replaying one recording: the agents may send the very
+    same document (same second). Each host is stored against its own name, none is
+    "already stored" under another's, and the probe says they answered with the same GPUs."""
+    server = workspace.servers[0]
+    hosts = {f"lambda/{name}": workspace.ssh_host(server, "h100-sxm5-mig")
+             for name in ("alpha", "beta", "gamma")}
+    inventory = workspace.inventory(hosts)
+    result = workspace.probe(inventory, "--fingerprint-only", "--accept-new-host-keys")
+    assert result.returncode == 0, result.stderr
+    report = result.report
+    assert {(h["ok"], h["already_stored"]) for h in report["hosts"]} == {(True, False)}
+    ids = {h["document_id"] for h in report["hosts"]}
+    assert len(ids) == 3
+    documents = workspace.documents()
+    assert sorted(documents) == sorted(hosts) and all(len(d) == 1 for d in documents.values())
+    pairs = {tuple(p["hosts"]) for p in report["same_gpus"]}
+    assert pairs == {("lambda/alpha", "lambda/beta"), ("lambda/alpha", "lambda/gamma"),
+                     ("lambda/beta", "lambda/gamma")}
+    uuids = {gpu["uuid"] for gpu in documents["lambda/alpha"][0][2]["gpus"]}
+    assert {g for p in report["same_gpus"] for g in p["gpus"]} == {f"uuid:{u}" for u in uuids}
+
+    person = workspace.fleet("probe", str(inventory), "--db", str(workspace.db),
+                             "--fingerprint-only")
+    assert person.returncode == 0, person.stderr
+    out = " ".join(person.stdout.split())  # the table wraps its notes
+    assert "3 of 3 hosts stored" in out
+    assert "lambda/alpha and lambda/beta answered with the same GPUs (uuid:" in out
+    assert "same GPUs as lambda/alpha" in out
+    assert "interrupted" not in out and "failed" not in out

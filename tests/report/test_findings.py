@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.analysis.dataset import Aliases, Scope, anonymize, load_dataset
+from fleet.analysis.dataset import SHARED_REASON, Aliases, Scope, anonymize, load_dataset
+from fleet.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
-from fleet.store.ingest import Listing
+from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.report.scene import WHEN, hot_hosts, store_scene
 from tests.store import factory
 
@@ -76,7 +77,7 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
     (failure,) = report.failures
     assert (failure.provider, failure.host, failure.stage) == ("delta", "delta-01", "connect")
     assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
-                                "straggler": 1, "regression": 0}
+                                "straggler": 1, "regression": 0, "duplicate": 0}
     kinds = [f.kind for f in report.dispute]
     assert kinds.count("mismatch") == 2 and kinds.count("gap") == 1
     assert "straggler" in kinds and "drift" in kinds
@@ -132,7 +133,7 @@ def test_anonymized_report_names_no_provider_or_host(engine: Engine) -> None:
     assert letter in "ABCD" and mismatch.host in (f"{letter}-1", f"{letter}-2")
     assert report.failures[0].message == "(hidden in an anonymized report)"
     assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
-                                "straggler": 1, "regression": 0}
+                                "straggler": 1, "regression": 0, "duplicate": 0}
 
 
 def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
@@ -140,7 +141,7 @@ def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
     assert (report.hosts, report.gpus_measured, report.comparisons, report.buy) == (
         0, 0, (), ())
     assert report.counts() == {"mismatch": 0, "gap": 0, "cooling": 0, "drift": 0,
-                               "straggler": 0, "regression": 0}
+                               "straggler": 0, "regression": 0, "duplicate": 0}
     assert (report.thermal, report.cooling) == ((), ())
 
 
@@ -273,3 +274,52 @@ def test_results_of_different_stacks_are_compared_apart_unless_asked(engine: Eng
     differs = {d.what: (d.slower, d.faster) for d in omega.differences}
     assert differs["software stack"] == ("torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2",
                                          "torch 2.9.0, CUDA 12.8, cuBLAS 12.8.4")
+
+
+def test_two_hosts_with_the_same_gpus_are_a_finding_and_out_of_the_statistics(
+        engine: Engine) -> None:
+    """One machine under two inventory names in one probe: both stored, the pair is a
+    duplicate finding naming the shared UUIDs, and neither host's results of that run
+    count in any measure (so in no gap, cost or chart); a third host of the run still
+    does. By hand, one card under two names is no finding (a card moved between hosts)."""
+    store_scene(engine)
+    before = build_report(engine, ReportOptions(), "test")
+    node = factory.document(host="eps-node", gpus=2, collected_at=WHEN, harness="1.3.0")
+    alone = factory.document(host="eps-other", gpus=2, collected_at=WHEN, harness="1.3.0")
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        for name, data in (("eps-a", node), ("eps-b", node), ("eps-c", alone)):
+            ingest.store(AgentDocument.model_validate(data), Origin("epsilon", name))
+    moved = factory.document(host="moved", gpus=1, collected_at=WHEN, harness="1.3.0")
+    with Ingest(engine) as ingest:  # hand ingest: one card's history on two hosts
+        ingest.store(AgentDocument.model_validate(moved), Origin("zeta", "z-1"))
+        moved["collected_at"] = (WHEN + dt.timedelta(hours=1)).isoformat()
+        ingest.store(AgentDocument.model_validate(moved), Origin("zeta", "z-2"))
+
+    report = build_report(engine, ReportOptions(), "test")
+    (pair,) = report.shared
+    uuids = tuple(sorted(f"uuid:{factory.gpu_uuid('eps-node', i)}" for i in range(2)))
+    assert (pair.provider, pair.host, pair.other_host, pair.gpus) == (
+        "epsilon", "eps-a", "eps-b", uuids)
+    assert report.counts()["duplicate"] == 1
+    (finding,) = [f for f in report.dispute if f.kind == "duplicate"]
+    assert finding.title == "eps-a has the same GPUs as eps-b"
+    assert uuids[0] in finding.evidence and "remove the other from the inventory" in \
+        finding.evidence
+    measured = {(m.provider, m.host) for m in load_dataset(engine, Scope()).measures}
+    assert ("epsilon", "eps-c") in measured
+    assert not measured & {("epsilon", "eps-a"), ("epsilon", "eps-b")}
+    assert {(e.host, e.gpu_index, e.reason) for e in report.excluded
+            if e.provider == "epsilon"} == {(h, i, SHARED_REASON)
+                                            for h in ("eps-a", "eps-b") for i in range(2)}
+    assert report.gpus_measured == before.gpus_measured + 2 + 1  # eps-c's two, zeta's one
+    html = render(report, "html")
+    assert "eps-a has the same GPUs as eps-b" in html and uuids[1] in html
+
+    hidden = build_report(engine, ReportOptions(anonymize=True), "test")
+    (pair,) = hidden.shared
+    assert pair.gpus == () and pair.gpu_count == 2
+    for fmt in ("html", "md", "json"):
+        text = render(hidden, fmt)
+        assert "eps-" not in text and "epsilon" not in text
+        assert not any(uuid.removeprefix("uuid:") in text for uuid in uuids)
+    assert "duplicate" in render(hidden, "json")

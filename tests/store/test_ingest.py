@@ -369,3 +369,39 @@ def test_a_batch_that_fails_stores_none_of_it(engine: Engine, counts: Counts) ->
 def test_a_probe_does_not_batch(engine: Engine) -> None:
     with Ingest(engine, RunInfo(kind="probe")) as ingest, pytest.raises(ValueError):
         ingest.store_batch([(_prepared("gpu-01"), Origin("lambda"))])
+
+
+def test_two_hosts_sending_one_document_each_keep_their_own(engine: Engine,
+                                                            counts: Counts) -> None:
+    """Two inventory hosts that are one machine send the very same document: each host's
+    answer is stored against its own name and settled in the run; the same document again
+    for the same host is still already stored."""
+    data = factory.document(gpus=2)
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        alpha = ingest.store(AgentDocument.model_validate(data), Origin("lambda", "alpha"))
+        beta = ingest.store(AgentDocument.model_validate(data), Origin("lambda", "beta"))
+    assert (alpha.outcome, beta.outcome) == (Outcome.STORED, Outcome.STORED)
+    assert alpha.content_hash == beta.content_hash
+    assert alpha.document_id != beta.document_id
+    rows = _run_hosts(engine)
+    assert sorted((row.status, row.document_id) for row in rows) == sorted(
+        [("stored", alpha.document_id), ("stored", beta.document_id)])
+    # The GPUs are one set of cards, found under both hosts: one row per UUID.
+    assert counts(engine)["gpu"] == 2 and counts(engine)["benchmark_result"] == 4
+    before = counts(engine)
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        again = ingest.store(AgentDocument.model_validate(data), Origin("lambda", "beta"))
+    assert again.outcome is Outcome.ALREADY_STORED
+    assert again.document_id == beta.document_id
+    assert counts(engine) == before
+
+
+def test_hand_ingest_takes_one_document_under_two_names_as_one(engine: Engine,
+                                                               counts: Counts) -> None:
+    data = factory.document()
+    first = store(engine, data, host="alpha")
+    before = counts(engine)
+    again = store(engine, data, host="beta")
+    assert again.outcome is Outcome.ALREADY_STORED
+    assert again.document_id == first.document_id
+    assert counts(engine) == before  # and "beta" is not left behind as a host

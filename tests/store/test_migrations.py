@@ -158,3 +158,36 @@ def test_results_stored_before_the_soak_read_as_cool_start(empty_url: str) -> No
         assert _differences(engine) == []
     finally:
         engine.dispose()
+
+
+def test_documents_stored_before_0007_keep_their_rows_and_references(empty_url: str) -> None:
+    """0007 rebuilds the document table on SQLite, which every result and fingerprint
+    refers to: the rows stay, the references hold, and afterwards one document can be
+    stored under two hosts of a probe."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo
+    from fleet.store.models import BenchmarkResult, Document
+    from tests.store import factory
+
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        data = factory.document(gpus=2)
+        with Ingest(engine, RunInfo(kind="probe")) as ingest:
+            first = ingest.store(AgentDocument.model_validate(data), Origin("lambda", "a"))
+        # Down and up again with the rows in place (today's ingest cannot write 0006).
+        downgrade(engine, "0006")
+        upgrade(engine)
+        assert _differences(engine) == []
+        with engine.connect() as conn:
+            assert conn.execute(select(Document.id)).scalars().all() == [first.document_id]
+            assert conn.execute(select(BenchmarkResult.document_id)).scalars().all() == [
+                first.document_id] * 2
+            if engine.dialect.name == "sqlite":
+                assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+                assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        with Ingest(engine, RunInfo(kind="probe")) as ingest:
+            second = ingest.store(AgentDocument.model_validate(data), Origin("lambda", "b"))
+        assert second.outcome is Outcome.STORED
+    finally:
+        engine.dispose()

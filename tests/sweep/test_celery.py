@@ -715,3 +715,67 @@ def test_a_brokers_password_is_hidden_in_a_failover_list_too() -> None:
     assert redacted_broker("redis://:s3cret@cache:6379/0") == "redis://:***@cache:6379/0"
     shown = redacted_broker("amqp://u:s3cret@a:5672//;amqp://v:other@b:5672//")
     assert shown == "amqp://u:***@a:5672//;amqp://v:***@b:5672//"
+
+
+def _aliases(workspace: Workspace, **settings: Any) -> dict[str, dict[str, Any]]:
+    """Three inventory hosts that are one machine: aliases of one sshd replaying one
+    recording, whose agents may send the very same document in the same second."""
+    server = workspace.servers[0]
+    return {f"lambda/{name}": workspace.ssh_host(server, "h100-sxm5-mig", **settings)
+            for name in ("alpha", "beta", "gamma")}
+
+
+def _assert_each_alias_stored(report: dict[str, Any], engine: Any) -> None:
+    assert {(h["ok"], h["stage"]) for h in report["hosts"]} == {(True, "stored")}, \
+        report["hosts"]
+    assert documents_stored(engine, report["run_id"]) == {
+        "lambda/alpha": 1, "lambda/beta": 1, "lambda/gamma": 1}
+    assert {tuple(p["hosts"]) for p in report["same_gpus"]} == {
+        ("lambda/alpha", "lambda/beta"), ("lambda/alpha", "lambda/gamma"),
+        ("lambda/beta", "lambda/gamma")}
+    # The history knows each host, not only the first.
+    assert sorted(report["findings"]["new"]) == ["lambda/alpha", "lambda/beta",
+                                                 "lambda/gamma"]
+
+
+def test_one_machine_under_three_names_is_never_interrupted_on_celery(
+        workspace: Workspace, postgres_url: str, tag: str) -> None:
+    truncate(postgres_url)
+    queue = f"same-{tag}"
+    inventory = workspace.inventory(_aliases(workspace, queue=queue))
+    (workspace.home / ".config" / "fleet").mkdir(parents=True, exist_ok=True)
+    worker = _worker(workspace, inventory, postgres_url, queue, "w-same")
+    sweep = fleet_process(workspace, "sweep", str(inventory), "--via", "celery",
+                          "--broker", BROKER, "--db", postgres_url, "--fingerprint-only",
+                          "--timeout", HOST_TIMEOUT_S, "--queue-timeout", "25",
+                          "--visibility-timeout", VISIBILITY_S, "--json", "--no-report",
+                          log=workspace.root / "sweep.out")
+    try:
+        sweep.wait(180)
+    finally:
+        stop(sweep)
+        stop(worker)
+    out = (workspace.root / "sweep.out").read_text()
+    assert sweep.returncode == 0, out[-4000:]
+    report = json.loads(out[out.index("{\n"):out.rindex("}") + 1])
+    assert report["finished"] and not report["interrupted"]
+    assert "the sweep was interrupted" not in out
+    engine = engine_of(postgres_url)
+    try:
+        _assert_each_alias_stored(report, engine)
+    finally:
+        engine.dispose()
+
+
+def test_one_machine_under_three_names_in_a_local_sweep(
+        workspace: Workspace, postgres_url: str) -> None:
+    truncate(postgres_url)
+    inventory = workspace.inventory(_aliases(workspace))
+    result = workspace.fleet("sweep", str(inventory), "--fingerprint-only", "--json",
+                             "--no-report", "--accept-new-host-keys", "--db", postgres_url)
+    assert result.returncode == 0, result.stderr[-3000:]
+    engine = engine_of(postgres_url)
+    try:
+        _assert_each_alias_stored(result.report, engine)
+    finally:
+        engine.dispose()
