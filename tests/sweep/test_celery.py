@@ -119,6 +119,16 @@ def _served(app: Any, queue: str) -> bool:
     return any(q["name"] == queue for queues in replies.values() for q in queues)
 
 
+def _celery_sweep(workspace: Workspace, inventory: Path, postgres_url: str
+                  ) -> subprocess.Popen[Any]:
+    """A fingerprint-only `fleet sweep --via celery`, its output in sweep.out."""
+    return fleet_process(workspace, "sweep", str(inventory), "--via", "celery",
+                         "--broker", BROKER, "--db", postgres_url, "--fingerprint-only",
+                         "--timeout", HOST_TIMEOUT_S, "--queue-timeout", "25",
+                         "--visibility-timeout", VISIBILITY_S, "--json", "--no-report",
+                         log=workspace.root / "sweep.out")
+
+
 def test_celery_sweep_stores_each_host_once_and_survives_a_killed_worker(
         workspace: Workspace, postgres_url: str, tag: str) -> None:
     truncate(postgres_url)
@@ -139,11 +149,7 @@ def test_celery_sweep_stores_each_host_once_and_survives_a_killed_worker(
     (workspace.home / ".config" / "fleet").mkdir(parents=True, exist_ok=True)
     workers = [_worker(workspace, inventory, postgres_url, fast, "w-fast"),
                _worker(workspace, inventory, postgres_url, slow, "w-slow-1")]
-    sweep = fleet_process(workspace, "sweep", str(inventory), "--via", "celery",
-                          "--broker", BROKER, "--db", postgres_url, "--fingerprint-only",
-                          "--timeout", HOST_TIMEOUT_S, "--queue-timeout", "25",
-                          "--visibility-timeout", VISIBILITY_S, "--json", "--no-report",
-                          log=workspace.root / "sweep.out")
+    sweep = _celery_sweep(workspace, inventory, postgres_url)
     try:
         wait_for(mark.exists, 120, "coreweave/c to be mid-probe on w-slow-1")
         os.kill(workers[1].pid, signal.SIGKILL)
@@ -745,11 +751,7 @@ def test_one_machine_under_three_names_is_never_interrupted_on_celery(
     inventory = workspace.inventory(_aliases(workspace, queue=queue))
     (workspace.home / ".config" / "fleet").mkdir(parents=True, exist_ok=True)
     worker = _worker(workspace, inventory, postgres_url, queue, "w-same")
-    sweep = fleet_process(workspace, "sweep", str(inventory), "--via", "celery",
-                          "--broker", BROKER, "--db", postgres_url, "--fingerprint-only",
-                          "--timeout", HOST_TIMEOUT_S, "--queue-timeout", "25",
-                          "--visibility-timeout", VISIBILITY_S, "--json", "--no-report",
-                          log=workspace.root / "sweep.out")
+    sweep = _celery_sweep(workspace, inventory, postgres_url)
     try:
         sweep.wait(180)
     finally:
