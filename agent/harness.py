@@ -9,7 +9,7 @@ Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
   output are at least that large and evict the L2 themselves: there the flush changes
   nothing in what the product finds cached, only the card's power pattern, and on some
   H100s it pushed the card into a slower operating point that back-to-back work never
-  sees (bench/RESULTS.md, "Harness 1.2.0"). `flush="always"` keeps it everywhere;
+  sees (bench/records/2026-11-23-harness-1.2.0.md). `flush="always"` keeps it everywhere;
 - warm-up in windows until throughput, SM clock and power stop drifting, or a cap;
 - timed runs back to back (sustained, the default: what a training job sees) or with a
   pause between them (burst); the host synchronises once per batch, on the batch's last

@@ -14,6 +14,8 @@ Rules, so that a converted recording says no more than nvidia-smi did:
 - A field nvidia-smi does not print is left out, so replay answers FUNCTION_NOT_FOUND, as
   an old driver would. "Requested functionality has been deprecated" is left out too.
 - A value that cannot be read is left out and named in the recording's "source" note.
+- A section fleet does not know (a newer driver's) is skipped and named there too; only
+  input that is no nvidia-smi report at all is refused.
 
 Standard library only, Python 3.8 and newer: this runs on the GPU host.
 """
@@ -26,7 +28,7 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from agent.nvml import RECORDING_FORMAT
 
@@ -107,11 +109,17 @@ _KEY_VALUE = re.compile(r"^(?P<key>\S.*?)\s+:(?:\s(?P<value>.*))?$")
 _GPU_HEADER = re.compile(r"^GPU\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 _BANNER = re.compile(r"^=+[^=]*=+$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# A section heading at the margin that fleet may not know ("vGPU Driver Capability" on a
+# vGPU host, "HIC Info", "Unit 0"): words only. A shell prompt or a pasted command line has
+# "$", "#", "@" or ">" and fails this; a bare command line fails later for having no lines
+# under it.
+_SECTION = re.compile(r"^[A-Za-z][A-Za-z0-9 .,/()+_-]*$")
 
 
 def _parse_text(text: str, where: str) -> _Node:
     root = _Node("", "")
     stack: List[Tuple[int, _Node]] = [(-1, root)]
+    headings: List[_Node] = []  # sections at the margin, which must have lines under them
     for number, raw in enumerate(text.splitlines(), 1):
         if _CONTROL.search(raw):
             raise SmiFormatError(f"{where}: line {number}: control characters; this is not "
@@ -132,12 +140,20 @@ def _parse_text(text: str, where: str) -> _Node:
         match = _KEY_VALUE.match(content)
         node = (_Node(match.group("key"), match.group("value") or "", number) if match
                 else _Node(content, "", number))
-        if (indent == 0 and match is None and not _GPU_HEADER.match(content)
-                and not _BANNER.match(content) and not content.startswith("Unit ")):
-            raise SmiFormatError(f"{where}: line {number}: {content[:80]!r} is not part of "
-                                 "nvidia-smi -q output")
+        # A GPU's heading is checked apart: an empty GPU section has its own message.
+        if (indent == 0 and match is None and not _BANNER.match(content)
+                and not _GPU_HEADER.match(content)):
+            if not _SECTION.match(content):
+                raise SmiFormatError(f"{where}: line {number}: {content[:80]!r} is not part "
+                                     "of nvidia-smi -q output")
+            headings.append(node)
         stack[-1][1].children.append(node)
         stack.append((indent, node))
+    for heading in headings:
+        if not heading.children:
+            raise SmiFormatError(f"{where}: line {heading.line}: {heading.name[:80]!r} is not "
+                                 "part of nvidia-smi -q output (a heading nvidia-smi prints "
+                                 "at the margin has lines under it)")
     return root
 
 
@@ -402,6 +418,48 @@ _PROCESS_LISTS = (
 )
 
 
+# What nvidia-smi prints that fleet reads nothing from, R418 to R580 and newer: bare metal,
+# pass-through, vGPU guest, vGPU host and MIG, text labels and XML tags alike (compared after
+# _norm). A name neither here nor in the mapping above is skipped with a note in the
+# recording's "source", so a newer driver's section is seen rather than refused.
+_UNUSED_TOP = (
+    "timestamp|hic info|vgpu driver capability|conf compute|unit"
+)
+_UNUSED_GPU = (
+    # identity and board
+    "gpu pdi|pdi|gpu part number|fru part number|gpu fru part number|addressing mode"
+    "|inforom bbx object flush|inforom bbx flush|gpu reset status|gpu recovery action"
+    "|ibmnpu|module id|gpu module id"
+    # virtualization: a guest's licence, a host's capabilities and its active vGPUs
+    "|vgpu software licensed product|vgpu device capability|vgpus|vgpu instances"
+    "|active vgpus"
+    # configuration and readings fleet does not use
+    "|clocks event reasons counters|sparse operation mode|voltage|dram encryption mode"
+    "|conf compute protected memory usage|cc protected memory usage|conf compute"
+    "|encoder stats|fbc stats|ecc errors"
+    "|gpu memory power readings|module power readings|power smoothing"
+    "|workload power profiles|power profiles|supported gpu target temp|deferred clocks"
+    "|fabric|capabilities|accounted processes"
+)
+
+
+def _section_names(specs: Sequence[str]) -> FrozenSet[str]:
+    return frozenset(name for spec in specs for name in _names(spec))
+
+
+# A GPU's sections the mapping reads, from the tables above and the methods below.
+_KNOWN_GPU = _section_names([
+    *(path[0] for _, path, _ in _SIMPLE), *(section for _, section, _, _ in _LISTS),
+    *(section for section, _ in _CLOCK_SECTIONS), _POWER,
+    "pci|fb memory usage|bar1 memory usage|utilization|remapped rows|supported clocks"
+    "|clocks event reasons|clocks throttle reasons|processes|mig devices",
+    _UNUSED_GPU,
+])
+_KNOWN_TOP = _section_names([
+    "driver version|cuda version|attached gpus|gpu", _UNUSED_TOP,
+])
+
+
 def _reads_instant_power(arch: Optional[int], device_id: Optional[int]) -> Optional[bool]:
     """Whether nvmlDeviceGetPowerUsage is the instantaneous reading (None: cannot tell).
 
@@ -430,6 +488,7 @@ class _Converter:
         self.command = command
         self.origin = origin
         self.notes: List[str] = []
+        self.skipped: List[str] = []
         self.gpu_label = ""
 
     # -- reading ------------------------------------------------------------------------
@@ -437,6 +496,17 @@ class _Converter:
     def note(self, node: _Node, why: str) -> None:
         where = f"line {node.line}" if node.line else node.name
         self.notes.append(f"{self.gpu_label}{where} {why}".strip())
+
+    def skip_unknown(self, owner: _Node, known: FrozenSet[str]) -> None:
+        """Name each entry of `owner` fleet does not know, so a new section shows."""
+        for child in owner.children:
+            # "Unit 0" and a GPU's heading carry a number or a bus id after the name.
+            name = "gpu" if _GPU_HEADER.match(child.name) else re.sub(r"^unit \d+$", "unit",
+                                                                         child.key)
+            if name in known or _BANNER.match(child.name):
+                continue
+            where = f"line {child.line}" if child.line else f"<{child.name}>"
+            self.skipped.append(f"{self.gpu_label}{child.name.strip()[:60]!r} ({where})")
 
     def read(self, node: Optional[_Node], parse: Parse) -> Tuple[str, Any]:
         if node is None:
@@ -501,10 +571,18 @@ class _Converter:
         system: Dict[str, Any] = {}
         self.put(system, "nvmlSystemGetDriverVersion", root.find("driver version"), _text)
         # nvidia-smi prints one CUDA version; the _v2 entry point answers the same number.
-        self.put(system, "nvmlSystemGetCudaDriverVersion", root.find("cuda version"),
-                 _cuda_version)
+        cuda = root.find("cuda version")
+        if cuda is not None and cuda.value.lower() == "not found":
+            # A vGPU manager host has no libcuda. nvmlSystemGetCudaDriverVersion_v2 then
+            # answers LIBRARY_NOT_FOUND; the older entry point answers a version that
+            # nvidia-smi does not print, so it is left out.
+            system["nvmlSystemGetCudaDriverVersion_v2"] = {
+                "nvml_error": "NVML_ERROR_LIBRARY_NOT_FOUND"}
+        else:
+            self.put(system, "nvmlSystemGetCudaDriverVersion", cuda, _cuda_version)
         if "nvmlSystemGetCudaDriverVersion" in system:
             system["nvmlSystemGetCudaDriverVersion_v2"] = system["nvmlSystemGetCudaDriverVersion"]
+        self.skip_unknown(root, _KNOWN_TOP)
         attached = root.find("attached gpus")
         state, count = self.read(attached, _integer)
         # Only a report of every GPU gives NVML's count and indices: `nvidia-smi -q -i 1`
@@ -519,6 +597,11 @@ class _Converter:
         source = f"converted from {self.command}" + (f" ({self.origin})" if self.origin else "")
         if form_note:
             source += f"; {form_note}"
+        if self.skipped:
+            shown = ", ".join(self.skipped[:MAX_NOTES])
+            more = len(self.skipped) - MAX_NOTES
+            source += f"; skipped, not known to fleet: {shown}" + (f" and {more} more"
+                                                                  if more > 0 else "")
         if self.notes:
             shown = "; ".join(self.notes[:MAX_NOTES])
             more = len(self.notes) - MAX_NOTES
@@ -530,6 +613,7 @@ class _Converter:
     def device(self, gpu: _Node, index: Optional[int]) -> Dict[str, Any]:
         self.gpu_label = f"{gpu.name} {gpu.value}".strip() + ": "
         store: Dict[str, Any] = {}
+        self.skip_unknown(gpu, _KNOWN_GPU)
         if index is not None:
             store["nvmlDeviceGetIndex"] = index
         for key, path, parse in _SIMPLE:
@@ -831,15 +915,16 @@ def recording_from_text(text: str, origin: str = "") -> Dict[str, Any]:
         if not gpu.children:
             raise SmiFormatError(f"{where}: line {gpu.line}: {gpu.name!r} has no lines under "
                                  "it; the report is cut short")
-    if not gpus and root.find("attached gpus") is None:
-        raise SmiFormatError(f"{where}: no 'Attached GPUs' line and no GPU section: not "
-                             "nvidia-smi -q output")
     _check_gpus(root, gpus, where)
     return _Converter("nvidia-smi -q", origin).recording(root, gpus, "")
 
 
 def _check_gpus(root: _Node, gpus: List[_Node], where: str) -> None:
     attached = root.find("attached gpus")
+    if not gpus and attached is None:
+        # Whatever else it prints, every report of any driver has one or the other.
+        raise SmiFormatError(f"{where}: no 'Attached GPUs' entry and no GPU section: not "
+                             "nvidia-smi -q output")
     if attached is not None and not gpus and attached.value.isdigit() and int(attached.value):
         raise SmiFormatError(f"{where}: says {attached.value} GPUs are attached but has no GPU "
                              "section; the report is cut short")

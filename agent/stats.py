@@ -3,7 +3,7 @@
 Since harness 1.2 the headline is the 10%-trimmed mean. On an H100 at its power cap the
 per-run times are not one peak with outliers: the power controller moves the card between
 clock bins every half second or so, and the times fall on two or three levels 1-3% apart,
-in streaks (bench/RESULTS.md, "Harness 1.2.0"). The median then picks whichever level held
+in streaks (bench/records/2026-11-23-harness-1.2.0.md). The median then picks whichever level held
 just over half the runs and jumps by the whole gap when the split crosses one half; the
 trimmed mean moves smoothly with the split, close to the plain mean (the work done per
 second) though leaning a little toward the majority's level, by a quarter of the gap

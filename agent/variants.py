@@ -136,6 +136,20 @@ CATALOG: Tuple[CatalogRow, ...] = (
     CatalogRow(0x2237, _names("NVIDIA A10G"), "A10G", 24, "PCIe", "A10G-PCIe-24GB",
                None, None, None, None, _NONE,
                "pci.ids; OGKM (no NVIDIA datasheet published)"),
+    # A40 and RTX A6000: the same GA102 chip, the data-centre card passive, the workstation
+    # one with a fan and display outputs. Figures: NVIDIA A40 datasheet (300 W, 696 GB/s,
+    # 37.4 / 74.8 / 149.7 / 149.7 dense) and RTX A6000 datasheet (300 W, 768 GB/s, 38.7 FP32;
+    # its tensor figures are printed with sparsity only, so they are left None). Their
+    # maximum SM clocks were not verified, so they are None too.
+    CatalogRow(0x2235, _names("NVIDIA A40"), "A40", 48, "PCIe", "A40-PCIe-48GB",
+               "A40", 300, None, 696, _tflops(37.4, 74.8, 149.7, 149.7),
+               "pci.ids (2235 GA102GL [A40]); OGKM; vGPU docs (A40-48Q); "
+               "NVIDIA A40 datasheet"),
+    CatalogRow(0x2230, _names("NVIDIA RTX A6000"), "RTX-A6000", 48, "PCIe",
+               "RTX-A6000-PCIe-48GB",
+               "RTXA6000", 300, None, 768, _tflops(38.7, None, None, None),
+               "pci.ids (2230 GA102GL [RTX A6000]); OGKM; vGPU docs (RTXA6000-24Q); "
+               "NVIDIA RTX A6000 datasheet"),
     # 25B6 is one id for two products (OGKM: A16 14A9, A2 157E subsystems): the name, or a
     # vGPU profile's board prefix, decides. The reference gives no figures for either.
     CatalogRow(0x25B6, _names("NVIDIA A2"), "A2", 16, "PCIe", "A2-PCIe-16GB",
@@ -154,6 +168,14 @@ CATALOG: Tuple[CatalogRow, ...] = (
     CatalogRow(0x26B9, _names("NVIDIA L40S"), "L40S", 48, "PCIe", "L40S-PCIe-48GB",
                "L40S", 350, 2520, 864, _tflops(91.6, 183, 362, 362),
                "pci.ids; OGKM; vGPU docs; NVIDIA L40S datasheet"),
+    # The workstation AD102 board; its vGPU profiles are named "RTX6000-Ada-<n>Q" (the
+    # board prefix has a dash). Datasheet: 300 W, 960 GB/s, 91.1 FP32; tensor figures are
+    # printed with sparsity (and FP8) only, and the SM clock is not verified: None.
+    CatalogRow(0x26B1, _names("NVIDIA RTX 6000 Ada Generation"), "RTX-6000-Ada", 48, "PCIe",
+               "RTX-6000-Ada-PCIe-48GB",
+               "RTX6000-Ada", 300, None, 960, _tflops(91.1, None, None, None),
+               "pci.ids (26B1 AD102GL [RTX 6000 Ada Generation]); OGKM; vGPU docs "
+               "(NVIDIA RTX6000-Ada-1Q to -48Q); NVIDIA RTX 6000 Ada datasheet"),
     # Hopper.
     CatalogRow(0x2331, _names("NVIDIA H100 PCIe"), "H100", 80, "PCIe", "H100-PCIe-80GB",
                "H100", 350, 1755, 2000, _tflops(51, 378, 756, 756),
@@ -225,7 +247,7 @@ def _index() -> Tuple[
         for name in row.names:
             by_name.setdefault(_normalise(name), []).append(row)
         if row.vgpu_board is not None:
-            by_board.setdefault(row.vgpu_board, []).append(row)
+            by_board.setdefault(row.vgpu_board.upper(), []).append(row)
     return by_id, by_name, by_board
 
 
@@ -263,11 +285,12 @@ def parse_pci_device_id(text: str) -> Optional[int]:
 
 
 # <board prefix>-[<MIG slices>-]<framebuffer GB><series>, after "GRID " (older drivers) or
-# "NVIDIA " (newer). A board prefix always has a digit (A100D, T4, L40S, H100XM), which
-# keeps physical names such as "A100-SXM4-80GB" out.
+# "NVIDIA " (newer). A board prefix always has a digit (A100D, T4, L40S, H100XM, RTXA6000),
+# which keeps physical names such as "A100-SXM4-80GB" out; it may go on with a word after a
+# dash ("RTX6000-Ada", NVIDIA's prefix for the RTX 6000 Ada Generation).
 _PROFILE = re.compile(
     r"(?:(?:GRID|NVIDIA)\s+)?"
-    r"(?P<board>[A-Z]+[0-9]+[A-Z0-9]*)-(?:(?P<slices>[0-9]{1,2})-)?"
+    r"(?P<board>[A-Z]+[0-9]+[A-Z0-9]*(?:-[A-Z]+)*)-(?:(?P<slices>[0-9]{1,2})-)?"
     r"(?P<fb>[0-9]{1,4})(?P<series>[CQBA])",
     re.IGNORECASE,
 )
@@ -287,14 +310,17 @@ def decode_vgpu_profile(name: str) -> Optional[Dict[str, Any]]:
     match = _PROFILE.fullmatch(name.strip())
     if match is None:
         return None
-    board = match.group("board").upper()
+    printed = match.group("board")
     series = match.group("series").upper()
     slices = match.group("slices")
     fb = int(match.group("fb"))
     if fb == 0 or (slices is not None and int(slices) == 0):
         return None
+    physical = _one_product(_BY_BOARD.get(printed.upper(), []))
+    # The catalog's spelling where it knows the board ("RTX6000-Ada", not "RTX6000-ADA").
+    board = physical.vgpu_board if physical is not None and physical.vgpu_board else (
+        printed.upper())
     profile = f"{board}-{slices}-{fb}{series}" if slices is not None else f"{board}-{fb}{series}"
-    physical = _one_product(_BY_BOARD.get(board, []))
     return {
         "profile": profile,
         "board": board,
@@ -355,7 +381,7 @@ def _pick_shared(
     if wanted is not None and wanted in rows:
         return wanted, "the name"
     if profile is not None:
-        boards = [r for r in rows if r.vgpu_board == profile["board"]]
+        boards = [r for r in rows if (r.vgpu_board or "").upper() == profile["board"].upper()]
         if len(boards) == 1:
             return boards[0], "the vGPU board prefix"
     return None, ""
@@ -368,7 +394,7 @@ def _physical(
     """The physical board: (row or None, matched_by, formatted id). Notes say why not."""
     if pci_device_id is None:
         if profile is not None:
-            row = _one_product(_BY_BOARD.get(profile["board"], []))
+            row = _one_product(_BY_BOARD.get(profile["board"].upper(), []))
             if row is None:
                 notes.append(f"vGPU board {profile['board']} is not in the catalog")
             return row, "vgpu_profile", None
@@ -419,7 +445,9 @@ def classify_variant(
     reported unknown, never guessed from the name. A vGPU guest reports the physical
     board's id and the profile as its name: the result is the slice the tenant got
     (form factor "vGPU", memory the profile's framebuffer), labelled with the physical
-    board, whose datasheet it carries.
+    board, whose datasheet it carries. A guest is a slice whatever the board: where the
+    catalog does not know the id, the form factor is still "vGPU" and the label the
+    profile's, with no board and no datasheet.
     """
     profile = decode_vgpu_profile(name) if name else None
     notes: List[str] = []
@@ -428,15 +456,19 @@ def classify_variant(
     if profile is not None and virtualization_mode not in (None, "vgpu"):
         notes.append(f"the name is a vGPU profile but NVML says {virtualization_mode}")
     if row is None:
-        if profile is not None and pci_device_id is None:
-            # No id to contradict it: the profile alone says what slice the tenant got.
+        if profile is not None:
+            # A guest is a slice whatever its board: the profile says what the tenant got.
+            # The board is named only from an id the catalog knows (or, with no id at all,
+            # from the profile's board prefix, which _physical tried).
             return _result(None, profile["framebuffer_gb"], "vGPU",
-                           f"{profile['profile']} (vGPU)", "vgpu_profile", None, profile,
+                           f"{profile['profile']} (vGPU)", "vgpu_profile", pci_id, profile,
                            None, notes)
-        if virtualization_mode == "vgpu" and profile is None:
-            notes.append("virtualization mode is vgpu but the name is not a vGPU profile")
-        # The decoded profile stays in the answer as evidence, but names no board here.
-        return _unknown(pci_id, profile, notes)
+        if virtualization_mode == "vgpu":
+            notes.append("virtualization mode is vgpu but the name is not a vGPU profile, "
+                         "and the board is not in the catalog")
+            return _result(None, None, "vGPU", "vGPU (board not in the catalog)", "unknown",
+                           pci_id, None, None, notes)
+        return _unknown(pci_id, None, notes)
     if not is_vgpu:
         return _result(row.family, row.memory_gb, row.form_factor, row.label, matched_by,
                        pci_id, None, row, notes)

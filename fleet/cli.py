@@ -252,21 +252,20 @@ main.add_command(report_command)
 
 # --- fleet probe, fleet inventory, fleet agent -------------------------------------------
 
-from fleet.analysis.dataset import Scope  # noqa: E402
+from fleet.api import Store  # noqa: E402
 from fleet.inventory import inventory_schema, load_inventory  # noqa: E402
 from fleet.payload import build_payload, write_payload  # noqa: E402
 from fleet.probe import DEFAULT_PARALLEL, ProbeOptions, ProbeReport, plan_targets  # noqa: E402
-from fleet.probe import probe as run_probe  # noqa: E402
 from fleet.probe_display import ProbeProgress, inventory_table, print_summary  # noqa: E402
 from fleet.store.commands import db_option  # noqa: E402
-from fleet.store.schema import open_store  # noqa: E402
 from fleet.words import counted  # noqa: E402
 
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 
-def after_probe_report(console: Console, report: ProbeReport, path: str | None) -> None:
+def after_probe_report(console: Console, store: Store, report: ProbeReport,
+                       path: str | None) -> None:
     """Write this run's report when asked (--report), else say how to get one."""
     where = "" if report.store.origin == "default" else f" --db '{report.store}'"
     if path is None or report.run_id is None:
@@ -275,14 +274,12 @@ def after_probe_report(console: Console, report: ProbeReport, path: str | None) 
                       f"fleet report{this_run}{where}", highlight=False, markup=False,
                       soft_wrap=True)
         return
-    from fleet.report import ReportOptions, build_report
     from fleet.report.command import write_report
     from fleet.report.render import FORMATS
 
     suffix = Path(path).suffix.lstrip(".").lower()
-    with open_store(report.store.url.render_as_string(hide_password=False)) as store:
-        built = build_report(store.engine, ReportOptions(scope=Scope(runs=(report.run_id,))),
-                             str(store.location))
+    with store:
+        built = store.report(runs=report.run_id)
     written = write_report(built, suffix if suffix in FORMATS else "html", path)
     console.print(f"Report of run {report.run_id} written to {written} (findings: "
                   f"{built.findings_line()}); everything stored: fleet report{where}",
@@ -348,14 +345,15 @@ def probe_command(inventory_file: Path, db: str | None, parallel: int,
         timeout_s=timeout, connect_timeout_s=connect_timeout,
         connect_retries=connect_retries, accept_new_host_keys=accept_new_host_keys,
         sweep=sweep)
+    store = Store(db)
     with ProbeProgress(err_console, len(inventory.targets)) as progress:
-        report = run_probe(inventory, options, db, progress)
+        report = store.probe(inventory, options, progress)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
         console = Console()
         print_summary(console, report)
-    after_probe_report(err_console if as_json else Console(), report, report_path)
+    after_probe_report(err_console if as_json else Console(), store, report, report_path)
     if report.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if report.failed:

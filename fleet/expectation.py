@@ -34,16 +34,36 @@ def normal_label(label: str) -> str:
     return re.sub(r"[\s_\-]+", "", label).lower()
 
 
-def _indexes(gpus: list[Gpu]) -> str:
+@dataclass(frozen=True)
+class FoundGpu:
+    """What a listing is checked against, per GPU: read off an agent document, or off the
+    store's fingerprint columns (the report, which reads no document bodies)."""
+
+    index: int
+    variant_label: str | None
+    family: str | None
+    form_factor: str | None
+    memory_gb: float | None  # the catalog's figure for the variant
+    memory_total_mib: float | None  # what NVML showed
+    power_limit_w: float | None  # the enforced limit, else the one set
+
+    @classmethod
+    def of(cls, gpu: Gpu) -> FoundGpu:
+        return cls(gpu.index, gpu.variant.label, gpu.variant.family, gpu.variant.form_factor,
+                   gpu.variant.memory_gb, gpu.memory_total_mib,
+                   gpu.power_limit_enforced_w or gpu.power_limit_w)
+
+
+def _indexes(gpus: list[FoundGpu]) -> str:
     numbers = [g.index for g in gpus]
     if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
         return f"GPUs {numbers[0]}-{numbers[-1]}"
     return ("GPU " if len(numbers) == 1 else "GPUs ") + ", ".join(map(str, numbers))
 
 
-def _differing(gpus: list[Gpu], found: dict[int, str | None], listed: str, what: str,
+def _differing(gpus: list[FoundGpu], found: dict[int, str | None], listed: str, what: str,
                normal: bool = True) -> list[str]:
-    groups: dict[str, list[Gpu]] = defaultdict(list)
+    groups: dict[str, list[FoundGpu]] = defaultdict(list)
     for gpu in gpus:
         value = found[gpu.index]
         same = value is not None and (
@@ -54,9 +74,9 @@ def _differing(gpus: list[Gpu], found: dict[int, str | None], listed: str, what:
             for value, members in groups.items()]
 
 
-def _memory_gb(gpu: Gpu) -> float | None:
-    if gpu.variant.memory_gb is not None:
-        return float(gpu.variant.memory_gb)
+def _memory_gb(gpu: FoundGpu) -> float | None:
+    if gpu.memory_gb is not None:
+        return float(gpu.memory_gb)
     if gpu.memory_total_mib is not None:
         return gpu.memory_total_mib / 1024  # listings' GB are GiB in practice
     return None
@@ -64,27 +84,34 @@ def _memory_gb(gpu: Gpu) -> float | None:
 
 def check_expectation(expect: Expect | None, document: AgentDocument) -> Verdict | None:
     """None when nothing was listed; else every difference, named by GPU."""
+    return check_found(expect, [FoundGpu.of(gpu) for gpu in document.gpus],
+                       document.no_gpu_reason)
+
+
+def check_found(expect: Expect | None, gpus: list[FoundGpu], no_gpu_reason: str | None
+                ) -> Verdict | None:
+    """`check_expectation` on GPUs as found (`no_gpu_reason`: the agent's words when it
+    found none)."""
     if expect is None:
         return None
-    gpus = list(document.gpus)
     problems: list[str] = []
     unchecked: list[str] = []
     if not gpus:
-        reason = document.no_gpu_reason or "none found"
+        reason = no_gpu_reason or "none found"
         return Verdict((f"listed GPUs, found no NVIDIA GPU ({reason[:120]})",), ())
     if expect.gpu_count is not None and len(gpus) != expect.gpu_count:
         problems.append(f"listed {counted(expect.gpu_count, 'GPU')}, found {len(gpus)}")
     if expect.variant is not None:
-        problems += _differing(gpus, {g.index: g.variant.label for g in gpus},
+        problems += _differing(gpus, {g.index: g.variant_label for g in gpus},
                                expect.variant, "variant")
     if expect.family is not None:
-        problems += _differing(gpus, {g.index: g.variant.family for g in gpus},
+        problems += _differing(gpus, {g.index: g.family for g in gpus},
                                expect.family, "family")
     if expect.form_factor is not None:
-        problems += _differing(gpus, {g.index: g.variant.form_factor for g in gpus},
+        problems += _differing(gpus, {g.index: g.form_factor for g in gpus},
                                expect.form_factor, "form factor", normal=False)
     if expect.memory_gb is not None:
-        wrong: dict[str, list[Gpu]] = defaultdict(list)
+        wrong: dict[str, list[FoundGpu]] = defaultdict(list)
         for gpu in gpus:
             found = _memory_gb(gpu)
             if found is None:
@@ -94,9 +121,9 @@ def check_expectation(expect: Expect | None, document: AgentDocument) -> Verdict
         problems += [f"listed {expect.memory_gb} GB per GPU, found {value} on "
                      f"{_indexes(members)}" for value, members in wrong.items()]
     if expect.min_power_limit_w is not None:
-        low: dict[str, list[Gpu]] = defaultdict(list)
+        low: dict[str, list[FoundGpu]] = defaultdict(list)
         for gpu in gpus:
-            limit = gpu.power_limit_enforced_w or gpu.power_limit_w
+            limit = gpu.power_limit_w
             if limit is None:
                 unchecked.append(f"GPU {gpu.index} power limit not visible")
             elif limit < expect.min_power_limit_w:

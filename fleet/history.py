@@ -16,7 +16,7 @@ k = 4 keeps a GPU's normal night-to-night wobble out (a GPU's repeat spread on t
 H200 we measured was 0.6-1.5%, bench/RESULTS.md); `min_relative` = 3% keeps a GPU whose
 past nights happened to agree to 0.1% from alarming on a 0.5% dip that no buyer cares
 about. `min_history` = 5: the lent H100s settle at one of two operating points up to ~4%
-apart from one run to the next (bench/RESULTS.md, Harness section, "Why the misses": card
+apart from one run to the next (bench/records/2026-11-23-harness-1.1.0.md, "Why the misses": card
 B at 665.5 TFLOP/s in one and 693.9 in the other). Three nights all on the upper point
 are common, and give a tight median and MAD that the first night on the lower point falls
 under by more than 3%; five make it likelier that both points have shown, and where the

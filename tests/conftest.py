@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -7,8 +12,49 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 GPU_CASES = FIXTURES / "gpus"
+PY38_ENV = "FLEET_TEST_PY38"
 
 
 @pytest.fixture
 def h100_recording() -> Path:
     return GPU_CASES / "h100-sxm5-passthrough" / "nvml-recording.json"
+
+
+def _is_python38(path: str) -> bool:
+    # A pyenv shim or a stale link can exist and still not run 3.8: ask the interpreter.
+    try:
+        done = subprocess.run([path, "-c", "import sys; print(sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except OSError:
+        return False
+    return done.returncode == 0 and done.stdout.strip() == "(3, 8)"
+
+
+@lru_cache(maxsize=1)
+def find_python38() -> tuple[str | None, tuple[str, ...]]:
+    """A Python 3.8 interpreter, and every place looked at, in the order looked."""
+    named = os.environ.get(PY38_ENV)
+    if named:
+        # Named explicitly: that one or nothing, so that CI never tests another by mistake.
+        return (named if _is_python38(named) else None), (
+            f"${PY38_ENV}={named} (not a Python 3.8 that runs)",)
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = [shutil.which("python3.8"),
+                  *sorted(glob.glob(str(pyenv / "versions" / "3.8*" / "bin" / "python3.8")))]
+    looked = (f"${PY38_ENV} (unset)", "python3.8 on PATH",
+              str(pyenv / "versions" / "3.8*" / "bin" / "python3.8"))
+    found = next((path for path in candidates if path and _is_python38(path)), None)
+    return found, looked
+
+
+@pytest.fixture(scope="session")
+def python38() -> str:
+    """Path of a Python 3.8, the oldest the agent supports; fails, never skips, without one."""
+    found, looked = find_python38()
+    if found is None:
+        pytest.fail(
+            "no Python 3.8 to check that the agent still runs on the oldest Python it "
+            f"supports; looked at: {', '.join(looked)}. Install one (`uv python install "
+            "3.8`, `pyenv install 3.8`) and set FLEET_TEST_PY38=/path/to/python3.8",
+            pytrace=False)
+    return found

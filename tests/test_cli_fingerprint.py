@@ -32,7 +32,13 @@ def test_json_lists_one_object_per_gpu_for_every_input_form(source: str) -> None
     for gpu in gpus:
         assert set(gpu) >= REQUIRED
         assert gpu["pci_device_id"] == "0x233510DE"
-        assert gpu["variant"] | {} == gpu["variant"]
+        variant = gpu["variant"]
+        # Found by PCI id from every input form, not guessed from the name, and carrying
+        # NVIDIA's H200 SXM datasheet figures (dense, without sparsity).
+        assert (variant["matched_by"], variant["vgpu_profile"]) == ("pci_id", None)
+        assert {k: v for k, v in variant["datasheet"].items() if k != "source"} == {
+            "default_power_w": 700.0, "max_sm_clock_mhz": 1980, "memory_bandwidth_gbs": 4800.0,
+            "peak_tflops": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0, "tf32": 495.0}}
         assert (gpu["variant"]["family"], gpu["variant"]["memory_gb"],
                 gpu["variant"]["form_factor"], gpu["variant"]["label"]) == (
             "H200", 141, "SXM", "H200-SXM-141GB")

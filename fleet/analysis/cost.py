@@ -13,7 +13,6 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
-from fleet.store.ingest import variant_of
 
 
 @dataclass(frozen=True)
@@ -49,19 +48,12 @@ class CostRow:
 
 
 def _peaks(data: Dataset) -> dict[tuple[str, str], float]:
-    """(variant, dtype) -> datasheet dense TFLOP/s, as the agent's catalog gave it."""
-    peaks: dict[tuple[str, str], float] = {}
-    for host in data.hosts:
-        for gpu in host.document.gpus:
-            sheet = gpu.variant.datasheet
-            # A vGPU carries its physical board's datasheet, but may run on a time or MIG
-            # slice of it: the board's peak would understate what the slice delivers.
-            if sheet is None or gpu.variant.form_factor == "vGPU":
-                continue
-            for dtype, value in sheet.peak_tflops.items():
-                if value:
-                    peaks[(variant_of(gpu), dtype)] = value
-    return peaks
+    """(variant, dtype) -> datasheet dense TFLOP/s, as the agent's catalog gave it. A vGPU
+    carries its physical board's datasheet, but may run on a time or MIG slice of it: the
+    board's peak would understate what the slice delivers, so `Dataset.datasheets` holds
+    none for vGPU slices."""
+    return {(variant, dtype): value for variant, sheet in data.datasheets.items()
+            for dtype, value in sheet.peak_tflops.items() if value}
 
 
 def cost_table(data: Dataset) -> list[CostRow]:

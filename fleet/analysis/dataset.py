@@ -1,11 +1,17 @@
-"""What a report rests on, read from the store once: each host's latest state and each
-GPU's measurements, reduced to per-GPU medians.
+"""What a report rests on, read from the store's tables once: each host's latest state,
+its GPUs as found, and each GPU's measurements, reduced to per-GPU medians.
 
 The unit of evidence is a GPU, not a run (DESIGN.md, "Comparing providers honestly"):
 every result of one GPU under one benchmark configuration becomes one number, the median
 of its results' TFLOP/s, with the telemetry that explains it. Host facts (listing,
 fingerprint) come from the newest document of each host in scope, judged against the
 listing the inventory gave when that document was collected.
+
+Everything is read from the tables' columns into frames, never from document bodies: a
+body was validated when it was stored, and re-reading one per host cost the report most
+of its time on a large store (bench/report_scale.py). Only two things are still read from
+a body, and only from a few: the datasheet of each variant (one body per variant and agent
+version, as the agent's catalog gave it) and why a host without GPUs had none.
 
 Two hosts whose documents in one probe or sweep named the same GPUs (by UUID, else
 serial) are one machine listed twice, or were measured on the same cards at the same
@@ -17,18 +23,41 @@ statistic counts contended figures, or one card twice (fleet/analysis/duplicates
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 import random
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Engine, Select, Text, cast, select
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from pydantic import ValidationError
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    Engine,
+    Float,
+    Integer,
+    Select,
+    Text,
+    and_,
+    case,
+    cast,
+    distinct,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 
-from fleet.document import AgentDocument, read_stored
-from fleet.store.ingest import variant_of
+from fleet.document import Datasheet
 from fleet.store.models import (
     BenchmarkResult,
     Document,
@@ -137,14 +166,18 @@ class Listing:
 
 @dataclass(frozen=True)
 class HostState:
-    """A host's newest document in scope, and what its listing said then."""
+    """A host's newest document in scope, and what its listing said then; its GPUs are
+    the rows of `Dataset.gpus` with its `document_id`."""
 
     provider: str
     host: str
     sweep: str | None
     collected_at: dt.datetime
-    document: AgentDocument
     listing: Listing
+    document_id: int
+    gpu_count: int
+    # The agent's words when it found no GPU (read from the body of such documents only).
+    no_gpu_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,9 +255,24 @@ class SharedHosts:
 SHARED_REASON = ("measured in a run where another host answered with the same GPUs "
                  "(see its duplicate finding)")
 
+# Besides the fingerprint table's own columns, `Dataset.gpus` has these.
+GPU_FRAME_EXTRA = ("provider", "host", "collected_at", "software_stack")
 
-@dataclass(frozen=True)
+
+def _no_gpus() -> pd.DataFrame:
+    return pd.DataFrame(columns=[*GPU_FRAME_EXTRA, *Fingerprint.__table__.columns.keys()])
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: a frame has no single truth value
 class Dataset:
+    """The report's data. `gpus` is the fleet as found: one row per GPU of each host's
+    newest stored document in scope, with `provider`, `host`, `collected_at`, the
+    fingerprint table's columns by their names, and `software_stack` (the stack that
+    GPU's results in that document were measured on; missing when it had none); text
+    that repeats (providers, variants, drivers...) is held as pandas categoricals.
+    `datasheets` holds each variant's datasheet, as the agent's catalog gave it (none for
+    vGPU slices: the board's figures are not the slice's)."""
+
     scope: Scope
     hosts: tuple[HostState, ...]
     failures: tuple[HostFailure, ...]
@@ -234,25 +282,29 @@ class Dataset:
     first: dt.datetime | None
     last: dt.datetime | None
     shared: tuple[SharedHosts, ...] = ()
+    gpus: pd.DataFrame = field(default_factory=_no_gpus)
+    datasheets: dict[str, Datasheet] = field(default_factory=dict)
 
 
 FLAG_COLUMNS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended",
                 "not_steady", "clocks_locked", "not_soaked")
 
 
-def _where_runs(stmt: AnySelect, scope: Scope) -> AnySelect:
+def _in_scope(stmt: AnySelect, scope: Scope, run_id: Any) -> AnySelect:
+    """The scope's run and provider filters on `run_id` (a probe_run id column); the
+    statement must join Provider."""
     if scope.sweep is not None:
-        stmt = stmt.where(ProbeRun.sweep == scope.sweep)
+        stmt = stmt.where(run_id.in_(select(ProbeRun.id).where(ProbeRun.sweep == scope.sweep)))
     if scope.providers:
         stmt = stmt.where(Provider.name.in_(scope.providers))
     if scope.runs:
-        stmt = stmt.where(ProbeRun.id.in_(scope.runs))
+        stmt = stmt.where(run_id.in_(scope.runs))
     return stmt
 
 
-def _within(when: dt.datetime, scope: Scope) -> bool:
-    return ((scope.since is None or when >= scope.since)
-            and (scope.until is None or when <= scope.until))
+def _within(column: Any, scope: Scope) -> list[ColumnElement[bool]]:
+    return ([column >= scope.since] if scope.since is not None else []) + (
+        [column <= scope.until] if scope.until is not None else [])
 
 
 def _listing(row: Any) -> Listing:
@@ -261,60 +313,59 @@ def _listing(row: Any) -> Listing:
 
 def _host_states(engine: Engine, scope: Scope
                  ) -> tuple[list[HostState], list[HostFailure], int]:
-    stmt = _where_runs(
-        select(RunHost.id, RunHost.status, RunHost.document_id, RunHost.expect,
-               RunHost.price_per_gpu_hour, RunHost.currency, RunHost.tags,
-               RunHost.updated_at, RunHost.probe_run_id, RunHost.host_id, Provider.name,
-               Host.name.label("host"), ProbeRun.sweep, Document.collected_at)
-        .join(ProbeRun, ProbeRun.id == RunHost.probe_run_id)
+    """Each host's newest stored document in scope, and its newest attempt where that
+    failed. The newest per host is picked in SQL (a window over the hosts' run rows), so
+    that a store of many nights hands Python one or two rows per host."""
+    when = case((RunHost.status == "stored", Document.collected_at),
+                else_=RunHost.updated_at)
+    newest = when.desc(), RunHost.id
+    ranked = _in_scope(
+        select(RunHost.id, RunHost.status, RunHost.probe_run_id,
+               func.row_number().over(partition_by=RunHost.host_id, order_by=newest)
+               .label("tried"),
+               func.row_number().over(partition_by=(RunHost.host_id, RunHost.status),
+                                      order_by=newest).label("kept"))
         .join(Host, Host.id == RunHost.host_id)
         .join(Provider, Provider.id == Host.provider_id)
-        .outerjoin(Document, Document.id == RunHost.document_id), scope)
-    stored_last: dict[int, Any] = {}  # host id -> its newest stored row
-    tried_last: dict[int, Any] = {}  # host id -> its newest row, stored or failed
-    runs: set[int] = set()
+        .outerjoin(Document, Document.id == RunHost.document_id)
+        .where(*_within(when, scope)), scope, RunHost.probe_run_id).subquery()
+    stmt = (select(ranked.c.tried, ranked.c.kept, RunHost.status, RunHost.document_id,
+                   RunHost.expect, RunHost.price_per_gpu_hour, RunHost.currency,
+                   RunHost.tags, RunHost.updated_at, RunHost.probe_run_id, RunHost.host_id,
+                   Provider.name, Host.name.label("host"), ProbeRun.sweep,
+                   Document.collected_at, Document.gpu_count)
+            .join(RunHost, RunHost.id == ranked.c.id)
+            .join(ProbeRun, ProbeRun.id == RunHost.probe_run_id)
+            .join(Host, Host.id == RunHost.host_id)
+            .join(Provider, Provider.id == Host.provider_id)
+            .outerjoin(Document, Document.id == RunHost.document_id)
+            .where(or_(ranked.c.tried == 1, and_(ranked.c.kept == 1,
+                                                  ranked.c.status == "stored"))))
+    runs = _in_scope(
+        select(func.count(distinct(RunHost.probe_run_id)))
+        .join(Host, Host.id == RunHost.host_id)
+        .join(Provider, Provider.id == Host.provider_id)
+        .outerjoin(Document, Document.id == RunHost.document_id)
+        .where(*_within(when, scope)), scope, RunHost.probe_run_id)
     with engine.connect() as conn:
-        for row in conn.execute(stmt):
-            when = _when(row)
-            if not _within(when, scope):
-                continue
-            runs.add(row.probe_run_id)
-            for newest, eligible in ((stored_last, row.status == "stored"), (tried_last, True)):
-                held = newest.get(row.host_id)
-                if eligible and (held is None or when > _when(held)):
-                    newest[row.host_id] = row
-        stored = list(stored_last.values())
-        # As text, validated in one pass by pydantic: twice as fast as decoding JSON and
-        # then validating the objects (bench/report_scale.py).
-        bodies = {r.id: r.body
-                  for ids in in_chunks([row.document_id for row in stored])
-                  for r in conn.execute(select(Document.id, cast(Document.body, Text)
-                                               .label("body"))
-                                        .where(Document.id.in_(ids)))}
+        rows = list(conn.execute(stmt))
+        stored = [row for row in rows if row.status == "stored" and row.kept == 1]
         # The report judges a host by its newest document, and says apart that its last
         # attempt failed when it did.
-        failed = [row for row in tried_last.values() if row.status != "stored"]
+        failed = [row for row in rows if row.status != "stored" and row.tried == 1]
         errors = _errors(conn, failed)
-    hosts: list[HostState] = []
+        reasons = _no_gpu_reasons(conn, [row.document_id for row in stored
+                                         if not row.gpu_count])
+        run_count = int(conn.execute(runs).scalar_one())
+    hosts = [HostState(row.name, row.host, row.sweep, row.collected_at, _listing(row),
+                       row.document_id, row.gpu_count, reasons.get(row.document_id))
+             for row in stored]
     failures = [HostFailure(row.name, row.host, row.sweep, row.updated_at,
                             *errors.get((row.probe_run_id, row.host_id), ("unknown", "")))
                 for row in failed]
-    failed_hosts = {row.host_id for row in failed}
-    for row in stored:
-        document = read_stored(row.document_id, bodies[row.document_id])
-        if isinstance(document, AgentDocument):
-            hosts.append(HostState(row.name, row.host, row.sweep, row.collected_at,
-                                   document, _listing(row)))
-        elif row.host_id not in failed_hosts:  # its failed attempt already speaks for it
-            failures.append(HostFailure(row.name, row.host, row.sweep, row.collected_at,
-                                        "stored document", document))
     hosts.sort(key=lambda h: (h.provider, h.host))
     failures.sort(key=lambda f: (f.provider, f.host))
-    return hosts, failures, len(runs)
-
-
-def _when(row: Any) -> dt.datetime:
-    return row.collected_at if row.status == "stored" else row.updated_at  # type: ignore[no-any-return]
+    return hosts, failures, run_count
 
 
 def _errors(conn: Any, failed: list[Any]) -> dict[tuple[int, int], tuple[str, str]]:
@@ -328,131 +379,451 @@ def _errors(conn: Any, failed: list[Any]) -> dict[tuple[int, int], tuple[str, st
     return {(r.probe_run_id, r.host_id): (r.stage, r.message) for r in conn.execute(stmt)}
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
+def _bodies(conn: Any, ids: Sequence[int]) -> Iterable[tuple[int, dict[str, Any]]]:
+    for chunk in in_chunks(ids):
+        for row in conn.execute(select(Document.id, Document.body)
+                                .where(Document.id.in_(chunk))):
+            body = row.body if isinstance(row.body, dict) else json.loads(row.body)
+            yield row.id, body
 
 
-def _stack(row: Any) -> str:
-    return software_stack(row.torch_version, row.cuda_runtime_version, row.cublas_version)
+def _no_gpu_reasons(conn: Any, ids: list[int]) -> dict[int, str | None]:
+    """Why the agent found no GPU, for the (few) documents that have none."""
+    return {document_id: body.get("no_gpu_reason") for document_id, body in _bodies(conn, ids)}
+
+
+def _gpu_frame(engine: Engine, hosts: list[HostState]) -> pd.DataFrame:
+    """The fingerprint rows of the hosts' documents, with the stack their results in that
+    document were measured on."""
+    f, r = Fingerprint.__table__, BenchmarkResult
+    by_document = {h.document_id: h for h in hosts}
+    ids = sorted(by_document)
+    chunks: list[pd.DataFrame] = []
+    stacks: dict[tuple[int, int], set[str]] = defaultdict(set)
+    # JSON as text, each distinct text decoded once: GPUs of a fleet repeat a handful of
+    # capability verdicts and MIG layouts, and decoding one per row cost more than the
+    # rest of the read.
+    json_columns = [c.name for c in f.columns if isinstance(c.type, JSON)]
+    columns = [cast(c, Text).label(c.name) if c.name in json_columns else c for c in f.columns]
+    with engine.connect() as conn:
+        for chunk in in_chunks(ids):
+            rows = conn.execute(select(*columns).where(f.c.document_id.in_(chunk)))
+            # No column needs SQLAlchemy's conversion but booleans (see below): the
+            # driver's tuples, at a third of the cost of rows.
+            chunks.append(pd.DataFrame(rows.cursor.fetchall(), columns=list(rows.keys())))
+            for row in conn.execute(select(r.document_id, r.gpu_index, r.torch_version,
+                                           r.cuda_runtime_version, r.cublas_version)
+                                    .where(r.document_id.in_(chunk)).distinct()):
+                stacks[(row.document_id, row.gpu_index)].add(software_stack(
+                    row.torch_version, row.cuda_runtime_version, row.cublas_version))
+    if not chunks or all(c.empty for c in chunks):
+        return _no_gpus()
+    gpus = pd.concat([c for c in chunks if not c.empty], ignore_index=True)
+    for name in json_columns:
+        decoded = {text: json.loads(text) for text in gpus[name].dropna().unique()}
+        gpus[name] = [None if text is None else decoded[text] for text in gpus[name]]
+    for column in f.columns:
+        if isinstance(column.type, Boolean):  # SQLite hands back 0 and 1
+            values = gpus[column.name]
+            known = values.notna()
+            flags = pd.Series([None] * len(values), index=values.index, dtype=object)
+            flags[known] = values[known].astype(bool)
+            gpus[column.name] = flags
+    owner = [by_document[i] for i in gpus["document_id"]]
+    gpus.insert(0, "provider", [h.provider for h in owner])
+    gpus.insert(1, "host", [h.host for h in owner])
+    gpus.insert(2, "collected_at", [h.collected_at for h in owner])
+    gpus["software_stack"] = [
+        "; ".join(sorted(stacks[key])) or None if key in stacks else None
+        for key in zip(gpus["document_id"], gpus["gpu_index"], strict=True)]
+    gpus = gpus.sort_values(["provider", "host", "gpu_index"], ignore_index=True)
+    # A fleet repeats a few providers, variants and drivers over thousands of GPUs: as
+    # categories, the frame of 80,000 GPUs took a third of the memory.
+    for name in gpus.columns:
+        values = gpus[name]
+        if (pd.api.types.is_string_dtype(values) and name not in json_columns
+                and values.nunique() <= len(values) // 2):
+            gpus[name] = values.astype("category")
+    return gpus
+
+
+def _datasheets(engine: Engine, gpus: pd.DataFrame) -> dict[str, Datasheet]:
+    """Each variant's datasheet, read from one body per variant and agent version: the
+    catalog ships with the agent, so every card of a variant that one agent version
+    fingerprinted carries the same sheet."""
+    physical = gpus[gpus["form_factor"] != "vGPU"]
+    if physical.empty:
+        return {}
+    with engine.connect() as conn:
+        versions = _agent_versions(conn, physical["document_id"].unique().tolist())
+        picks: dict[tuple[str, str], tuple[int, int]] = {}
+        for document_id, index, variant in zip(physical["document_id"],
+                                               physical["gpu_index"], physical["variant"],
+                                               strict=True):
+            picks.setdefault((variant, versions[document_id]), (int(document_id),
+                                                                int(index)))
+        wanted: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for (variant, _), (document_id, index) in sorted(picks.items()):
+            wanted[document_id].append((variant, index))
+        sheets: dict[str, Datasheet] = {}
+        for document_id, body in _bodies(conn, sorted(wanted)):
+            cards = {gpu.get("index"): gpu for gpu in body.get("gpus") or []}
+            for variant, index in wanted[document_id]:
+                sheet = ((cards.get(index) or {}).get("variant") or {}).get("datasheet")
+                try:
+                    if sheet is not None:
+                        sheets[variant] = Datasheet.model_validate(sheet)
+                except ValidationError:
+                    continue  # an older catalog's sheet: no datasheet rather than half one
+    return sheets
+
+
+def _agent_versions(conn: Any, ids: list[int]) -> dict[int, str]:
+    versions: dict[int, str] = {}
+    for chunk in in_chunks(ids):
+        versions.update(conn.execute(select(Document.id, Document.agent_version)
+                                     .where(Document.id.in_(chunk))).all())
+    return versions
 
 
 def _shared_hosts(engine: Engine, scope: Scope
-                  ) -> tuple[list[SharedHosts], set[tuple[int, str, str]]]:
+                  ) -> tuple[list[SharedHosts], set[tuple[int, int]]]:
     """Pairs of hosts whose documents of one run named a GPU in common, and every
-    (run, provider, host) of such a pair. Hand ingest is left out: it may load one card's
-    history from two hosts it moved between, which is no finding."""
+    (run id, host id) of such a pair. Hand ingest is left out: it may load one card's
+    history from two hosts it moved between, which is no finding. A card is its UUID
+    (one `gpu` row), else its serial; SQL finds the cards held twice in a run, so that
+    only those rows come back."""
     f, d = Fingerprint, Document
-    stmt = _where_runs(
-        select(d.probe_run_id, Provider.name.label("provider"), Host.name.label("host"),
-               Gpu.uuid, f.serial, d.collected_at)
-        .select_from(f)
+    base = _in_scope(
+        select().select_from(f)
         .join(d, d.id == f.document_id)
         .join(Gpu, Gpu.id == f.gpu_id)
         .join(Host, Host.id == d.host_id)
         .join(Provider, Provider.id == Host.provider_id)
         .join(ProbeRun, ProbeRun.id == d.probe_run_id)
-        .where(ProbeRun.kind != "ingest"), scope)
-    holders: dict[tuple[int, str], set[tuple[str, str]]] = defaultdict(set)
+        .where(ProbeRun.kind != "ingest", *_within(d.collected_at, scope)),
+        scope, d.probe_run_id)
+    # The search reads every fingerprint in scope: joined to its document only. A GPU
+    # without a UUID is keyed by its host (models.Gpu), so only a UUID's one gpu row can
+    # be held by two hosts; serials are looked at only where UUID-less GPUs exist.
+    lean = (select().select_from(f).join(d, d.id == f.document_id)
+            .where(d.probe_run_id.in_(select(ProbeRun.id).where(ProbeRun.kind != "ingest")),
+                   *_within(d.collected_at, scope)))
+    if scope.sweep is not None:
+        lean = lean.where(d.probe_run_id.in_(select(ProbeRun.id)
+                                             .where(ProbeRun.sweep == scope.sweep)))
+    if scope.runs:
+        lean = lean.where(d.probe_run_id.in_(scope.runs))
+    if scope.providers:
+        lean = lean.where(d.host_id.in_(select(Host.id).join(Provider).where(
+            Provider.name.in_(scope.providers))))
+    held_twice = func.count(distinct(d.host_id)) > 1
+    by_uuid = (lean.add_columns(d.probe_run_id, f.gpu_id)
+               .group_by(d.probe_run_id, f.gpu_id).having(held_twice))
+    uuid_less = select(Gpu.id).where(Gpu.uuid.is_(None))
+    by_serial = (lean.add_columns(d.probe_run_id, f.serial)
+                 .where(f.gpu_id.in_(uuid_less), f.serial.is_not(None))
+                 .group_by(d.probe_run_id, f.serial).having(held_twice))
+    holders: dict[tuple[int, str], set[tuple[str, str, int]]] = defaultdict(set)
     with engine.connect() as conn:
-        for row in conn.execute(stmt):
-            card = f"uuid:{row.uuid}" if row.uuid else \
-                f"serial:{row.serial}" if row.serial else None
-            if card is not None and _within(row.collected_at, scope):
-                holders[(row.probe_run_id, card)].add((row.provider, row.host))
+        twice = [tuple(row) for row in conn.execute(by_uuid)]
+        any_uuid_less = conn.execute(uuid_less.limit(1)).first() is not None
+        twice_serial = ([tuple(row) for row in conn.execute(by_serial)] if any_uuid_less
+                        else [])
+        members = base.add_columns(d.probe_run_id, Provider.name.label("provider"),
+                                   Host.name.label("host"), d.host_id, Gpu.uuid, f.serial)
+        for keys, column in ((twice, f.gpu_id), (twice_serial, f.serial)):
+            for start in range(0, len(keys), 500):
+                stmt = members.where(tuple_(d.probe_run_id, column).in_(keys[start:start + 500]))
+                if column is f.serial:
+                    stmt = stmt.where(Gpu.uuid.is_(None))
+                for row in conn.execute(stmt):
+                    card = f"uuid:{row.uuid}" if row.uuid else f"serial:{row.serial}"
+                    holders[(row.probe_run_id, card)].add((row.provider, row.host,
+                                                           row.host_id))
     gpus: dict[tuple[tuple[str, str], tuple[str, str]], set[str]] = defaultdict(set)
     runs: dict[tuple[tuple[str, str], tuple[str, str]], set[int]] = defaultdict(set)
-    contended: set[tuple[int, str, str]] = set()
-    for (run_id, card), hosts in holders.items():
-        for pair in combinations(sorted(hosts), 2):
+    contended: set[tuple[int, int]] = set()
+    for (run_id, card), held in holders.items():
+        named = sorted({(provider, host) for provider, host, _ in held})
+        for pair in combinations(named, 2):
             gpus[pair].add(card)
             runs[pair].add(run_id)
-        if len(hosts) > 1:
-            contended.update((run_id, provider, host) for provider, host in hosts)
+        if len(named) > 1:
+            contended.update((run_id, host_id) for _, _, host_id in held)
     shared = [SharedHosts(a[0], a[1], b[0], b[1], len(cards), tuple(sorted(cards)),
                           tuple(sorted(runs[(a, b)])))
               for (a, b), cards in sorted(gpus.items())]
     return shared, contended
 
 
-def _measures(engine: Engine, scope: Scope, across_stacks: bool,
-              contended: set[tuple[int, str, str]]
-              ) -> tuple[list[GpuMeasure], list[Excluded]]:
-    r, f = BenchmarkResult, Fingerprint
-    stmt = _where_runs(
-        select(r.gpu_id, r.probe_run_id, Provider.name.label("provider"),
-               Host.name.label("host"),
-               r.gpu_index, r.variant, r.dtype, r.m, r.n, r.k, r.mode, r.cache,
-               r.concurrency, r.harness_version, r.thermal, r.torch_version,
-               r.cuda_runtime_version, r.cublas_version, r.tflops, r.first_20s_tflops,
-               r.soak_drop, r.temperature_load_c, r.sm_clock_mhz_median,
-               r.power_w_median, r.reason_shares, r.collected_at, r.correctness_failed,
-               *(getattr(r, flag) for flag in FLAG_COLUMNS),
-               f.power_limit_w, f.driver_version, f.virtualization_mode)
-        .join(Provider, Provider.id == r.provider_id)
-        .join(Host, Host.id == r.host_id)
-        .join(ProbeRun, ProbeRun.id == r.probe_run_id)
-        .outerjoin(f, f.id == r.fingerprint_id), scope)
+# A benchmark configuration, less the software stack (see Config).
+CONFIG_COLUMNS = ("dtype", "m", "n", "k", "mode", "cache", "concurrency", "harness_version",
+                  "thermal")
+STACK_COLUMNS = ("torch_version", "cuda_runtime_version", "cublas_version")
+VALUE_COLUMNS = ("tflops", "sm_clock_mhz_median", "power_w_median", "capped",
+                 "first_20s_tflops", "soak_drop", "temperature_load_c")
+FLAG_SPACE = 1 << len(FLAG_COLUMNS)
+ROWS_PER_FETCH = 200_000
+CSV_ROWS = 250_000  # rows per text value: PostgreSQL caps one at 1 GB
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _numbered(columns: Sequence[Any], values: Sequence[tuple[Any, ...]]) -> ColumnElement[int]:
+    """The position in `values` of each row's tuple of `columns`, computed by the database:
+    the result rows then carry one small number instead of a dozen repeated strings."""
+    if len(values) <= 1:
+        return literal(0)
+    whens = [(and_(*(column.is_(None) if value is None else column == value
+                     for column, value in zip(columns, row, strict=True))), i)
+             for i, row in enumerate(values)]
+    return case(*whens, else_=-1)
+
+
+def _epoch_us(column: Any, dialect: str) -> ColumnElement[int]:
+    """Microseconds since 1970, exact: SQLite keeps the time as text ("2026-11-01
+    03:00:00.000000", see models.UtcDateTime), PostgreSQL as a timestamp."""
+    if dialect == "postgresql":
+        return cast(func.extract("epoch", column) * 1_000_000, BigInteger)
+    return (cast(func.strftime("%s", column), Integer) * 1_000_000
+            + cast(func.substr(column, 21, 6), Integer))
+
+
+def _result_rows(engine: Engine, scope: Scope, contended: bool
+                 ) -> tuple[dict[str, NDArray[Any]], list[tuple[Any, ...]],
+                            list[tuple[Any, ...]], list[str]]:
+    """One row per benchmark result in scope, as arrays of numbers, and what the codes in
+    `kind` stand for: (configurations, software stacks, variants).
+
+    Reading the rows into Python is most of the cost at millions of results (six columns
+    of 2.4 M rows took 2.3 s to fetch from SQLite, twelve 8.5 s), so each row carries
+    only what differs between results of one GPU: `kind` packs its configuration, stack,
+    correctness, variant and flags into one integer (see `_unpacked`); its host and
+    fingerprint are read for the newest result of each GPU only. With `contended`, the
+    run, host, provider and GPU index come too, to leave out and count the results of
+    hosts that shared GPUs.
+    """
+    r = BenchmarkResult
+    where: list[ColumnElement[bool]] = _within(r.collected_at, scope)
+    if scope.sweep is not None:
+        where.append(r.probe_run_id.in_(select(ProbeRun.id)
+                                        .where(ProbeRun.sweep == scope.sweep)))
+    if scope.providers:
+        where.append(r.provider_id.in_(select(Provider.id)
+                                       .where(Provider.name.in_(scope.providers))))
+    if scope.runs:
+        where.append(r.probe_run_id.in_(scope.runs))
     if scope.variants:
-        stmt = stmt.where(r.variant.in_(scope.variants))
-    if scope.since is not None:
-        stmt = stmt.where(r.collected_at >= scope.since)
-    if scope.until is not None:
-        stmt = stmt.where(r.collected_at <= scope.until)
-    groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
-    shared: dict[tuple[str, str, int, str], int] = defaultdict(int)
+        where.append(r.variant.in_(scope.variants))
+    config_cols = [getattr(r, name) for name in CONFIG_COLUMNS]
+    stack_cols = [getattr(r, name) for name in STACK_COLUMNS]
     with engine.connect() as conn:
-        for row in conn.execute(stmt.order_by(r.collected_at, r.id)):
-            if (row.probe_run_id, row.provider, row.host) in contended:
-                shared[(row.provider, row.host, row.gpu_index, row.variant)] += 1
-                continue
-            config = Config(row.dtype, row.m, row.n, row.k, row.mode, row.cache,
-                            row.concurrency, row.harness_version, row.thermal,
-                            ACROSS_STACKS if across_stacks else _stack(row))
-            groups[(row.gpu_id, config, row.correctness_failed)].append(row)
+        kinds = [tuple(row) for row in conn.execute(
+            select(*config_cols, *stack_cols, r.variant).where(*where).distinct())]
+        configs = sorted({kind[:len(CONFIG_COLUMNS)] for kind in kinds})
+        stacks = sorted({kind[len(CONFIG_COLUMNS):-1] for kind in kinds},
+                        key=lambda s: tuple(v or "" for v in s))
+        variants = sorted({kind[-1] for kind in kinds})
+        flags = sum((cast(getattr(r, flag), Integer) * (1 << i)
+                     for i, flag in enumerate(FLAG_COLUMNS)), start=literal(0))
+        capped = sum((func.coalesce(r.reason_shares[name].as_float(), 0.0)
+                      for name in POWER_CAP_REASONS), start=literal(0.0))
+        kind = ((((_numbered(config_cols, configs) * max(1, len(stacks))
+                   + _numbered(stack_cols, stacks)) * 2
+                  + cast(r.correctness_failed, Integer)) * max(1, len(variants))
+                 + _numbered([r.variant], [(v,) for v in variants])) * FLAG_SPACE + flags)
+        columns = [kind.label("kind"), r.gpu_id,
+                   _epoch_us(r.collected_at, engine.dialect.name).label("at"), r.id,
+                   r.tflops, r.sm_clock_mhz_median, r.power_w_median,
+                   cast(capped, Float).label("capped"), r.first_20s_tflops, r.soak_drop,
+                   r.temperature_load_c]
+        if contended:
+            columns += [r.probe_run_id, r.host_id, r.provider_id, r.gpu_index]
+        stmt = select(*columns).where(*where)
+        table = _numbers(conn, stmt)
+    names = list(stmt.selected_columns.keys())
+    arrays: dict[str, NDArray[Any]] = {}
+    for i, name in enumerate(names):
+        arrays[name] = table[:, i] if name in VALUE_COLUMNS else table[:, i].astype(np.int64)
+    return arrays, configs, stacks, variants
+
+
+def _numbers(conn: Any, stmt: AnySelect) -> NDArray[np.float64]:
+    """A statement whose columns are all numbers, as one float64 array (NULL is NaN; every
+    integer it carries is below 2**53, so exact).
+
+    PostgreSQL sends it as CSV text, a few hundred thousand rows to a value, parsed by
+    pandas' C reader: fetching 2.4 M rows of eleven columns as Python tuples took 15 s
+    there, and COPY hands psycopg one message per row. Its text form of a float is the
+    shortest that reads back as the same double (extra_float_digits, PostgreSQL 12+).
+    SQLite has no such path: the driver's own tuples go straight into numpy, without
+    SQLAlchemy's rows.
+    """
+    width = len(stmt.selected_columns)
+    if conn.dialect.name == "postgresql":
+        rows = stmt.subquery()
+        line = func.concat_ws(",", *(func.coalesce(cast(column, Text), "")
+                                     for column in rows.c))
+        chunks = (select(func.string_agg(line, literal("\n")))
+                  .group_by(rows.c.id - rows.c.id % CSV_ROWS))
+        text = "\n".join(chunk for (chunk,) in conn.execute(chunks))
+        if not text:
+            return np.empty((0, width))
+        frame = pd.read_csv(io.StringIO(text), header=None, dtype=np.float64)
+        return frame.to_numpy(dtype=np.float64)
+    cursor = conn.execute(stmt).cursor
+    parts = []
+    while part := cursor.fetchmany(ROWS_PER_FETCH):
+        parts.append(np.array(part, dtype=np.float64))
+    return np.concatenate(parts) if parts else np.empty((0, width))
+
+
+def _measures(engine: Engine, scope: Scope, across_stacks: bool,
+              contended: set[tuple[int, int]]
+              ) -> tuple[list[GpuMeasure], list[Excluded]]:
+    rows, configs, stacks, variants = _result_rows(engine, scope, bool(contended))
+    with engine.connect() as conn:
+        providers = dict(conn.execute(select(Provider.id, Provider.name)).all())
+        host_names = dict(conn.execute(select(Host.id, Host.name)).all())
+    variant_count = max(1, len(variants))
+    kind = rows["kind"]
+    flag_bits = kind % FLAG_SPACE
+    variant = (kind // FLAG_SPACE) % variant_count
+    rest = kind // (FLAG_SPACE * variant_count)
+    failed, rest = rest % 2, rest // 2
+    stack, config = rest % max(1, len(stacks)), rest // max(1, len(stacks))
+    excluded: list[Excluded] = []
+    if contended and len(kind):
+        pairs = pd.MultiIndex.from_arrays([rows["probe_run_id"], rows["host_id"]])
+        shared = np.asarray(pairs.isin(list(contended)))
+        counts = pd.DataFrame({"p": rows["provider_id"][shared], "h": rows["host_id"][shared],
+                               "i": rows["gpu_index"][shared], "v": variant[shared]}
+                              ).groupby(["p", "h", "i", "v"]).size()
+        held = zip(*(counts.index.get_level_values(level).tolist() for level in range(4)),
+                   strict=True)
+        excluded = sorted((Excluded(providers[p], host_names[h], i, variants[v], n,
+                                    SHARED_REASON)
+                           for (p, h, i, v), n in zip(held, counts.tolist(), strict=True)),
+                          key=lambda e: (e.provider, e.host, e.gpu_index, e.variant))
+        keep = ~shared
+        rows = {name: values[keep] for name, values in rows.items()}
+        flag_bits, variant, failed = flag_bits[keep], variant[keep], failed[keep]
+        stack, config = stack[keep], config[keep]
+    if not len(rows["kind"]):
+        return [], excluded
+    stack_key = np.zeros_like(stack) if across_stacks else stack
+    keys = (rows["gpu_id"], config, stack_key, failed)
+    # Grouped by (GPU, configuration, correctness), each group oldest result first.
+    order = np.lexsort((rows["id"], rows["at"], *reversed(keys)))
+    changed = np.zeros(len(order), dtype=bool)
+    changed[0] = True
+    for key in keys:
+        ordered = key[order]
+        changed[1:] |= ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(changed)
+    ends = np.append(starts[1:], len(order))
+    group = np.repeat(np.arange(len(starts)), ends - starts)
+    medians = pd.DataFrame({name: rows[name][order] for name in VALUE_COLUMNS}).groupby(
+        group, sort=True).median()
+    flags = np.bitwise_or.reduceat(flag_bits[order], starts).tolist()
+    stack_sets = _stacks_by_group(group, stack[order], stacks)
+    last = order[ends - 1]
+    newest = _newest_results(engine, rows["id"][last].tolist())
+    value = {name: medians[name].to_numpy().tolist() for name in VALUE_COLUMNS}
+    first_at, last_at = rows["at"][order[starts]].tolist(), rows["at"][last].tolist()
+    last_variant, last_config = variant[last].tolist(), config[last].tolist()
+    gpu_ids, last_failed = rows["gpu_id"][last].tolist(), failed[last].tolist()
+    # One Config per configuration and stack, ranked once: sorting measures by comparing
+    # Config dataclasses field by field cost more than building them.
+    kinds = {(c, stack_sets[g]) for g, c in enumerate(last_config)}
+    made = {(c, label): Config(**dict(zip(CONFIG_COLUMNS, configs[c], strict=True)),
+                               stack=ACROSS_STACKS if across_stacks else label)
+            for c, label in kinds}
+    rank = {config: i for i, config in enumerate(sorted(set(made.values())))}
     measures: list[GpuMeasure] = []
-    excluded = [Excluded(*key, results, SHARED_REASON) for key, results in shared.items()]
-    for (gpu_id, config, failed), rows in groups.items():
-        last = rows[-1]
-        if failed:
+    for g, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        provider_id, host_id, gpu_index, limit, driver, virtualization = newest[g]
+        provider, host = providers[provider_id], host_names[host_id]
+        if last_failed[g]:
             # A result that failed the correctness gate timed a wrong answer.
-            excluded.append(Excluded(last.provider, last.host, last.gpu_index, last.variant,
-                                     len(rows), "failed the correctness check"))
+            excluded.append(Excluded(provider, host, gpu_index, variants[last_variant[g]],
+                                     end - start, "failed the correctness check"))
             continue
         measures.append(GpuMeasure(
-            provider=last.provider, host=last.host, gpu=str(gpu_id),
-            gpu_index=last.gpu_index, variant=last.variant, config=config,
-            tflops=statistics.median(row.tflops for row in rows), results=len(rows),
-            sm_clock_mhz=_median(row.sm_clock_mhz_median for row in rows),
-            power_w=_median(row.power_w_median for row in rows),
-            power_capped_share=_median(
-                sum(float((row.reason_shares or {}).get(name, 0.0))
-                    for name in POWER_CAP_REASONS) for row in rows),
-            power_limit_w=last.power_limit_w, driver_version=last.driver_version,
-            virtualization_mode=last.virtualization_mode,
-            flags=tuple(flag for flag in FLAG_COLUMNS if any(getattr(row, flag) for row in rows)),
-            first=rows[0].collected_at, last=last.collected_at,
-            first_20s_tflops=_median(row.first_20s_tflops for row in rows),
-            drop=_median(row.soak_drop for row in rows),
-            temperature_c=_median(row.temperature_load_c for row in rows),
-            stack="; ".join(sorted({_stack(row) for row in rows}))))
-    measures.sort(key=lambda m: (m.config, m.variant, m.provider, m.host, m.gpu_index))
+            provider=provider, host=host, gpu=str(gpu_ids[g]), gpu_index=gpu_index,
+            variant=variants[last_variant[g]],
+            config=made[(last_config[g], stack_sets[g])],
+            tflops=value["tflops"][g], results=end - start,
+            sm_clock_mhz=_present(value["sm_clock_mhz_median"][g]),
+            power_w=_present(value["power_w_median"][g]),
+            power_capped_share=_present(value["capped"][g]),
+            power_limit_w=limit, driver_version=driver, virtualization_mode=virtualization,
+            flags=tuple(flag for i, flag in enumerate(FLAG_COLUMNS) if flags[g] & (1 << i)),
+            first=_EPOCH + dt.timedelta(microseconds=first_at[g]),
+            last=_EPOCH + dt.timedelta(microseconds=last_at[g]),
+            first_20s_tflops=_present(value["first_20s_tflops"][g]),
+            drop=_present(value["soak_drop"][g]),
+            temperature_c=_present(value["temperature_load_c"][g]), stack=stack_sets[g]))
+    measures.sort(key=lambda m: (rank[m.config], m.variant, m.provider, m.host, m.gpu_index))
     return measures, excluded
+
+
+def _newest_results(engine: Engine, ids: list[int]
+                    ) -> list[tuple[int, int, int, float | None, str | None, str | None]]:
+    """For each result id: (provider id, host id, GPU index, and the power limit, driver
+    and virtualization of the fingerprint it was measured under)."""
+    r, f = BenchmarkResult, Fingerprint
+    found: dict[int, tuple[int, int, int, float | None, str | None, str | None]] = {}
+    with engine.connect() as conn:
+        for chunk in in_chunks(sorted(ids)):
+            for row in conn.execute(
+                    select(r.id, r.provider_id, r.host_id, r.gpu_index, f.power_limit_w,
+                           f.driver_version, f.virtualization_mode)
+                    .outerjoin(f, f.id == r.fingerprint_id).where(r.id.in_(chunk))):
+                found[row.id] = tuple(row)[1:]  # type: ignore[assignment]
+    return [found[i] for i in ids]
+
+
+def _present(value: float) -> float | None:
+    return None if value != value else value  # NaN: no result had it
+
+
+def _stacks_by_group(group: NDArray[np.int64], codes: NDArray[Any],
+                     stacks: list[tuple[Any, ...]]) -> list[str]:
+    """Per group, "; ".join of the distinct software stacks of its results."""
+    if not len(group):
+        return []
+    labels = [software_stack(*stack) for stack in stacks]
+    pairs = pd.DataFrame({"group": group, "stack": codes}).drop_duplicates()
+    # Most GPUs ran one stack: its label; the others join theirs.
+    first = pairs.drop_duplicates("group").set_index("group")["stack"]
+    found = [labels[int(code)] for code in first.reindex(range(int(group[-1]) + 1)).tolist()]
+    sizes = pairs.groupby("group").size()
+    for g in sizes[sizes > 1].index.tolist():
+        codes_of = pairs.loc[pairs["group"] == g, "stack"].tolist()
+        found[g] = "; ".join(sorted({labels[int(code)] for code in codes_of}))
+    return found
 
 
 def load_dataset(engine: Engine, scope: Scope, across_stacks: bool = False) -> Dataset:
     """What the report rests on; `across_stacks` compares results of different software
     stacks as one configuration (each GPU's stack stays on its measure)."""
     hosts, failures, runs = _host_states(engine, scope)
-    if scope.variants:
-        hosts = [h for h in hosts if any(variant_of(g) in scope.variants
-                                         for g in h.document.gpus)]
+    gpus = _gpu_frame(engine, hosts)
+    if scope.variants and len(gpus):
+        carrying = set(gpus.loc[gpus["variant"].isin(scope.variants), "document_id"])
+        hosts = [h for h in hosts if h.document_id in carrying]
+        gpus = gpus[gpus["document_id"].isin(carrying)].reset_index(drop=True)
+    elif scope.variants:
+        hosts = []
+    datasheets = _datasheets(engine, gpus) if len(gpus) else {}
     shared, contended = _shared_hosts(engine, scope)
     measures, excluded = _measures(engine, scope, across_stacks, contended)
     times = [h.collected_at for h in hosts] + [m.last for m in measures] + \
         [m.first for m in measures]
     return Dataset(scope, tuple(hosts), tuple(failures), tuple(measures), tuple(excluded),
-                   runs, min(times, default=None), max(times, default=None), tuple(shared))
+                   runs, min(times, default=None), max(times, default=None), tuple(shared),
+                   gpus, datasheets)
 
 
 @dataclass(frozen=True)
@@ -499,16 +870,19 @@ def named_pairs(data: Dataset) -> set[tuple[str, str]]:
         (s.other_provider, s.other_host) for s in data.shared}
 
 
-def _hidden_document(document: AgentDocument) -> AgentDocument:
-    gpus = [gpu.model_copy(update={"uuid": None, "serial": None, "pci_bus_id": None,
-                                   "board_part_number": None, "processes": []})
-            for gpu in document.gpus]
-    host = document.host.model_copy(update={"hostname": None, "user": None,
-                                            "python_executable": None})
-    # The agent's own words may name the host ("nvidia-smi not found on gpu-17.internal").
-    reason = None if document.no_gpu_reason is None else "(hidden in an anonymized report)"
-    return document.model_copy(update={"gpus": gpus, "host": host, "errors": [],
-                                       "no_gpu_reason": reason})
+# Columns of `Dataset.gpus` that name a card; an anonymized report drops them.
+IDENTIFYING = ("serial",)
+
+
+def _hidden_gpus(gpus: pd.DataFrame, names: Aliases) -> pd.DataFrame:
+    hidden = gpus.copy()
+    hidden["host"] = [names.host(p, h) for p, h in zip(gpus["provider"], gpus["host"],
+                                                        strict=True)]
+    hidden["provider"] = [names.provider(p) for p in gpus["provider"]]
+    for column in IDENTIFYING:
+        hidden[column] = None
+    # In the store's order, rows would follow the real names and give them away.
+    return hidden.sort_values(["provider", "host", "gpu_index"], ignore_index=True)
 
 
 _Named = TypeVar("_Named", "HostState", "HostFailure", "GpuMeasure", "Excluded")
@@ -516,7 +890,8 @@ _Named = TypeVar("_Named", "HostState", "HostFailure", "GpuMeasure", "Excluded")
 
 def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
     """Providers and hosts renamed by `names` (by default, aliases of this data's own);
-    GPU serials and UUIDs, tags and failure messages (which name addresses) dropped."""
+    GPU serials and UUIDs, tags, failure messages (which name addresses) and the
+    agent's words on a missing GPU dropped."""
     names = names or Aliases.of(named_pairs(data))
 
     def by_alias(items: Iterable[_Named]) -> tuple[_Named, ...]:
@@ -529,8 +904,11 @@ def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
                                                          for p in data.scope.providers))),
         hosts=by_alias(replace(h, provider=names.provider(h.provider),
                                host=names.host(h.provider, h.host),
-                               document=_hidden_document(h.document),
-                               listing=replace(h.listing, tags=()))
+                               listing=replace(h.listing, tags=()),
+                               # The agent's own words may name the host ("nvidia-smi not
+                               # found on gpu-17.internal").
+                               no_gpu_reason=None if h.no_gpu_reason is None
+                               else "(hidden in an anonymized report)")
                        for h in data.hosts),
         failures=by_alias(replace(f, provider=names.provider(f.provider),
                                   host=names.host(f.provider, f.host),
@@ -548,7 +926,8 @@ def anonymize(data: Dataset, names: Aliases | None = None) -> Dataset:
                                      other_host=names.host(s.other_provider, s.other_host),
                                      gpus=()) for s in data.shared),
                             key=lambda s: (s.provider, s.host, s.other_provider,
-                                           s.other_host))))
+                                           s.other_host))),
+        gpus=_hidden_gpus(data.gpus, names), datasheets=data.datasheets)
 
 
 def _letters(i: int) -> str:

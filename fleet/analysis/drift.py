@@ -9,60 +9,63 @@ brings its own, and cuBLAS picks GEMM kernels by version).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleet.analysis.dataset import HostState
-from fleet.document import AgentDocument, Gpu
-from fleet.store.ingest import variant_of
-from fleet.store.query import software_stack
+import pandas as pd
+
+from fleet.analysis.dataset import Dataset
 from fleet.words import counted
 
 
-def _power_limit(gpu: Gpu) -> float | None:
-    return gpu.power_limit_enforced_w or gpu.power_limit_w
+def power_limit(gpus: pd.DataFrame) -> pd.Series:
+    """The limit the driver enforces, else the one set (NaN where neither is known)."""
+    enforced = gpus["power_limit_enforced_w"].astype("float64")
+    return enforced.where(enforced.notna() & (enforced != 0),
+                          gpus["power_limit_w"].astype("float64"))
 
 
-def _on_off(value: bool | None) -> str | None:
-    return None if value is None else ("on" if value else "off")
+def _shown(values: pd.Series, show: Callable[[object], str]) -> pd.Series:
+    """`values` as the text a report shows, None where unknown; each distinct value is
+    formatted once."""
+    present = values.dropna()
+    texts = {value: show(value) for value in present.unique()}
+    return present.map(texts).reindex(values.index).astype(object).where(
+        values.notna(), None)
 
 
-def _watts(value: float | None) -> str | None:
-    return None if value is None else f"{value:g} W"
+def _on_off(values: pd.Series) -> pd.Series:
+    return _shown(values.astype(object), lambda v: "on" if v else "off")
 
 
-def _mhz(value: int | None) -> str | None:
-    return None if value is None else f"{value} MHz"
+def _watts(values: pd.Series) -> pd.Series:
+    return _shown(values, lambda v: f"{float(v):g} W")  # type: ignore[arg-type]
 
 
-# (what, how to read it off a GPU). Values are compared as the text shown.
-ATTRIBUTES: tuple[tuple[str, Callable[[Gpu], str | None]], ...] = (
-    ("driver", lambda g: g.driver_version),
-    ("CUDA driver version", lambda g: g.cuda_driver_version),
-    ("power limit", lambda g: _watts(_power_limit(g))),
-    ("max SM clock", lambda g: _mhz(g.max_sm_clock_mhz)),
-    ("max memory clock", lambda g: _mhz(g.max_mem_clock_mhz)),
-    ("application SM clock", lambda g: _mhz(g.app_sm_clock_target_mhz)),
-    ("ECC", lambda g: _on_off(g.ecc_enabled)),
-    ("MIG", lambda g: _on_off(g.mig_enabled)),
-    ("persistence mode", lambda g: _on_off(g.persistence_mode)),
-    ("virtualization", lambda g: g.virtualization_mode),
-)
+def _mhz(values: pd.Series) -> pd.Series:
+    return _shown(values, lambda v: f"{int(v)} MHz")  # type: ignore[call-overload]
 
 
-def _stack(document: AgentDocument, gpu: Gpu) -> str | None:
-    """The stack the GPU's results in this document were measured on; None when it was
-    not measured (a fingerprint is no evidence of the stack a benchmark would use)."""
-    stacks = sorted({software_stack(p.torch_version, p.cuda_runtime_version, p.cublas_version)
-                     for p in (r.provenance for r in document.benchmarks
-                               if r.gpu_index == gpu.index)})
-    return "; ".join(stacks) or None
+def _text(column: str) -> Callable[[pd.DataFrame], pd.Series]:
+    return lambda gpus: _shown(gpus[column].astype(object), str)
 
 
-# Read off the GPU's document rather than its fingerprint.
-MEASURED: tuple[tuple[str, Callable[[AgentDocument, Gpu], str | None]], ...] = (
-    ("software stack", _stack),
+# (what, how to read it off the fleet as found). Values are compared as the text shown.
+# The software stack is the one the GPU's results in its newest document were measured
+# on (None when it was not measured: a fingerprint is no evidence of the stack a
+# benchmark would use).
+ATTRIBUTES: tuple[tuple[str, Callable[[pd.DataFrame], pd.Series]], ...] = (
+    ("driver", _text("driver_version")),
+    ("CUDA driver version", _text("cuda_driver_version")),
+    ("power limit", lambda g: _watts(power_limit(g))),
+    ("max SM clock", lambda g: _mhz(g["max_sm_clock_mhz"])),
+    ("max memory clock", lambda g: _mhz(g["max_mem_clock_mhz"])),
+    ("application SM clock", lambda g: _mhz(g["app_sm_clock_target_mhz"])),
+    ("ECC", lambda g: _on_off(g["ecc_enabled"])),
+    ("MIG", lambda g: _on_off(g["mig_enabled"])),
+    ("persistence mode", lambda g: _on_off(g["persistence_mode"])),
+    ("virtualization", _text("virtualization_mode")),
+    ("software stack", _text("software_stack")),
 )
 
 
@@ -99,71 +102,60 @@ class Drift:
         return f"{base}; {rest}"
 
 
-def _outliers(seen: list[tuple[str, str, str]]) -> tuple[Outlier, ...]:
-    """(value, provider, host) per GPU -> one outlier per (value, provider)."""
-    hosts: dict[tuple[str, str], set[str]] = defaultdict(set)
-    count: dict[tuple[str, str], int] = defaultdict(int)
-    for value, provider, host in seen:
-        hosts[(value, provider)].add(host)
-        count[(value, provider)] += 1
-    return tuple(Outlier(value, provider, tuple(sorted(hosts[(value, provider)])),
-                         count[(value, provider)])
-                 for value, provider in sorted(hosts))
+def _outliers(seen: pd.DataFrame) -> tuple[Outlier, ...]:
+    """GPUs (value, provider, host) -> one outlier per (value, provider)."""
+    grouped = seen.groupby(["value", "provider"], sort=True)["host"]
+    return tuple(Outlier(str(value), str(provider), tuple(sorted(set(hosts))), len(hosts))
+                 for (value, provider), hosts in grouped)
 
 
-HostReader = Callable[[HostState, Gpu], str | None]
+def _attribute(variant: str, attribute: str, members: pd.DataFrame) -> Drift | None:
+    """The variant's GPUs (value, provider, host) that differ from most of it."""
+    counts = members["value"].value_counts()
+    if len(counts) < 2:
+        return None
+    # Most GPUs' value is the reference; a tie goes to the first in sorted order, so the
+    # same store always gives the same report.
+    usual = max(sorted(counts.index), key=lambda v: counts[v])
+    return Drift(variant, attribute, str(usual), int(counts[usual]), int(counts.sum()),
+                 _outliers(members[members["value"] != usual]), "the rest of the variant")
 
 
-def _of_gpu(read: Callable[[Gpu], str | None]) -> HostReader:
-    return lambda _, gpu: read(gpu)
-
-
-def _of_document(read: Callable[[AgentDocument, Gpu], str | None]) -> HostReader:
-    return lambda host, gpu: read(host.document, gpu)
-
-
-def find_drift(hosts: tuple[HostState, ...]) -> list[Drift]:
-    by_variant: dict[str, list[tuple[HostState, Gpu]]] = defaultdict(list)
-    for host in hosts:
-        for gpu in host.document.gpus:
-            by_variant[variant_of(gpu)].append((host, gpu))
+def find_drift(data: Dataset) -> list[Drift]:
+    gpus = data.gpus
+    if gpus.empty:
+        return []
+    base = pd.DataFrame({"variant": gpus["variant"].astype(str),
+                         "provider": gpus["provider"].astype(str),
+                         "host": gpus["host"].astype(str)})
+    by_attribute: dict[str, dict[str, pd.DataFrame]] = {}
+    for attribute, read in ATTRIBUTES:
+        seen = base.assign(value=read(gpus)).dropna(subset=["value"])
+        by_attribute[attribute] = {str(variant): members for variant, members
+                                   in seen.groupby("variant", sort=True)}
     found: list[Drift] = []
-    readers = [(what, _of_gpu(read)) for what, read in ATTRIBUTES] + [
-        (what, _of_document(read)) for what, read in MEASURED]
-    for variant, members in sorted(by_variant.items()):
-        for attribute, read_host in readers:
-            values: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
-            for host, gpu in members:
-                value = read_host(host, gpu)
-                if value is not None:
-                    values[value].append((value, host.provider, host.host))
-            if len(values) < 2:
-                continue
-            # Most GPUs' value is the reference; a tie goes to the first in sorted order,
-            # so the same store always gives the same report.
-            usual = max(sorted(values), key=lambda v: len(values[v]))
-            others = [seen for value, group in values.items() if value != usual
-                      for seen in group]
-            found.append(Drift(variant, attribute, usual, len(values[usual]),
-                               sum(len(g) for g in values.values()), _outliers(others),
-                               "the rest of the variant"))
-        found += _below_datasheet(variant, members)
+    for variant, members in base.groupby("variant", sort=True):
+        for attribute, _ in ATTRIBUTES:
+            values = by_attribute[attribute].get(str(variant))
+            drift = None if values is None else _attribute(str(variant), attribute, values)
+            if drift is not None:
+                found.append(drift)
+        found += _below_datasheet(data, str(variant), gpus.loc[members.index])
     return found
 
 
-def _below_datasheet(variant: str, members: list[tuple[HostState, Gpu]]) -> list[Drift]:
-    low: list[tuple[str, str, str]] = []
-    default: float | None = None
-    for host, gpu in members:
-        sheet = gpu.variant.datasheet
-        if sheet is None or sheet.default_power_w is None or gpu.variant.form_factor == "vGPU":
-            continue
-        default = sheet.default_power_w
-        limit = _power_limit(gpu)
-        if limit is not None and limit < 0.99 * default:
-            low.append((f"{limit:g} W", host.provider, host.host))
-    if not low or default is None:
+def _below_datasheet(data: Dataset, variant: str, members: pd.DataFrame) -> list[Drift]:
+    sheet = data.datasheets.get(variant)
+    if sheet is None or sheet.default_power_w is None:
         return []
+    default = sheet.default_power_w
+    physical = members[members["form_factor"] != "vGPU"]
+    limits = power_limit(physical)
+    low = physical[limits < 0.99 * default]
+    if low.empty:
+        return []
+    seen = pd.DataFrame({"value": _watts(limits[low.index]),
+                         "provider": low["provider"].astype(str),
+                         "host": low["host"].astype(str)})
     return [Drift(variant, "power limit below datasheet", f"{default:g} W", 0, len(members),
-                  _outliers(low), "datasheet")]
-
+                  _outliers(seen), "datasheet")]

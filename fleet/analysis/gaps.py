@@ -156,16 +156,48 @@ def ratio_interval(slower: Sequence[float], faster: Sequence[float], options: Ga
 def resampled_medians(hosts: Sequence[Sequence[float]], rng: np.random.Generator,
                       resamples: int) -> NDArray[np.float64]:
     """The median of each of `resamples` draws of hosts with replacement, each host with
-    all its values: a cluster bootstrap, the host as the unit."""
-    # Hosts as rows, padded with NaN where a host has fewer GPUs than the largest.
-    table = np.full((len(hosts), max(len(h) for h in hosts)), np.nan)
-    for row, values in zip(table, hosts, strict=True):
-        row[:len(values)] = values
+    all its values: a cluster bootstrap, the host as the unit.
+
+    A draw is how many times it took each host, and its median the value where the
+    running count of drawn values, over all values in order, passes the middle. Drawing
+    the values themselves and taking medians gave the same figures but cost 3.4 s a
+    comparison at 2,500 hosts of 8 GPUs a side (bench/report_scale.py): the running
+    count is kept only over a band of the ordered values around the pooled median,
+    widened for the draws whose middle falls outside it.
+    """
+    sizes = np.array([len(h) for h in hosts], dtype=np.int64)
+    values = np.concatenate([np.asarray(h, dtype=float) for h in hosts])
+    owner = np.repeat(np.arange(len(hosts)), sizes)
     picks = rng.integers(0, len(hosts), size=(resamples, len(hosts)))
-    drawn = table[picks].reshape(resamples, -1)
-    ragged = bool(np.isnan(table).any())
-    result: NDArray[np.float64] = (np.nanmedian(drawn, axis=1) if ragged
-                                   else np.median(drawn, axis=1))
+    taken = np.bincount((picks + (np.arange(resamples) * len(hosts))[:, None]).ravel(),
+                        minlength=resamples * len(hosts)).reshape(resamples, len(hosts))
+    order = np.argsort(values, kind="stable")
+    ordered, owners = values[order], owner[order]
+    total = taken @ sizes
+    # 0-based ranks of the two middle values (one and the same when the count is odd),
+    # whose mean is the median, as numpy takes it.
+    low_rank, high_rank = (total - 1) // 2, total // 2
+    result = np.empty(resamples)
+    pending = np.arange(resamples)
+    width = max(256, len(values) // 10)
+    while len(pending):
+        start = max(0, len(values) // 2 - width // 2)
+        end = min(len(values), start + width)
+        if end - start < len(values) and end == len(values):
+            start = max(0, end - width)
+        counts = taken[pending]
+        before = counts @ np.bincount(owners[:start], minlength=len(hosts))
+        running = before[:, None] + np.cumsum(counts[:, owners[start:end]], axis=1)
+        lows, highs = low_rank[pending], high_rank[pending]
+        inside = (before <= lows) & (running[:, -1] > highs)
+        if end - start == len(values):
+            inside[:] = True
+        rows = np.flatnonzero(inside)
+        below_low = (running[rows] <= lows[rows, None]).sum(axis=1)
+        below_high = (running[rows] <= highs[rows, None]).sum(axis=1)
+        result[pending[rows]] = (ordered[start + below_low] + ordered[start + below_high]) / 2
+        pending = pending[~inside]
+        width *= 4
     return result
 
 

@@ -3,20 +3,30 @@
 The seed's serverless platform answered four requests for "A100-80GB" with three PCIe
 cards and one SXM board: each host may match a loose listing (family and memory) while
 the listing as a whole delivers different hardware at one price.
+
+Both read the fleet as found (`Dataset.gpus`, the store's fingerprint columns of each
+host's newest document), not the documents themselves.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import pandas as pd
 from pydantic import ValidationError
 
-from fleet.analysis.dataset import HostState
-from fleet.expectation import check_expectation
+from fleet.analysis.dataset import Dataset
+from fleet.expectation import FoundGpu, check_found
 from fleet.inventory import Expect
-from fleet.store.ingest import variant_of
 from fleet.words import counted
+
+# What a listing check reads of each GPU (fleet.expectation.FoundGpu).
+CHECKED = ("document_id", "gpu_index", "variant", "variant_label", "family", "form_factor",
+           "memory_gb", "memory_total_mib", "power_limit_enforced_w", "power_limit_w")
 
 
 @dataclass(frozen=True)
@@ -43,46 +53,70 @@ class MixedListing:
                          for variant, gpus, hosts in self.variants)
 
 
-def found_on(host: HostState) -> str:
-    counts = Counter(variant_of(gpu) for gpu in host.document.gpus)
+def plain(frame: pd.DataFrame, columns: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+    """The rows of `columns` as tuples of Python values, None where the store had NULL."""
+    values = frame[list(columns)].astype(object)
+    values = values.where(values.notna(), None)
+    return zip(*(values[column].tolist() for column in columns), strict=True)
+
+
+def _found(variants: list[str]) -> str:
+    counts = Counter(variants)
     if not counts:
         return "no GPU"
     return ", ".join(f"{n} x {label}" for label, n in counts.most_common())
 
 
-def find_mismatches(hosts: tuple[HostState, ...]) -> list[Mismatch]:
+def find_mismatches(data: Dataset) -> list[Mismatch]:
     """Hosts whose newest document differs from the listing given when it was collected."""
+    cards: dict[int, list[tuple[str, FoundGpu]]] = defaultdict(list)
+    for (document_id, index, variant, label, family, form_factor, memory_gb, memory_mib,
+         enforced, limit) in plain(data.gpus.sort_values(["document_id", "gpu_index"]),
+                                   CHECKED):
+        cards[document_id].append((variant, FoundGpu(
+            int(index), label, family, form_factor, memory_gb, memory_mib, enforced or limit)))
+    expects: dict[str, Expect | None] = {}
     found = []
-    for host in hosts:
+    for host in data.hosts:
         if not host.listing.expect:
             continue
-        try:
-            expect = Expect.model_validate(host.listing.expect)
-        except ValidationError:
-            # Stored by an older fleet whose `expect` had other fields: judge nothing
-            # rather than judge by half a listing.
+        key = json.dumps(host.listing.expect, sort_keys=True)
+        if key not in expects:
+            try:
+                expects[key] = Expect.model_validate(host.listing.expect)
+            except ValidationError:
+                # Stored by an older fleet whose `expect` had other fields: judge nothing
+                # rather than judge by half a listing.
+                expects[key] = None
+        expect = expects[key]
+        if expect is None:
             continue
-        verdict = check_expectation(expect, host.document)
+        gpus = cards.get(host.document_id, [])
+        verdict = check_found(expect, [gpu for _, gpu in gpus], host.no_gpu_reason)
         if verdict is not None and not verdict.matches:
-            found.append(Mismatch(host.provider, host.host, host.listing.label, found_on(host),
+            found.append(Mismatch(host.provider, host.host, host.listing.label,
+                                  _found([variant for variant, _ in gpus]),
                                   verdict.problems, verdict.unchecked))
     return found
 
 
-def find_mixed_listings(hosts: tuple[HostState, ...]) -> list[MixedListing]:
-    gpus: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    members: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for host in hosts:
-        if not host.listing.names_hardware:
-            continue
-        key = (host.provider, host.listing.label)
-        for gpu in host.document.gpus:
-            variant = variant_of(gpu)
-            gpus[key][variant] += 1
-            members[key][variant].add(host.host)
+def find_mixed_listings(data: Dataset) -> list[MixedListing]:
+    listed = {h.document_id: h.listing.label for h in data.hosts if h.listing.names_hardware}
+    gpus = data.gpus[data.gpus["document_id"].isin(listed)]
+    if gpus.empty:
+        return []
+    frame = pd.DataFrame({"provider": gpus["provider"].astype(str),
+                          "listed": gpus["document_id"].map(listed),
+                          "variant": gpus["variant"].astype(str),
+                          "host": gpus["host"].astype(str)})
+    per_variant = frame.groupby(["provider", "listed", "variant"], sort=True).agg(
+        gpus=("host", "size"), hosts=("host", "nunique")).reset_index()
     mixed = []
-    for key, counts in sorted(gpus.items()):
-        if len(counts) > 1:
-            mixed.append(MixedListing(key[0], key[1], tuple(
-                (variant, n, len(members[key][variant])) for variant, n in counts.most_common())))
+    for (provider, label), group in per_variant.groupby(["provider", "listed"], sort=True):
+        if len(group) > 1:
+            # Most GPUs first, as Counter.most_common orders them (ties: first seen).
+            ordered = sorted(zip(group["variant"], group["gpus"], group["hosts"],
+                                 strict=True), key=lambda v: -v[1])
+            mixed.append(MixedListing(str(provider), str(label), tuple(
+                (str(variant), int(n), int(hosts)) for variant, n, hosts in ordered)))
     return mixed

@@ -36,6 +36,7 @@ from fleet.analysis.dataset import (
     named_pairs,
 )
 from fleet.analysis.drift import Drift, find_drift
+from fleet.analysis.found import FoundHost, fleet_as_found
 from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
 from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
@@ -110,6 +111,7 @@ class Report:
     providers: tuple[str, ...]
     variants: tuple[str, ...]
     history: History | None = None  # with --sweep: the sweep's nights
+    found: tuple[FoundHost, ...] = ()  # every host's GPUs as found, by provider and host
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -267,9 +269,9 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         store = "(hidden in an anonymized report)"
     history = None if scope.sweep is None else sweep_history(
         engine, scope.sweep, upto, names, scope.providers, scope.variants)
-    mismatches = find_mismatches(data.hosts)
-    mixed = find_mixed_listings(data.hosts)
-    drift = find_drift(data.hosts)
+    mismatches = find_mismatches(data)
+    mixed = find_mixed_listings(data)
+    drift = find_drift(data)
     comparisons = compare_providers(data, options.gaps)
     gaps = [c for c in comparisons if c.systematic]
     cooling = compare_cooling(data, options.cooling)
@@ -288,7 +290,7 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         # The filters as given name real providers: an anonymized report keeps them aliased.
         options=replace(options, scope=data.scope) if options.anonymize else options,
         runs=data.runs, hosts=len(data.hosts),
-        gpus_fingerprinted=sum(len(h.document.gpus) for h in data.hosts),
+        gpus_fingerprinted=len(data.gpus),
         gpus_measured=len({m.gpu for m in data.measures}),
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
         headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
@@ -301,4 +303,4 @@ def build_report(engine: Engine, options: ReportOptions, store: str,
         charts=tuple(provider_charts(data, stragglers)), failures=data.failures,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
-        history=history)
+        history=history, found=tuple(fleet_as_found(data.gpus, data.measures)))

@@ -9,15 +9,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from fleet.analysis.dataset import Scope
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.stragglers import StragglerOptions
+from fleet.api import Store
 from fleet.errors import InputError
-from fleet.report.build import FINDING_KINDS, Report, ReportOptions, build_report
+from fleet.report.build import FINDING_KINDS, Report
 from fleet.report.render import FORMATS, render
 from fleet.store.commands import db_option, reported
-from fleet.store.query import stored_variants
-from fleet.store.schema import open_store
 from fleet.words import counted
 
 EXIT_FINDINGS = 1
@@ -165,15 +161,13 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
     output = output or f"fleet-report.{fmt}"
     if since and until and _utc(since) > _utc(until, True):  # type: ignore[operator]
         raise InputError("--since is after --until: nothing can be in between")
-    with open_store(db) as store:
-        options = ReportOptions(
-            scope=Scope(sweep=sweep, since=_utc(since), until=_utc(until, end_of_day=True),
-                        runs=tuple(sorted(set(runs))), providers=providers,
-                        variants=stored_variants(store.engine, variants)),
-            anonymize=anonymize, gaps=GapOptions(threshold=gap_threshold),
-            stragglers=StragglerOptions(threshold=straggler_threshold),
-            across_stacks=across_stacks)
-        report = build_report(store.engine, options, str(store.location))
+    with Store(db) as store:
+        report = store.report(sweep=sweep, since=_utc(since),
+                              until=_utc(until, end_of_day=True), runs=runs,
+                              providers=providers, variants=variants, anonymize=anonymize,
+                              gap_threshold=gap_threshold,
+                              straggler_threshold=straggler_threshold,
+                              across_stacks=across_stacks)
     where = write_report(report, fmt, output)
     err_console.print(f"Report ({fmt}) written to {where}: {counted(report.hosts, 'host')}, "
                       f"{counted(report.gpus_measured, 'GPU')} measured; findings: "

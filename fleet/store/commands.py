@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from fleet.api import Store
 from fleet.errors import InputError
 from fleet.store.database import database_errors, engine_for
 from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo
@@ -30,15 +31,7 @@ from fleet.store.intake import (
     default_jobs,
     ingest_files,
 )
-from fleet.store.query import (
-    ResultFilter,
-    ResultRow,
-    VariantSummary,
-    count_results,
-    list_results,
-    stored_variants,
-    summarise_variants,
-)
+from fleet.store.query import ResultRow, VariantSummary
 from fleet.store.schema import inspect_schema, open_store, upgrade
 from fleet.words import counted
 
@@ -431,18 +424,17 @@ def results(provider: str | None, variant: str | None, host: str | None,
     machine = as_csv or as_json
     if limit is None and not machine:
         limit = TABLE_LIMIT
-    with open_store(db) as store:
+    with Store(db) as store:
         _note(store.created, store.location)
-        where = ResultFilter(provider=provider, host=host, since=_since(since), sweep=sweep,
-                             stack=stack or None,
-                             variants=stored_variants(store.engine, [variant] if variant else []))
+        where = store.result_filter(provider=provider, variant=variant, host=host,
+                                    since=_since(since), sweep=sweep, stack=stack)
         rows: Sequence[ResultRow | VariantSummary]
         if summary:
-            rows = summarise_variants(store.engine, where)
+            rows = store.summary_rows(where)
             total = len(rows)
         else:
-            rows = list_results(store.engine, where, limit or None)
-            total = count_results(store.engine, where) if limit and len(rows) == limit \
+            rows = store.result_rows(where, limit or None)
+            total = store.count_results(where) if limit and len(rows) == limit \
                 else len(rows)
     if as_json:
         click.echo(json.dumps([_plain(row) for row in rows], indent=2))

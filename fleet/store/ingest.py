@@ -599,6 +599,13 @@ def _fingerprint_row(gpu: Gpu) -> dict[str, Any]:
         "ecc_enabled": gpu.ecc_enabled, "persistence_mode": gpu.persistence_mode,
         "pcie_gen_max": gpu.pcie_gen_max, "pcie_width_max": gpu.pcie_width_max,
         "nvlink_links_active": gpu.nvlink_links_active,
+        "power_limit_enforced_w": gpu.power_limit_enforced_w,
+        "power_limit_min_w": gpu.power_limit_min_w, "power_limit_max_w": gpu.power_limit_max_w,
+        "app_sm_clock_target_mhz": gpu.app_sm_clock_target_mhz,
+        "pcie_gen_current": gpu.pcie_gen_current, "pcie_width_current": gpu.pcie_width_current,
+        "nvlink_links_total": gpu.nvlink_links_total,
+        "mig_devices": to_json([m.profile or m.name or "?" for m in gpu.mig_devices]),
+        "vgpu_profile": None if variant.vgpu_profile is None else variant.vgpu_profile.profile,
         "capabilities": to_json({name: cap.verdict for name, cap in gpu.capabilities}),
     }
 

@@ -253,6 +253,18 @@ class Fingerprint(Base):
     pcie_gen_max: Mapped[int | None] = mapped_column(Integer)
     pcie_width_max: Mapped[int | None] = mapped_column(Integer)
     nvlink_links_active: Mapped[int] = mapped_column(Integer)
+    # Revision 0008: what "fleet as found" and the listing checks read, so that the report
+    # need not re-read document bodies. Filled from the body for rows stored before it.
+    power_limit_enforced_w: Mapped[float | None] = mapped_column(Float)
+    power_limit_min_w: Mapped[float | None] = mapped_column(Float)
+    power_limit_max_w: Mapped[float | None] = mapped_column(Float)
+    app_sm_clock_target_mhz: Mapped[int | None] = mapped_column(Integer)
+    pcie_gen_current: Mapped[int | None] = mapped_column(Integer)
+    pcie_width_current: Mapped[int | None] = mapped_column(Integer)
+    nvlink_links_total: Mapped[int | None] = mapped_column(Integer)
+    # The MIG instances' profiles ("3g.40gb", ...), empty without MIG.
+    mig_devices: Mapped[list[str] | None] = mapped_column(Json)
+    vgpu_profile: Mapped[str | None] = mapped_column(String(64))
     # {"application_clocks": "no", "power_limit": "unknown", ...}: may the tenant change it.
     capabilities: Mapped[dict[str, Any]]
 

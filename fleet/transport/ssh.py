@@ -4,7 +4,10 @@ Where a setting comes from, first match wins: the inventory (like options on ssh
 command line), then ssh_config (`~/.ssh/config`, then `/etc/ssh/ssh_config`, or the one
 file the inventory names, as `ssh -F` does), then OpenSSH's defaults. Jump hosts
 (`jump:` or ProxyJump) are reached through direct-tcpip channels of the hop before them,
-each with its own host-key check; ProxyCommand is honoured for the first hop.
+each with its own host-key check; ProxyCommand is honoured for the first hop. fabric is
+not used because its `Connection` installs `AutoAddPolicy`, also on the gateway
+Connections it builds for ProxyJump hops, and loads no known_hosts, so it would trust an
+unknown or changed jump-host key (fabric 3.2.3, fabric/connection.py:458 and :521).
 
 A remote command runs as `sh -c SCRIPT` after a preamble that reports its process group.
 sshd starts every session in a session of its own, so killing that group stops the agent

@@ -370,7 +370,7 @@ def test_a_measurement_spanning_two_operating_points_is_extended_and_described(
 def test_the_headline_moves_with_the_split_between_levels_not_by_the_whole_gap(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Two levels 3% apart, the slow one held 45% and then 55% of the time: the split a
-    # power-capped H100 shows (bench/RESULTS.md, "Harness 1.2.0"). A median jumps from the
+    # power-capped H100 shows (bench/records/2026-11-23-harness-1.2.0.md). A median jumps from the
     # fast level to the slow one, 3%; the headline moves by about a tenth of that (0.37%
     # here, after trimming), as the work done per second does.
     figures = []

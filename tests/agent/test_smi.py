@@ -23,7 +23,6 @@ from tests.conftest import GPU_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = GPU_CASES  # real captures, copied from shared/fixtures beside their recordings
-PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python")
 NS = {"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}
 
 # Readings that move between the nvidia-smi capture and the NVML capture of one machine.
@@ -653,6 +652,82 @@ def test_a_report_of_some_gpus_gives_no_count_or_index() -> None:
     assert ReplayNvml(recording).device_count() == 1
 
 
+# --- every section real drivers print (issue #20) -------------------------------------
+
+# Of our own making (tests/fixtures/gpus/README.md): a vGPU manager host, with its top-level
+# "vGPU Driver Capability" and per-GPU vGPU sections, and a workstation board's guest.
+VGPU_CASES = [(case, name) for case in ("vgpu-host-a40", "vgpu-guest-rtxa6000-24q")
+              for name in ("nvidia-smi-q.txt", "nvidia-smi-q.xml")]
+
+
+@pytest.mark.parametrize(("case", "name"), VGPU_CASES)
+def test_vgpu_reports_are_read_whole_and_agree_with_their_recording(
+        case: str, name: str) -> None:
+    path = CAPTURES / case / name
+    got = smi.recording_from_file(str(path))
+    real = json.loads((CAPTURES / case / "nvml-recording.json").read_text())
+    kind = "-q -x" if name.endswith(".xml") else "-q"
+    # Nothing skipped or left out: every section these drivers print is known.
+    assert got["source"] == f"converted from nvidia-smi {kind} ({path})"
+    assert _differences(got["system"], real["system"]) == []
+    mine, theirs = got["devices"][0], real["devices"][0]
+    assert _differences(mine, theirs) == []
+    assert len(set(mine) & set(theirs)) >= 60
+
+
+def test_a_vgpu_manager_host_has_no_cuda_and_says_it_hosts() -> None:
+    for name in ("nvidia-smi-q.txt", "nvidia-smi-q.xml"):
+        recording = smi.recording_from_file(str(CAPTURES / "vgpu-host-a40" / name))
+        # "CUDA Version : Not Found": the _v2 entry point's answer without libcuda.
+        assert recording["system"]["nvmlSystemGetCudaDriverVersion_v2"] == {
+            "nvml_error": "NVML_ERROR_LIBRARY_NOT_FOUND"}
+        assert "nvmlSystemGetCudaDriverVersion" not in recording["system"]
+        device = recording["devices"][0]
+        assert device["nvmlDeviceGetVirtualizationMode"] == 3  # host vGPU
+        assert device["nvmlDeviceGetHostVgpuMode"] == 1  # SR-IOV
+
+
+GUEST_TEXT = (CAPTURES / "vgpu-guest-rtxa6000-24q" / "nvidia-smi-q.txt").read_text()
+GUEST_XML = (CAPTURES / "vgpu-guest-rtxa6000-24q" / "nvidia-smi-q.xml").read_text()
+
+
+def test_sections_fleet_does_not_know_are_skipped_and_named() -> None:
+    """A newer driver's section is read past with a note, never refused."""
+    plain = smi.recording_from_text(GUEST_TEXT, origin="guest.txt")
+    text = GUEST_TEXT.replace("Attached GPUs", "Quantum Link Info\n    Entangled : No\n"
+                              "Attached GPUs", 1)
+    text = text.replace("    Processes", "    Hologram Mode : Off\n    Photon Budget\n"
+                        "        Left : 3 %\n    Processes", 1)
+    assert text.count("Quantum") == text.count("Hologram") == 1
+    got = smi.recording_from_text(text, origin="guest.txt")
+    lines = text.splitlines()
+    top = lines.index("Quantum Link Info") + 1
+    gpu = lines.index("    Hologram Mode : Off") + 1
+    assert got["source"] == (
+        "converted from nvidia-smi -q (guest.txt); skipped, not known to fleet: "
+        f"'Quantum Link Info' (line {top}), GPU 00000000:02:00.0: 'Hologram Mode' "
+        f"(line {gpu}), GPU 00000000:02:00.0: 'Photon Budget' (line {gpu + 1})")
+    assert got["devices"] == plain["devices"] and got["system"] == plain["system"]
+
+    xml = GUEST_XML.replace("<attached_gpus>", "<quantum_link_info><entangled>No"
+                            "</entangled></quantum_link_info>\n\t<attached_gpus>", 1)
+    xml = xml.replace("<processes>", "<hologram_mode>Off</hologram_mode>\n\t\t<processes>", 1)
+    got = smi.recording_from_xml(xml, origin="guest.xml")
+    assert got["source"] == (
+        "converted from nvidia-smi -q -x (guest.xml); skipped, not known to fleet: "
+        "'quantum_link_info' (<quantum_link_info>), "
+        "GPU 00000000:02:00.0: 'hologram_mode' (<hologram_mode>)")
+    assert got["devices"] == smi.recording_from_xml(GUEST_XML)["devices"]
+
+
+def test_the_skipped_note_is_bounded() -> None:
+    extra = "".join(f"    Future Field {n} : {n}\n" for n in range(12))
+    got = smi.recording_from_text(GUEST_TEXT.replace("    Processes", extra + "    Processes",
+                                                     1))
+    assert got["source"].count("Future Field") == smi.MAX_NOTES
+    assert got["source"].endswith(" and 4 more")
+
+
 MIG_TEXT = """
 ==============NVSMI LOG==============
 Driver Version                            : 580.159.04
@@ -786,9 +861,18 @@ _TRUNCATED = (CAPTURES / "h200-sxm-x2-passthrough" / "nvidia-smi-q.xml").read_te
      "    Product Name : X\n        PCI\n            Bus : 0x00\n          Device : 0x06\n",
      "line 7: indentation 10"),
     ("$ nvidia-smi -q\n==============NVSMI LOG==============\nAttached GPUs : 0\n", "line 1"),
+    # A word at the margin with nothing under it is no section nvidia-smi prints.
+    ("nvidia-smi -q\n==============NVSMI LOG==============\nAttached GPUs : 0\n",
+     "line 1: 'nvidia-smi -q' is not part of nvidia-smi -q output"),
+    ("==============NVSMI LOG==============\nTimestamp : Tue\nSome Notes\n", "line 3"),
+    ("==============NVSMI LOG==============\nTimestamp : Tue\nvGPU Driver Capability\n"
+     "        Heterogenous Multi-vGPU : Supported\n", "no 'Attached GPUs' entry"),
+    ("<?xml version='1.0'?>\n<nvidia_smi_log><timestamp>Tue</timestamp></nvidia_smi_log>",
+     "no 'Attached GPUs' entry and no GPU section"),
 ], ids=["empty", "blank", "garbage", "binary", "other-json-format", "json-list",
         "broken-json", "truncated-xml", "other-xml", "xml-entities", "no-gpu-section",
-        "empty-gpu-section", "bad-indentation", "shell-prompt"])
+        "empty-gpu-section", "bad-indentation", "shell-prompt", "command-line",
+        "heading-without-lines", "no-gpus-at-all", "xml-no-gpus-at-all"])
 def test_files_that_are_refused_name_the_file(tmp_path: Path, content: str, says: str) -> None:
     if content == "" and says == "not well-formed XML":
         pytest.skip("the H200 capture is not on this machine")
@@ -869,13 +953,12 @@ def test_nvidia_smi_that_hangs_times_out(
 # --- the host's Python ---------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not PY38.exists(), reason=f"{PY38} is not installed")
-def test_python38_converts_the_same() -> None:
+def test_python38_converts_the_same(python38: str) -> None:
     cases = [str(_capture(case, name)) for case, name, _ in CAPTURE_CASES]
     program = ("import json, sys\nimport agent.smi as smi\n"
                "json.dump([smi.recording_from_file(p) for p in sys.argv[1:]], sys.stdout)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    done = subprocess.run([str(PY38), "-c", program, *cases], cwd=ROOT, env=env,
+    done = subprocess.run([python38, "-c", program, *cases], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [smi.recording_from_file(p) for p in cases]

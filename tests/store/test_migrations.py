@@ -191,3 +191,55 @@ def test_documents_stored_before_0007_keep_their_rows_and_references(empty_url: 
         assert second.outcome is Outcome.STORED
     finally:
         engine.dispose()
+
+
+def test_fingerprints_stored_before_0008_are_filled_from_their_bodies(empty_url: str) -> None:
+    """0008 adds what "fleet as found" reads per GPU and fills it from each stored body,
+    MIG instances and a vGPU profile included."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin
+    from fleet.store.models import Fingerprint
+    from tests.store import factory
+
+    data = factory.document(gpus=2)
+    data["gpus"][0]["mig_devices"] = [
+        {"index": 0, "name": "MIG 3g.40gb Device 0", "profile": "3g.40gb", "uuid": None,
+         "memory_total_mib": 40192, "sm_count": 60, "gpu_instance_id": 1,
+         "compute_instance_id": 0},
+        {"index": 1, "name": "MIG 1g.10gb Device 1", "profile": None, "uuid": None,
+         "memory_total_mib": 9984, "sm_count": 16, "gpu_instance_id": 2,
+         "compute_instance_id": 0}]
+    data["gpus"][0]["mig_enabled"] = True
+    data["gpus"][1]["power_limit_enforced_w"] = 550.0
+    data["gpus"][1]["pcie_gen_current"] = 4
+    data["gpus"][1]["variant"]["vgpu_profile"] = {
+        "profile": "RTXA6000-24Q", "board": "RTXA6000", "mig_slices": None,
+        "framebuffer_gb": 24, "series": "Q", "series_meaning": "workstation",
+        "physical_label": None}
+    f = Fingerprint
+    columns = (f.gpu_index, f.power_limit_enforced_w, f.power_limit_min_w,
+               f.power_limit_max_w, f.app_sm_clock_target_mhz, f.pcie_gen_current,
+               f.pcie_width_current, f.nvlink_links_total, f.mig_devices, f.vgpu_profile)
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        with Ingest(engine) as ingest:
+            ingest.store(AgentDocument.model_validate(data), Origin("lambda"))
+        with engine.connect() as conn:
+            stored = conn.execute(select(*columns).order_by(f.gpu_index)).all()
+        expected = [
+            (0, 700.0, 200.0, 700.0, 1755, 5, 16, 18, ["3g.40gb", "MIG 1g.10gb Device 1"],
+             None),
+            (1, 550.0, 200.0, 700.0, 1755, 4, 16, 18, [], "RTXA6000-24Q")]
+        assert [tuple(row) for row in stored] == expected
+        downgrade(engine, "0007")
+        with engine.connect() as conn:
+            names = {c["name"] for c in inspect(conn).get_columns("fingerprint")}
+        assert "mig_devices" not in names and "power_limit_min_w" not in names
+        upgrade(engine)
+        assert _differences(engine) == []
+        with engine.connect() as conn:
+            filled = conn.execute(select(*columns).order_by(f.gpu_index)).all()
+        assert [tuple(row) for row in filled] == expected
+    finally:
+        engine.dispose()
