@@ -23,6 +23,7 @@ def _emit(event: Dict[str, Any]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Parse the command line, fingerprint (and benchmark) this host, and return the exit status."""
     parser = argparse.ArgumentParser(
         prog="fleet-agent",
         description="Fingerprint this host's NVIDIA GPUs and print fleet-agent/1 JSON lines.",

@@ -58,6 +58,7 @@ def assess(
     api_restriction: Optional[int],
     euid: int,
 ) -> Dict[str, Verdict]:
+    """Per setting, whether this tenant could change it on `gpu`, and why not when not."""
     if gpu.get("virtualization_mode") == "vgpu":
         reason = "vGPU guest: the hypervisor, not the tenant, owns the card's settings"
         return {setting: _verdict("no", reason) for setting in SETTINGS}

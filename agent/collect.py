@@ -99,6 +99,7 @@ def collect(
     emit: Optional[Emit] = None,
     bench: Optional[HarnessConfig] = None,
 ) -> Dict[str, Any]:
+    """Fingerprint every GPU of this host (and benchmark them when `bench` asks): the document."""
     started = time.monotonic()
 
     def progress(stage: str, message: str, **extra: Any) -> None:

@@ -46,6 +46,7 @@ class Reader:
         self.unavailable: Dict[str, str] = {}
 
     def get(self, fn: str, *args: Arg) -> Any:
+        """The answer of `fn` on this handle, or None, noting why, when NVML gave none."""
         try:
             return self.nvml.call(self.handle, fn, *args)
         except NvmlError as exc:
@@ -110,6 +111,7 @@ def cuda_version_text(raw: Any) -> Optional[str]:
 
 
 def decode_event_reasons(mask: Optional[int]) -> Optional[List[str]]:
+    """The names of the clock event reasons set in `mask`; None when there is no mask."""
     if mask is None:
         return None
     names = [name for bit, name in CLOCKS_EVENT_REASONS.items() if mask & bit]
@@ -120,6 +122,7 @@ def decode_event_reasons(mask: Optional[int]) -> Optional[List[str]]:
 
 
 def read_system(nvml: Nvml) -> Dict[str, Any]:
+    """The host-wide facts (driver, NVML and CUDA versions), with the calls that got no answer."""
     unavailable: Dict[str, str] = {}
 
     def ask(fn: str) -> Any:
@@ -246,6 +249,7 @@ def fingerprint_gpu(
     euid: int,
     probe_writes: bool = False,
 ) -> Dict[str, Any]:
+    """Everything NVML tells about GPU `index`: identity, settings, clocks and what it withheld."""
     handle = nvml.device(index)
     r = Reader(nvml, handle)
     pci = r.first(("nvmlDeviceGetPciInfo_v3",), ("nvmlDeviceGetPciInfo",)) or {}

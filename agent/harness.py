@@ -63,6 +63,8 @@ class HarnessError(Exception):
 
 @dataclass
 class Config:
+    """One benchmark's settings: the matmul's shape and dtype, the mode, and the soak protocol."""
+
     dtype: str = "bf16"
     m: int = 8192
     n: int = 8192
@@ -120,15 +122,18 @@ class Config:
 
     @property
     def soaked(self) -> bool:
+        """Whether the GPU is soaked to a steady temperature before measuring."""
         return self.protocol == "soaked" and self.mode == "sustained"
 
     @property
     def measure_seconds(self) -> float:
+        """How long to measure: `measure_s` when given, else the protocol's default."""
         if self.measure_s is not None:
             return self.measure_s
         return soak.MEASURE_S if self.soaked else 6.0
 
     def validate(self) -> None:
+        """Raise HarnessError, naming the setting and the fix, when the settings clash."""
         if self.protocol not in ("soaked", "quick"):
             raise HarnessError(f"protocol {self.protocol!r}: choose soaked or quick")
         if min(self.soak_window_s, self.soak_span_s, self.soak_cap_s) <= 0:
@@ -150,6 +155,8 @@ class Config:
 
 @dataclass
 class GpuTarget:
+    """One GPU to benchmark: torch's index, and NVML's index and handle when NVML sees it."""
+
     index: int  # torch's device index (or 0 on the CPU)
     nvml_index: Optional[int]
     uuid: Optional[str]
@@ -167,6 +174,7 @@ class Coordinator:
     _go: threading.Event = field(default_factory=threading.Event)
 
     def report(self, index: int, is_steady: bool, gave_up: bool) -> None:
+        """Note that GPU `index` is steady (or gave up waiting); release all once every one is."""
         with self._lock:
             if is_steady or gave_up:
                 self._steady.add(index)
@@ -174,6 +182,7 @@ class Coordinator:
                 self._go.set()
 
     def ready(self) -> bool:
+        """Whether every GPU is steady, so measuring may start."""
         return self._go.is_set()
 
 
@@ -207,18 +216,22 @@ class SoakCoordinator:
             self._cond.notify_all()
 
     def report_ready(self, index: int) -> None:
+        """Note that GPU `index` has soaked (or reached the cap) and is ready to measure."""
         with self._cond:
             self._ready.add(index)
 
     def all_ready(self) -> bool:
+        """Whether every GPU still running has soaked."""
         with self._cond:
             return self._all(self._ready)
 
     def report_finished(self, index: int) -> None:
+        """Note that GPU `index` has finished measuring."""
         with self._cond:
             self._finished.add(index)
 
     def all_finished(self) -> bool:
+        """Whether every GPU still running has finished measuring, so loading may stop."""
         with self._cond:
             return self._all(self._finished)
 
@@ -235,6 +248,7 @@ def _import_torch() -> Any:
 
 
 def kernel_environment(torch: Any) -> Dict[str, str]:
+    """The settings that choose torch's matmul kernels: KERNEL_ENV_PREFIXES variables and flags."""
     env = {k: v[:256] for k, v in sorted(os.environ.items())
            if k.startswith(KERNEL_ENV_PREFIXES)}
     matmul = torch.backends.cuda.matmul
@@ -361,10 +375,12 @@ class Runner:
 
     @staticmethod
     def collect(pairs: Sequence[Tuple[Any, Any]]) -> List[float]:
+        """Wait for the queued runs `pairs` to finish; their times in milliseconds."""
         pairs[-1][1].synchronize()  # the one wait: on the last stop event
         return [float(start.elapsed_time(stop)) for start, stop in pairs]
 
     def cpu_runs(self, runs: int) -> List[float]:
+        """Time `runs` matmuls on the CPU, one after another; their times in milliseconds."""
         times: List[float] = []
         for _ in range(runs):
             if self.flush is not None:
@@ -401,6 +417,7 @@ class Runner:
             c0, pending = c1, queued
 
     def burst_run(self, pause_s: float) -> float:
+        """Sleep `pause_s`, then time one matmul: a burst from idle, in milliseconds."""
         time.sleep(pause_s)
         if not self.cuda:
             return self.cpu_runs(1)[0]

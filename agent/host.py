@@ -504,6 +504,8 @@ def classify_platform(signals: VirtSignals) -> Dict[str, Any]:
 
 
 class Completed(NamedTuple):
+    """How a command ended: its exit status and output, or why it has none."""
+
     returncode: Optional[int]  # None when the command did not run or did not finish
     stdout: str
     stderr: str

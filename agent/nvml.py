@@ -37,6 +37,7 @@ class NvmlUnavailable(Exception):
 
 
 def call_key(fn: str, args: "tuple[Arg, ...]") -> str:
+    """The recording's key of a call: the function's name and its arguments, if any."""
     if not args:
         return fn
     return fn + "(" + ",".join(str(a) for a in args) + ")"
@@ -84,12 +85,15 @@ class Nvml:
     source = "nvml"
 
     def system(self, fn: str, *args: Arg) -> Any:
+        """The answer of the system-wide call `fn`; raises NvmlError when NVML gives none."""
         raise NotImplementedError
 
     def device_count(self) -> int:
+        """How many GPUs NVML sees."""
         return int(self.system("nvmlDeviceGetCount"))
 
     def device(self, index: int) -> Handle:
+        """The handle of GPU `index`."""
         raise NotImplementedError
 
     def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
@@ -97,9 +101,11 @@ class Nvml:
         raise NotImplementedError
 
     def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        """The answer of `fn` on `handle`; raises NvmlError when NVML gives none."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Release the backend; nothing to do unless it holds NVML open."""
         pass
 
 
@@ -151,20 +157,25 @@ class LiveNvml(Nvml):
             raise NvmlError(self._errors.get(exc.value, f"NVML_ERROR_{exc.value}"), key) from None
 
     def system(self, fn: str, *args: Arg) -> Any:
+        """The answer of the system-wide call `fn`, as plain Python values."""
         return to_plain(self._invoke(None, fn, args))
 
     def device(self, index: int) -> Handle:
+        """The handle of GPU `index`, from the driver."""
         native = self._invoke(None, "nvmlDeviceGetHandleByIndex", (index,))
         return Handle(str(index), native)
 
     def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        """The handle that `fn` hands back on `handle`, labelled by its path."""
         native = self._invoke(handle.native, fn, args)
         return Handle(f"{handle.label}/{call_key(fn, args)}", native)
 
     def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        """The answer of `fn` on `handle`, as plain Python values."""
         return to_plain(self._invoke(handle.native, fn, args))
 
     def close(self) -> None:
+        """Shut NVML down; an error on the way out changes nothing."""
         with contextlib.suppress(self._p.NVMLError):
             self._p.nvmlShutdown()
 
@@ -197,6 +208,7 @@ class ReplayNvml(Nvml):
 
     @classmethod
     def from_file(cls, path: str) -> "ReplayNvml":
+        """The replay of the recording at `path`; ValueError naming the file when it is not one."""
         with open(path, encoding="utf-8") as fh:
             try:
                 data = json.load(fh)
@@ -205,20 +217,24 @@ class ReplayNvml(Nvml):
         return cls(data, origin=path)
 
     def system(self, fn: str, *args: Arg) -> Any:
+        """The recorded answer of the system-wide call `fn`."""
         return _answer(self._system, call_key(fn, args))
 
     def device_count(self) -> int:
+        """The recorded device count, or the number of recorded devices when none was recorded."""
         try:
             return int(self.system("nvmlDeviceGetCount"))
         except NvmlError:
             return len(self._devices)
 
     def device(self, index: int) -> Handle:
+        """The handle of recorded GPU `index`; NvmlError when the recording has no such GPU."""
         if index >= len(self._devices):
             raise NvmlError("NVML_ERROR_INVALID_ARGUMENT", f"nvmlDeviceGetHandleByIndex({index})")
         return Handle(str(index), self._devices[index])
 
     def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        """The recorded handle that `fn` handed back on `handle`."""
         key = call_key(fn, args)
         value = _answer(handle.native, key)
         if not (isinstance(value, dict) and isinstance(value.get("nvml_handle"), dict)):
@@ -226,6 +242,7 @@ class ReplayNvml(Nvml):
         return Handle(f"{handle.label}/{key}", value["nvml_handle"])
 
     def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        """The recorded answer of `fn` on `handle`."""
         return _answer(handle.native, call_key(fn, args))
 
 
@@ -253,10 +270,12 @@ class RecordingNvml(Nvml):
         return value
 
     def system(self, fn: str, *args: Arg) -> Any:
+        """The inner backend's answer of the system-wide call `fn`, recorded."""
         store = self.recording["system"]
         return self._note(store, call_key(fn, args), lambda: self.inner.system(fn, *args))
 
     def device(self, index: int) -> Handle:
+        """The inner backend's handle of GPU `index`, with a place for its answers."""
         inner = self.inner.device(index)
         devices: List[Dict[str, Any]] = self.recording["devices"]
         while len(devices) <= index:
@@ -264,6 +283,7 @@ class RecordingNvml(Nvml):
         return Handle(inner.label, inner, devices[index])
 
     def child(self, handle: Handle, fn: str, *args: Arg) -> Handle:
+        """The inner backend's handle that `fn` hands back on `handle`, recorded."""
         assert handle.store is not None
         key = call_key(fn, args)
         try:
@@ -276,12 +296,14 @@ class RecordingNvml(Nvml):
         return Handle(inner.label, inner, store)
 
     def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
+        """The inner backend's answer of `fn` on `handle`, recorded (errors too)."""
         assert handle.store is not None
         return self._note(
             handle.store, call_key(fn, args), lambda: self.inner.call(handle.native, fn, *args)
         )
 
     def close(self) -> None:
+        """Close the inner backend."""
         self.inner.close()
 
 

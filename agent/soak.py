@@ -63,6 +63,8 @@ class Window:
 
 @dataclass(frozen=True)
 class Verdict:
+    """Whether the GPU soaked, and how throughput and temperature still drifted over the span."""
+
     soaked: bool
     # Relative change of throughput, and change of temperature in degrees, fitted over
     # the span; None when there was not enough to fit.
@@ -78,6 +80,7 @@ def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The ordinary least-squares slope of ys over xs; 0 with fewer than two points."""
     n = len(xs)
     if n < 2:
         return 0.0

@@ -102,6 +102,7 @@ def relative_standard_error(values: Sequence[float]) -> float:
 
 
 def summarise(samples_ms: Sequence[float]) -> Dict[str, float]:
+    """The runs' count, median, means, extremes, spread and the median's 95% interval, in ms."""
     if not samples_ms:
         raise ValueError("no samples to summarise")
     mean = math.fsum(samples_ms) / len(samples_ms)

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence
 
 
 def relative_spread(values: Sequence[float]) -> float:
+    """The range of `values` over their median: 0 when all agree."""
     centre = statistics.median(values)
     if centre == 0:
         return 0.0 if max(values) == min(values) else float("inf")

@@ -44,6 +44,7 @@ class Sampler:
             return float("nan")
 
     def sample(self) -> Sample:
+        """One reading now: time, SM and memory clocks, power, temperature, event reasons."""
         reasons = self._ask(self._reasons_fn)
         if reasons != reasons and self._reasons_fn.endswith("EventReasons"):
             # Drivers before the rename only know the deprecated "throttle" name.
@@ -66,17 +67,20 @@ class Sampler:
             self._stop.wait(self.interval_s)
 
     def start(self) -> None:
+        """Start polling in a daemon thread; nothing without NVML or when already started."""
         if self.nvml is None or self._thread is not None:
             return
         self._thread = threading.Thread(target=self._run, name="fleet-telemetry", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop polling and wait (up to 5 s) for the thread to end."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
     def between(self, start: float, end: float) -> List[Sample]:
+        """The samples taken from `start` to `end`, both included."""
         with self._lock:
             return [s for s in self._samples if start <= s[0] <= end]
 
@@ -87,11 +91,13 @@ def _median(values: Sequence[float]) -> Optional[float]:
 
 
 def window_medians(samples: Sequence[Sample]) -> Dict[str, Optional[float]]:
+    """The median SM clock and power over `samples`; None where no sample had one."""
     return {"sm_clock_mhz": _median([s[1] for s in samples]),
             "power_w": _median([s[3] for s in samples])}
 
 
 def summarise(samples: Sequence[Sample]) -> Dict[str, object]:
+    """The sample count, median clocks and power, hottest temperature, and each reason's share."""
     reasons = [int(s[5]) for s in samples if s[5] == s[5]]
     shares: Dict[str, float] = {}
     for bit, name in CLOCKS_EVENT_REASONS.items():
@@ -110,6 +116,7 @@ def summarise(samples: Sequence[Sample]) -> Dict[str, object]:
 
 
 def share_with(samples: Sequence[Sample], mask: int) -> float:
+    """The share of samples with any reason bit of `mask` set; 0 without samples."""
     reasons = [int(s[5]) for s in samples if s[5] == s[5]]
     if not reasons:
         return 0.0

@@ -164,6 +164,7 @@ HARNESS_OPTIONS = (
 
 
 def harness_options(func: F) -> F:
+    """Decorate a command with the benchmark harness's options (HARNESS_OPTIONS)."""
     for option in reversed(HARNESS_OPTIONS):
         func = option(func)
     return func

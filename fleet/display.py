@@ -46,6 +46,7 @@ def _variant(gpu: Gpu) -> Text:
 
 
 def host_line(document: AgentDocument) -> Text:
+    """One line about the host and its software (for a file: where the GPUs were read from)."""
     h = document.host
     if document.source.kind not in ("nvml", "none") and document.source.path:
         return _t(f"GPUs read from {document.source.path} (such a file holds no host facts)")
@@ -60,6 +61,7 @@ def host_line(document: AgentDocument) -> Text:
 
 
 def gpu_table(document: AgentDocument) -> Table:
+    """Each GPU's name, variant, virtualization, driver and CUDA, power limit and top SM clock."""
     table = Table(title=f"GPUs ({document.source.kind}"
                   + (f": {escape(document.source.path)})" if document.source.path else ")"))
     for column in ("#", "name", "variant", "virt", "driver / CUDA", "power limit", "max SM"):
@@ -78,6 +80,7 @@ def gpu_table(document: AgentDocument) -> Table:
 
 
 def config_table(document: AgentDocument) -> Table:
+    """Each GPU's memory, ECC, MIG, persistence, compute mode, PCIe, NVLink and clock events."""
     table = Table(title="Configuration")
     for column in ("#", "memory", "ECC", "MIG", "persist", "compute", "PCIe", "NVLink",
                    "clocks events"):
@@ -112,6 +115,7 @@ SETTING_HEADERS = {
 
 
 def capability_table(document: AgentDocument) -> Table:
+    """Per GPU and setting, whether the tenant may change it."""
     table = Table(title="May the tenant change it?")
     table.add_column("#")
     for header in SETTING_HEADERS.values():
@@ -127,6 +131,7 @@ def capability_table(document: AgentDocument) -> Table:
 
 
 def evidence_lines(document: AgentDocument) -> Text:
+    """Per GPU and setting, the evidence behind each capability's verdict."""
     text = Text()
     for gpu in document.gpus:
         for setting in SETTING_HEADERS:
@@ -138,6 +143,7 @@ def evidence_lines(document: AgentDocument) -> Text:
 
 
 def render_fingerprint(document: AgentDocument, verbose: bool = False) -> Group:
+    """The fingerprint as the terminal shows it; `verbose` adds the evidence."""
     parts: list[Table | Text] = [host_line(document)]
     if not document.gpus:
         parts.append(_t(f"No NVIDIA GPU: {document.no_gpu_reason or 'none found'}",
@@ -246,6 +252,7 @@ def _under_load(r: BenchmarkResult) -> str:
 
 
 def print_bench(console: Console, document: AgentDocument) -> None:
+    """Print the host line, the benchmark results, and each error."""
     console.print(host_line(document))
     if document.benchmarks:
         console.print(bench_table(document))
@@ -254,4 +261,5 @@ def print_bench(console: Console, document: AgentDocument) -> None:
 
 
 def print_fingerprint(console: Console, document: AgentDocument, verbose: bool) -> None:
+    """Print the fingerprint; `verbose` adds the evidence."""
     console.print(render_fingerprint(document, verbose))

@@ -276,6 +276,8 @@ def check_broker(broker: str, timeout_s: float = BROKER_CHECK_TIMEOUT_S) -> None
 
 @dataclass(frozen=True)
 class WorkerOptions:
+    """How a Celery worker runs: its queues, broker, concurrency, name and host key trust."""
+
     queues: tuple[str, ...]
     broker: str
     concurrency: int = DEFAULT_CONCURRENCY
@@ -448,6 +450,8 @@ def run_worker(inventory_path: Path, options: WorkerOptions, db: str | None) -> 
 
 @dataclass(frozen=True)
 class RemoteOutcome:
+    """How a host's probe on a worker ended, as the worker reports it back."""
+
     ok: bool
     stage: str
     reason: str | None

@@ -33,16 +33,22 @@ Verdict = Literal["yes", "no", "unknown"]
 
 
 class Strict(BaseModel):
+    """A model that rejects unknown fields and non-finite numbers, and is immutable."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
 class ClockRange(Strict):
+    """How many clocks NVML lists, and the lowest and highest of them."""
+
     count: Count
     min_mhz: MHz
     max_mhz: MHz
 
 
 class Datasheet(Strict):
+    """What NVIDIA publishes for a variant: default power, top SM clock, bandwidth, peaks."""
+
     default_power_w: Watts | None
     max_sm_clock_mhz: MHz | None
     memory_bandwidth_gbs: Annotated[float, Field(ge=0, le=1e6)] | None
@@ -51,6 +57,8 @@ class Datasheet(Strict):
 
 
 class VgpuProfile(Strict):
+    """A vGPU profile: its name, the board it slices, and its share of the board."""
+
     profile: Name
     board: Name
     mig_slices: Count | None
@@ -61,6 +69,8 @@ class VgpuProfile(Strict):
 
 
 class Variant(Strict):
+    """Which product a GPU is: family, memory, form factor, and how it was told."""
+
     family: Name | None
     memory_gb: Count | None
     form_factor: Literal["SXM", "PCIe", "NVL", "vGPU", "unknown"]
@@ -73,11 +83,15 @@ class Variant(Strict):
 
 
 class Probe(Strict):
+    """A write the agent tried to find out a capability: the call and what NVML answered."""
+
     call: Text
     result: Name
 
 
 class Capability(Strict):
+    """Whether the tenant may change a setting, how that was found, and the evidence."""
+
     verdict: Verdict
     method: Literal["inferred", "probed"]
     evidence: list[Text] = Field(max_length=16)
@@ -85,6 +99,8 @@ class Capability(Strict):
 
 
 class Capabilities(Strict):
+    """Per tenant-changeable setting, whether this tenant may change it."""
+
     application_clocks: Capability
     locked_gpu_clocks: Capability
     locked_memory_clocks: Capability
@@ -95,6 +111,8 @@ class Capabilities(Strict):
 
 
 class MigDevice(Strict):
+    """One MIG device of a GPU, as NVML describes it."""
+
     index: Count
     name: Name | None
     profile: Name | None
@@ -106,6 +124,8 @@ class MigDevice(Strict):
 
 
 class GpuProcess(Strict):
+    """One process using a GPU: its pid, memory and kind."""
+
     pid: Annotated[int, Field(ge=-1, le=2**32)]
     used_memory_mib: Count | None
     kind: Literal["compute", "graphics"]
@@ -177,12 +197,16 @@ class Gpu(Strict):
 
 
 class Source(Strict):
+    """Where the agent's facts came from: NVML, a recording, nvidia-smi, or nothing."""
+
     kind: Literal["nvml", "recording", "nvidia-smi-xml", "nvidia-smi-text", "none"]
     path: LongText | None
     note: LongText
 
 
 class System(Strict):
+    """The host-wide driver, CUDA and NVML versions, and how many GPUs NVML sees."""
+
     driver_version: Name | None
     cuda_driver_version: Name | None
     nvml_version: Name | None
@@ -191,12 +215,16 @@ class System(Strict):
 
 
 class AgentFailure(Strict):
+    """A stage of the agent that failed, what it said, and the GPU when it was one GPU's."""
+
     stage: Name
     message: LongText
     gpu: Annotated[int, Field(ge=0, le=1024)] | None = None
 
 
 class Host(Strict):
+    """The machine the agent ran on: hostname, OS, kernel, CPU and memory."""
+
     hostname: Name | None
     os: Text | None
     os_id: Name | None
@@ -241,6 +269,8 @@ class Statistics(Strict):
 
 
 class Warmup(Strict):
+    """How a benchmark reached steady state: whether it did, how long, and in how many windows."""
+
     steady: bool
     seconds: Seconds
     windows: Count
@@ -286,6 +316,8 @@ class Measurement(Strict):
 
 
 class Correctness(Strict):
+    """How far the benchmark's result was from the reference rows, and whether that passed."""
+
     max_rel_error: Annotated[float, Field(ge=0)] | None
     tolerance: Annotated[float, Field(ge=0, le=1)]
     rows_checked: Count
@@ -293,6 +325,8 @@ class Correctness(Strict):
 
 
 class Flags(Strict):
+    """What may have made a result unrepresentative: caps, throttling, contention, failures."""
+
     power_capped: bool
     thermal_throttled: bool
     hw_slowdown: bool
@@ -308,6 +342,8 @@ class Flags(Strict):
 
 
 class TelemetrySummary(Strict):
+    """What the GPU's clocks, power and temperature did while it was measured."""
+
     samples: Count
     sm_clock_mhz_median: Annotated[float, Field(ge=0, le=1e5)] | None
     mem_clock_mhz_median: Annotated[float, Field(ge=0, le=1e5)] | None
@@ -317,6 +353,8 @@ class TelemetrySummary(Strict):
 
 
 class Provenance(Strict):
+    """The software and device a result was measured on: torch, CUDA runtime, cuBLAS, GPU."""
+
     torch_version: Name | None
     cuda_runtime_version: Name | None
     cublas_version: Name | None
@@ -370,6 +408,8 @@ class Soak(Strict):
 
 
 class ClockLock(Strict):
+    """A clock lock the benchmark asked for, whether it held, and why not."""
+
     requested_mhz: MHz
     applied: bool
     error: Name | None
@@ -462,6 +502,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 class AgentDocument(Strict):
+    """One fleet-agent/1 document: what the agent found on a host and, if asked, measured."""
+
     format: Literal["fleet-agent/1"]
     agent_version: Name
     collected_at: Name
@@ -509,4 +551,5 @@ def read_stored(document_id: int, body: str) -> AgentDocument | str:
 
 
 def document_schema() -> dict[str, Any]:
+    """The JSON schema of fleet-agent/1 documents."""
     return AgentDocument.model_json_schema()

@@ -30,6 +30,7 @@ def _excerpt(line: str) -> str:
 def read_events(
     lines: Iterable[str], origin: str, on_progress: ProgressHandler | None = None
 ) -> AgentDocument:
+    """The document from the agent's event lines; AgentError naming `origin` and the line if not."""
     document: AgentDocument | None = None
     for number, line in enumerate(lines, 1):
         if not line.strip():

@@ -16,14 +16,18 @@ MEMORY_TOLERANCE = 0.10
 
 @dataclass(frozen=True)
 class Verdict:
+    """How a host compares with its listing: each difference, and what could not be checked."""
+
     problems: tuple[str, ...]  # each a way the host differs from its listing
     unchecked: tuple[str, ...]  # what the host did not let us check
 
     @property
     def matches(self) -> bool:
+        """Whether the host has no difference from its listing."""
         return not self.problems
 
     def summary(self) -> str:
+        """"match" (with what went unchecked) or "MISMATCH: " and each problem."""
         if self.problems:
             return "MISMATCH: " + "; ".join(self.problems)
         return "match" + (f" ({'; '.join(self.unchecked)})" if self.unchecked else "")
@@ -49,6 +53,7 @@ class FoundGpu:
 
     @classmethod
     def of(cls, gpu: Gpu) -> FoundGpu:
+        """What the agent document's `gpu` says of the fields a listing is checked against."""
         return cls(gpu.index, gpu.variant.label, gpu.variant.family, gpu.variant.form_factor,
                    gpu.variant.memory_gb, gpu.memory_total_mib,
                    gpu.power_limit_enforced_w or gpu.power_limit_w)

@@ -59,6 +59,8 @@ FAIL_KINDS = ("regression", "mismatch", "change", "gone")
 
 @dataclass(frozen=True)
 class RegressionRule:
+    """When a GPU has regressed: `k` times the noise and `min_relative` below its median."""
+
     k: float = 4.0
     min_relative: float = 0.03
     min_history: int = 5  # see the module's docstring: two operating points ~4% apart
@@ -77,11 +79,14 @@ class GpuState:
 
     @property
     def key(self) -> str:
+        """The GPU's key across nights: its UUID, else its index."""
         return f"uuid:{self.uuid}" if self.uuid else f"index:{self.index}"
 
 
 @dataclass(frozen=True)
 class HostNight:
+    """One host on one night: whether it was stored, its GPUs, and its mismatches."""
+
     provider: str
     host: str
     status: str  # "stored" or "failed"
@@ -90,11 +95,14 @@ class HostNight:
 
     @property
     def key(self) -> str:
+        """The host's key across nights: provider/host."""
         return f"{self.provider}/{self.host}"
 
 
 @dataclass(frozen=True)
 class Night:
+    """One sweep run: its id, start, and its hosts by provider/host."""
+
     run_id: int
     started_at: dt.datetime
     hosts: Mapping[str, HostNight]  # by provider/host
@@ -102,6 +110,8 @@ class Night:
 
 @dataclass(frozen=True)
 class Regression:
+    """A GPU measured below its past nights' median by more than the rule allows."""
+
     provider: str
     host: str
     gpu_index: int
@@ -118,9 +128,11 @@ class Regression:
 
     @property
     def drop(self) -> float:
+        """How far below its baseline the GPU is: 0.1 is 10% below."""
         return 1.0 - self.tflops / self.baseline
 
     def describe(self) -> str:
+        """One line for the buyer: the GPU, its TFLOP/s, the drop, and since when."""
         since = "" if self.new else f" (since run #{self.began_run_id})"
         return (f"{self.provider}/{self.host} GPU {self.gpu_index}: {self.tflops:.1f} TFLOP/s, "
                 f"{self.drop:.1%} below its median {self.baseline:.1f} of {self.past_nights} "
@@ -129,6 +141,8 @@ class Regression:
 
 @dataclass(frozen=True)
 class ConfigChange:
+    """A compared field of a host or GPU that changed since the night before."""
+
     provider: str
     host: str
     gpu_index: int | None  # None: the host as a whole (its GPU count)
@@ -138,17 +152,21 @@ class ConfigChange:
     since_run_id: int  # the earlier night compared with
 
     def describe(self) -> str:
+        """One line: where, which field, before -> after."""
         where = "" if self.gpu_index is None else f" GPU {self.gpu_index}"
         return f"{self.provider}/{self.host}{where}: {self.field} {self.before} -> {self.after}"
 
 
 @dataclass(frozen=True)
 class NewMismatch:
+    """A mismatch with the inventory that the host did not have on its last stored night."""
+
     provider: str
     host: str
     problem: str
 
     def describe(self) -> str:
+        """One line: the host and the mismatch."""
         return f"{self.provider}/{self.host}: {self.problem}"
 
 
@@ -167,6 +185,7 @@ class Findings:
 
     @property
     def new_regressions(self) -> tuple[Regression, ...]:
+        """The regressions that began tonight."""
         return tuple(r for r in self.regressions if r.new)
 
     def kinds(self) -> set[str]:
@@ -183,6 +202,7 @@ class Findings:
         return found
 
     def as_dict(self) -> dict[str, Any]:
+        """The findings as JSON-ready values: datetimes as ISO 8601 text."""
         data = asdict(self)
         data["started_at"] = self.started_at.isoformat()
         for item in data["regressions"]:

@@ -155,6 +155,8 @@ class Settings(BaseModel):
 
 
 class HostSpec(Settings):
+    """One host of a provider: how to reach it, what it is listed as, and how to probe it."""
+
     address: Annotated[str, StringConstraints(min_length=1, max_length=255,
                                               pattern=r"^[^\s@/]+$")] | None = Field(
         None, description="Host name, IP address or ssh_config Host alias; the host's name "
@@ -162,6 +164,8 @@ class HostSpec(Settings):
 
 
 class ProviderSpec(Settings):
+    """One provider: its hosts by name, and the settings they share."""
+
     hosts: dict[Name, HostSpec | None] = Field(
         min_length=1, description="The provider's hosts by name (the name is how the "
                                   "store knows the host).")
@@ -215,15 +219,19 @@ class Target:
 
     @property
     def key(self) -> str:
+        """The host's key: provider/name."""
         return f"{self.provider}/{self.name}"
 
     @property
     def queue_name(self) -> str:
+        """The Celery queue the host's probes go to: `queue`, else the provider's name."""
         return self.queue or self.provider
 
 
 @dataclass(frozen=True)
 class LoadedInventory:
+    """An inventory file read and validated: its path, its model and its hosts."""
+
     path: Path
     model: Inventory
     targets: tuple[Target, ...]

@@ -55,6 +55,7 @@ class BenchOptions:
     cpu: bool = False
 
     def agent_args(self) -> list[str]:
+        """The agent's command-line options for this benchmark."""
         args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k)]
         for flag, value in (("--measure-s", self.measure_s),
                             ("--max-warmup-s", self.max_warmup_s),
@@ -84,6 +85,7 @@ class BenchOptions:
 
     @property
     def soaked(self) -> bool:
+        """Whether the GPUs are soaked before measuring (not --quick, no pause)."""
         return not self.quick and self.pause_ms is None
 
     def timeout_s(self, gpus: int) -> float:
@@ -112,6 +114,7 @@ def agent_python() -> tuple[str | None, dict[str, str]]:
 def run_agent(
     args: list[str], origin: str, timeout_s: float, on_progress: ProgressHandler | None = None
 ) -> AgentDocument:
+    """Run the agent on this machine with `args`; its document, or AgentError naming `origin`."""
     python, env = agent_python()
     with tempfile.TemporaryDirectory(prefix="fleet-agent-") as tmp:
         if python is None:

@@ -71,16 +71,20 @@ class NoPython(PayloadError):
 
 @dataclass(frozen=True)
 class Payload:
+    """The agent as a zipapp: its bytes, their sha256, and the files in it."""
+
     data: bytes
     sha256: str
     files: tuple[str, ...]
 
     @property
     def filename(self) -> str:
+        """The payload's file name on a host, from its hash."""
         # 64 bits of the hash: fleet's own builds are the only files in the directory.
         return f"agent-{self.sha256[:16]}.pyz"
 
     def remote_path(self, cache_dir: str) -> str:
+        """Where the payload lies on a host, in `cache_dir`."""
         return f"{cache_dir.rstrip('/') or '/'}/{self.filename}"
 
 
@@ -144,6 +148,8 @@ def write_payload(payload: Payload, directory: Path) -> Path:
 
 @dataclass
 class Launched:
+    """The agent started on a host: its process, its stdout lines, and whether it was uploaded."""
+
     process: Process
     lines: Iterator[str]  # the agent's stdout, from its first line
     uploaded: bool

@@ -67,6 +67,8 @@ Observer = Callable[[Target, str, str], None]  # (host, stage, message), from wo
 
 @dataclass(frozen=True)
 class ProbeOptions:
+    """How a probe runs: how many hosts at once, whether to benchmark, timeouts and retries."""
+
     parallel: int = DEFAULT_PARALLEL
     bench: BenchOptions | None = None  # None: fingerprint only
     timeout_s: float | None = None  # per host, from the agent's start; None: by what runs
@@ -76,9 +78,11 @@ class ProbeOptions:
     sweep: str | None = None
 
     def agent_args(self) -> list[str]:
+        """The agent's arguments: fingerprint, or bench with the benchmark's options."""
         return ["fingerprint"] if self.bench is None else ["bench", *self.bench.agent_args()]
 
     def timeout_for(self, target: Target) -> float:
+        """How long the agent may run on `target`: `timeout_s` when given, else by what runs."""
         if self.timeout_s is not None:
             return self.timeout_s
         if self.bench is None:
@@ -90,6 +94,8 @@ class ProbeOptions:
 
 @dataclass(frozen=True)
 class HostOutcome:
+    """How one host's probe ended: stored or the stage it failed at, and what it found."""
+
     target: Target
     ok: bool
     stage: str  # "stored", or where it failed: connect, host key, python, upload, ...
@@ -105,6 +111,8 @@ class HostOutcome:
 
 @dataclass(frozen=True)
 class ProbeReport:
+    """What one probe did: the inventory, the store, the payload, and each host's outcome."""
+
     inventory: Path
     store: Location
     payload: Payload
@@ -116,6 +124,7 @@ class ProbeReport:
 
     @property
     def failed(self) -> list[HostOutcome]:
+        """The hosts whose probe failed."""
         return [h for h in self.hosts if not h.ok]
 
     @property
@@ -125,6 +134,7 @@ class ProbeReport:
 
     @property
     def mismatched(self) -> list[HostOutcome]:
+        """The hosts whose GPUs do not match what the inventory expects."""
         return [h for h in self.hosts if h.expectation is not None and
                 not h.expectation.matches]
 
@@ -233,6 +243,7 @@ def _origin(target: Target) -> Origin:
 
 
 def listing_of(target: Target) -> Listing:
+    """What the inventory says of `target`: expected GPUs, price and tags."""
     expect = target.expect.model_dump(exclude_none=True) if target.expect else None
     return Listing(expect=expect or None, price_per_gpu_hour=target.price_per_gpu_hour,
                    currency=target.currency if target.price_per_gpu_hour is not None else None,
@@ -453,6 +464,7 @@ class HostProber:
         self.observe = observe or (lambda target, stage, message: None)
 
     def probe(self, target: Target, ingest: Ingest) -> HostOutcome:
+        """Probe `target` and store its document through `ingest`; how it ended."""
         plans = {target.key: plan_ssh(target)} if target.transport == "ssh" else {}
         cancel = threading.Event()
         ssh = SshOptions(KnownHosts(accept_new=self.options.accept_new_host_keys),

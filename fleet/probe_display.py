@@ -145,6 +145,7 @@ def _notes(outcome: HostOutcome, shared: list[SharedGpus]) -> Text:
 
 
 def summary_table(report: ProbeReport) -> Table:
+    """One row per host of the probe: result, variant, listing, TFLOP/s and notes."""
     table = Table(title=f"fleet probe {report.inventory}", title_justify="left")
     table.add_column("host", no_wrap=True)
     for column in ("result", "variant", "listing", "TFLOP/s", "notes"):
@@ -168,6 +169,7 @@ def summary_table(report: ProbeReport) -> Table:
 
 
 def print_summary(console: Console, report: ProbeReport) -> None:
+    """Print the summary table, the totals, then mismatches, shared GPUs and failures."""
     console.print(summary_table(report))
     stored = sum(1 for h in report.hosts if h.ok)
     if report.store_created:

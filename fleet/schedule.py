@@ -54,6 +54,7 @@ SYSTEMD_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def default_log(name: str) -> Path:
+    """Where sweep `name` logs by default: under $XDG_STATE_HOME/fleet."""
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "fleet" / f"sweep-{name}.log"
 
@@ -64,12 +65,15 @@ def cron_env_file(name: str) -> Path:
 
 
 def default_unit_dir() -> Path:
+    """Where systemd user units go: $XDG_CONFIG_HOME/systemd/user."""
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config) / "systemd" / "user"
 
 
 @dataclass(frozen=True)
 class Schedule:
+    """A scheduled sweep: its name, inventory, store, log, and the sweep's arguments."""
+
     name: str
     inventory: Path
     db: str | None = None
@@ -200,6 +204,7 @@ def env_settings(env_file: Path) -> str:
 
 
 def check_cron(spec: str) -> str:
+    """`spec` when it is five cron fields; InputError showing the form otherwise."""
     fields = spec.split()
     if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
         raise InputError(f"--cron {spec!r}: give five fields, minute hour day month weekday, "
@@ -232,6 +237,7 @@ class Crontab:
         self.file = file or (Path(env) if env else None)
 
     def read(self) -> str:
+        """The crontab's text; empty when there is none (or no cron on this machine)."""
         if self.file is not None:
             return self.file.read_text() if self.file.exists() else ""
         if shutil.which("crontab") is None:
@@ -249,6 +255,7 @@ class Crontab:
             raise FleetError(NO_CRONTAB)
 
     def write(self, text: str) -> None:
+        """Replace the crontab with `text`."""
         if self.file is not None:
             _write_private(self.file, text)
             return
@@ -293,6 +300,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def cron_command(command: str) -> str:
+    """`command` with each % escaped, which cron would turn into a newline."""
     # cron turns an unescaped % into a newline (the rest becomes the command's stdin).
     return command.replace("%", "\\%")
 
@@ -330,10 +338,12 @@ def _check_log(schedule: Schedule, env_file: Path) -> None:
 
 
 def cron_entries(crontab: Crontab) -> list[tuple[str, str]]:
+    """The crontab's fleet sweeps, as (name, line)."""
     return _without(crontab.read(), None)[1]
 
 
 def remove_cron(name: str, crontab: Crontab) -> bool:
+    """Remove sweep `name` from the crontab; whether it was there."""
     kept, found = _without(crontab.read(), name)
     if found:
         crontab.write("\n".join(kept) + ("\n" if kept else ""))
@@ -393,6 +403,7 @@ def on_calendar(cron: str) -> str:
 
 
 def check_systemd_name(name: str) -> str:
+    """`name` when it can be part of a unit's name; InputError saying which characters can."""
     if not SYSTEMD_NAME.match(name):
         raise InputError(f"--name {name!r}: with --systemd, use only letters, digits and "
                          ". _ - (the name is part of the unit names, fleet-sweep-NAME.timer)")
@@ -400,10 +411,12 @@ def check_systemd_name(name: str) -> str:
 
 
 def unit_name(name: str) -> str:
+    """The systemd units' name for sweep `name`, without the suffix."""
     return f"fleet-sweep-{check_systemd_name(name)}"
 
 
 def systemd_text(text: str) -> str:
+    """`text` escaped for a unit file's value: backslashes, % and $ doubled."""
     # systemd unescapes C escapes in a unit's values, expands %-specifiers, and
     # substitutes $VARIABLES in ExecStart= even inside quotes; double each to keep it.
     return text.replace("\\", "\\\\").replace("%", "%%").replace("$", "$$")
@@ -447,11 +460,13 @@ WantedBy=timers.target
 
 
 def systemd_units(unit_dir: Path) -> list[Path]:
+    """The fleet sweep units in `unit_dir`: services, then timers."""
     return sorted(unit_dir.glob("fleet-sweep-*.service")) + sorted(
         unit_dir.glob("fleet-sweep-*.timer")) if unit_dir.is_dir() else []
 
 
 def remove_systemd(name: str, unit_dir: Path) -> list[Path]:
+    """Delete sweep `name`'s unit and environment files; the ones deleted."""
     removed: list[Path] = []
     if not SYSTEMD_NAME.match(name):
         return removed  # no units can have this name

@@ -64,6 +64,8 @@ def check_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class SweepOptions:
+    """How a sweep runs: its name, resumption, where hosts go, history and report."""
+
     name: str = DEFAULT_NAME
     resume: bool = False
     via: Via = "local"
@@ -78,6 +80,8 @@ class SweepOptions:
 
 @dataclass(frozen=True)
 class SweepReport:
+    """What one night's sweep did: the probe, the findings, and the report written."""
+
     name: str
     run_id: int
     resumed: bool
@@ -94,6 +98,7 @@ class SweepReport:
 
     @property
     def interrupted(self) -> bool:
+        """Whether the sweep's probe was interrupted."""
         return self.probe.interrupted
 
     def failing(self, fail_on: Collection[str]) -> list[str]:
@@ -103,6 +108,7 @@ class SweepReport:
         return sorted(set(fail_on) & found)
 
     def as_dict(self) -> dict[str, Any]:
+        """The sweep as plain JSON-able data (`fleet sweep --json`)."""
         return {"sweep": self.name, "run_id": self.run_id, "resumed": self.resumed,
                 "via": self.via, "probed": list(self.probed), "nights": self.nights,
                 "finished": self.finished, "workers": self.workers,

@@ -35,6 +35,7 @@ _bench_options: Callable[..., BenchOptions] | None = None
 
 
 def print_findings(console: Console, findings: Findings, nights: int) -> None:
+    """Print the night's findings against the earlier nights, section by section."""
     console.print(f"Against {nights - 1} earlier night(s) of this sweep "
                   f"(run #{findings.run_id}):", markup=False)
     sections = [

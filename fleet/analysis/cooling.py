@@ -44,6 +44,8 @@ from fleet.words import counted
 
 @dataclass(frozen=True)
 class CoolingOptions:
+    """When the report calls a cooling difference, and how it tests for one."""
+
     min_temperature_c: float = 3.0  # hotter by at least this...
     min_drop: float = 0.005  # ...and losing at least this much more (0.5 points)
     power_tolerance: float = 0.02  # caps within this share of each other are "the same"
@@ -80,6 +82,8 @@ class ThermalRow:
 
 @dataclass(frozen=True)
 class Side:
+    """One provider's GPUs in a cooling comparison: temperature, drop and power cap."""
+
     provider: str
     gpus: int
     hosts: int
@@ -88,6 +92,7 @@ class Side:
     power_limit_w: float | None  # median power cap
 
     def describe(self) -> str:
+        """The side in words: GPUs, hosts, median temperature, drop and power cap."""
         cap = "" if self.power_limit_w is None else f", {self.power_limit_w:.0f} W cap"
         return (f"{self.provider}: {counted(self.gpus, 'GPU')} on "
                 f"{counted(self.hosts, 'host')}, median {self.temperature_c:.1f} °C under "
@@ -96,6 +101,8 @@ class Side:
 
 @dataclass(frozen=True)
 class CoolingComparison:
+    """Two providers' GPUs of one variant and configuration, compared on heat and drop."""
+
     config: Config
     variant: str
     hotter: Side
@@ -114,10 +121,12 @@ class CoolingComparison:
 
     @property
     def single_node(self) -> bool:
+        """Whether either side has fewer hosts than it takes to call a difference."""
         return min(self.hotter.hosts, self.cooler.hosts) < self.options.min_hosts
 
     @property
     def verdict(self) -> str:
+        """"cooling" when called; otherwise why not."""
         if self.called:
             return "cooling"
         if not self.same_power_cap:
@@ -128,6 +137,7 @@ class CoolingComparison:
 
     @property
     def evidence(self) -> str:
+        """The comparison's figures in words: both sides, the differences and their tests."""
         o = self.options
         t_low, t_high = self.temperature_interval_c
         d_low, d_high = self.drop_interval

@@ -17,6 +17,8 @@ from fleet.analysis.dataset import Config, Dataset, GpuMeasure
 
 @dataclass(frozen=True)
 class CostRow:
+    """One provider's GPUs of one variant and configuration: throughput, peak share, price, rank."""
+
     config: Config
     provider: str
     variant: str
@@ -38,10 +40,12 @@ class CostRow:
 
     @property
     def percent_of_peak(self) -> float | None:
+        """The median throughput as a share of the datasheet's peak; None without a peak."""
         return None if not self.peak_tflops else self.median_tflops / self.peak_tflops
 
     @property
     def cost_per_pflop_hour(self) -> float | None:
+        """What a PFLOP-hour costs at the median throughput; None without a price or throughput."""
         if self.price_per_gpu_hour is None or self.median_tflops <= 0:
             return None
         return self.price_per_gpu_hour / (self.median_tflops / 1000.0)
@@ -57,6 +61,7 @@ def _peaks(data: Dataset) -> dict[tuple[str, str], float]:
 
 
 def cost_table(data: Dataset) -> list[CostRow]:
+    """One cost row per configuration, provider and variant measured, ranked by PFLOP-hour."""
     listings = {(h.provider, h.host): h.listing for h in data.hosts}
     peaks = _peaks(data)
     groups: dict[tuple[Config, str, str], list[GpuMeasure]] = defaultdict(list)

@@ -92,6 +92,7 @@ class Scope:
     runs: tuple[int, ...] = ()  # probe runs, by id (the report at the end of a probe)
 
     def describe(self) -> str:
+        """The filters in words, for the report's header; "everything stored" without any."""
         parts = []
         if self.runs:
             parts.append("probe run " + ", ".join(map(str, self.runs)))
@@ -131,6 +132,7 @@ class Config:
 
     @property
     def label(self) -> str:
+        """The configuration in words: size, dtype, mode, thermal state, L2, concurrency, stack."""
         size = f"{self.m}³" if self.m == self.n == self.k else f"{self.m}×{self.n}×{self.k}"
         return (f"{size} {self.dtype}, {self.mode}, {self.thermal}, {self.cache} L2, "
                 f"{self.concurrency} (harness {self.harness_version}; {self.stack})")
@@ -138,6 +140,8 @@ class Config:
 
 @dataclass(frozen=True)
 class Listing:
+    """What the inventory said of a host when it was probed: expectation, price, tags."""
+
     expect: dict[str, Any] | None
     price_per_gpu_hour: float | None
     currency: str | None
@@ -223,11 +227,14 @@ class GpuMeasure:
 
     @property
     def name(self) -> str:
+        """The GPU as the report names it: host and index."""
         return f"{self.host} GPU {self.gpu_index}"
 
 
 @dataclass(frozen=True)
 class Excluded:
+    """A GPU whose results the comparison left out, and why."""
+
     provider: str
     host: str
     gpu_index: int
@@ -841,6 +848,7 @@ class Aliases:
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[str, str]]) -> Aliases:
+        """Fresh random aliases for the providers and hosts of `pairs`."""
         deal = random.SystemRandom()
         hosts_of: dict[str, set[str]] = defaultdict(set)
         for provider, host in pairs:
@@ -857,13 +865,16 @@ class Aliases:
         return cls({name: f"Provider {letter}" for name, letter in letters.items()}, hosts)
 
     def provider(self, name: str) -> str:
+        """The alias of provider `name`; "(hidden)" for one the report does not show."""
         return self.providers.get(name, "(hidden)")
 
     def host(self, provider: str, name: str) -> str:
+        """The alias of host `name` at `provider`; "(hidden)" for one the report does not show."""
         return self.hosts.get((provider, name), "(hidden)")
 
 
 def named_pairs(data: Dataset) -> set[tuple[str, str]]:
+    """Every (provider, host) that `data` names anywhere, the shared hosts' others too."""
     items: list[HostState | GpuMeasure | HostFailure | Excluded | SharedHosts] = [
         *data.hosts, *data.measures, *data.failures, *data.excluded, *data.shared]
     return {(item.provider, item.host) for item in items} | {

@@ -71,6 +71,8 @@ ATTRIBUTES: tuple[tuple[str, Callable[[pd.DataFrame], pd.Series]], ...] = (
 
 @dataclass(frozen=True)
 class Outlier:
+    """GPUs of one provider whose attribute has one value other than the usual."""
+
     value: str
     provider: str
     hosts: tuple[str, ...]
@@ -91,6 +93,7 @@ class Drift:
 
     @property
     def evidence(self) -> str:
+        """The usual value and each outlier in words, with GPU counts and up to five hosts."""
         if self.reference == "datasheet":
             base = f"datasheet default {self.usual}"
         else:
@@ -122,6 +125,7 @@ def _attribute(variant: str, attribute: str, members: pd.DataFrame) -> Drift | N
 
 
 def find_drift(data: Dataset) -> list[Drift]:
+    """Per variant and compared attribute, the GPUs that differ from the rest or the datasheet."""
     gpus = data.gpus
     if gpus.empty:
         return []

@@ -53,6 +53,8 @@ RESAMPLED_VALUES = 4_000_000
 
 @dataclass(frozen=True)
 class GapOptions:
+    """When the report calls a gap between providers, and how it tests for one."""
+
     threshold: float = 0.02
     confidence: float = 0.95
     significance: float = 0.05  # of the rank test, after Holm
@@ -73,6 +75,8 @@ class Difference:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Two providers' GPUs of one group and configuration, compared on throughput."""
+
     config: Config
     within: str  # "variant" or "listing"
     group: str  # the variant, or the listing's label
@@ -98,6 +102,7 @@ class Comparison:
 
     @property
     def gap(self) -> float:
+        """How much slower the slower provider is: 0.1 is 10% slower."""
         return 1.0 - self.ratio
 
     @property
@@ -107,6 +112,7 @@ class Comparison:
 
     @property
     def evidence(self) -> str:
+        """The comparison's figures in words: both medians, the ratio's interval and the tests."""
         host_p = ("p: not testable (fewer than two hosts a side)"
                   if self.host_p_adjusted is None else f"p = {self.host_p_adjusted:.2g} (Holm)")
         return (f"{self.slower} {self.slower_median:.1f} TFLOP/s (median of "

@@ -31,6 +31,8 @@ CHECKED = ("document_id", "gpu_index", "variant", "variant_label", "family", "fo
 
 @dataclass(frozen=True)
 class Mismatch:
+    """A host whose GPUs are not what its listing says: listed, found, and each problem."""
+
     provider: str
     host: str
     listed: str
@@ -49,6 +51,7 @@ class MixedListing:
 
     @property
     def evidence(self) -> str:
+        """Each variant behind the listing in words, with its GPUs and hosts."""
         return "; ".join(f"{variant} on {counted(gpus, 'GPU')} of {counted(hosts, 'host')}"
                          for variant, gpus, hosts in self.variants)
 
@@ -101,6 +104,7 @@ def find_mismatches(data: Dataset) -> list[Mismatch]:
 
 
 def find_mixed_listings(data: Dataset) -> list[MixedListing]:
+    """The listings that name hardware and yet have hosts of different variants behind them."""
     listed = {h.document_id: h.listing.label for h in data.hosts if h.listing.names_hardware}
     gpus = data.gpus[data.gpus["document_id"].isin(listed)]
     if gpus.empty:

@@ -26,6 +26,8 @@ SIGMA_FLOOR = 0.0025
 
 @dataclass(frozen=True)
 class StragglerOptions:
+    """When a GPU is a straggler: how far and how many robust sigmas below its node."""
+
     threshold: float = 0.03
     sigmas: float = 4.0
     min_gpus: int = 3
@@ -33,6 +35,8 @@ class StragglerOptions:
 
 @dataclass(frozen=True)
 class Straggler:
+    """A GPU measured well below the other GPUs of its node in one configuration."""
+
     provider: str
     host: str
     gpu_index: int
@@ -45,10 +49,12 @@ class Straggler:
 
     @property
     def deficit(self) -> float:
+        """How far below its node's median the GPU is: 0.1 is 10% slower."""
         return 1.0 - self.tflops / self.node_median
 
     @property
     def evidence(self) -> str:
+        """The GPU's throughput against its node's in words, with the deficit and sigmas."""
         return (f"{self.tflops:.1f} TFLOP/s against {self.node_median:.1f}, the median of the "
                 f"node's {self.node_gpus - 1} other GPUs ({self.deficit:.1%} slower; "
                 f"{(self.node_median - self.tflops) / self.sigma:.0f} robust standard "
@@ -56,6 +62,7 @@ class Straggler:
 
 
 def find_stragglers(data: Dataset, options: StragglerOptions | None = None) -> list[Straggler]:
+    """Every GPU slower than the other GPUs of its node by the options' margins."""
     options = options or StragglerOptions()
     nodes: dict[tuple[str, str, Config], list[GpuMeasure]] = defaultdict(list)
     for m in data.measures:

@@ -50,6 +50,8 @@ FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression
 
 @dataclass(frozen=True)
 class ReportOptions:
+    """What the report covers, whether it is anonymized, and the analyses' options."""
+
     scope: Scope = field(default_factory=Scope)
     anonymize: bool = False
     gaps: GapOptions = field(default_factory=GapOptions)
@@ -81,6 +83,8 @@ class Offer:
 
 @dataclass(frozen=True)
 class Report:
+    """Everything the report shows, computed: the renderers only lay it out."""
+
     generated_at: dt.datetime
     store: str
     scope: str
@@ -115,10 +119,12 @@ class Report:
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
+        """The comparisons that found a systematic gap."""
         return tuple(c for c in self.comparisons if c.systematic)
 
     @property
     def cooling_findings(self) -> tuple[CoolingComparison, ...]:
+        """The cooling comparisons that were called."""
         return tuple(c for c in self.cooling if c.called)
 
     @property
@@ -255,6 +261,7 @@ def _watts(text: str) -> float:
 
 def build_report(engine: Engine, options: ReportOptions, store: str,
                  now: dt.datetime | None = None) -> Report:
+    """The report on the results of `engine` that `options` select, as of `now`."""
     scope = options.scope
     data = load_dataset(engine, scope, options.across_stacks)
     upto = max(scope.runs) if scope.runs else None

@@ -23,12 +23,16 @@ BOX_WIDTH = 0.36  # of a provider's slot
 
 @dataclass(frozen=True)
 class Tick:
+    """A tick on a chart's y axis: its position and label."""
+
     y: float
     label: str
 
 
 @dataclass(frozen=True)
 class Box:
+    """One provider's box in a box plot: quartiles, whiskers and GPU count, in pixels."""
+
     provider: str
     x: float  # the slot's centre
     half_width: float
@@ -43,6 +47,8 @@ class Box:
 
 @dataclass(frozen=True)
 class Point:
+    """One GPU's point in a box plot, and whether it is a straggler."""
+
     provider: str
     cx: float
     cy: float
@@ -52,6 +58,8 @@ class Point:
 
 @dataclass(frozen=True)
 class Chart:
+    """A box plot of per-GPU throughput by provider, for one variant and configuration."""
+
     variant: str
     config: Config
     width: int
@@ -66,6 +74,7 @@ class Chart:
 
     @property
     def title(self) -> str:
+        """The chart's title: variant and configuration."""
         return f"{self.variant}: {self.config.label}"
 
 

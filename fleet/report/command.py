@@ -31,6 +31,7 @@ def _utc(value: dt.datetime | None, end_of_day: bool = False) -> dt.datetime | N
 
 
 def parse_fail_on(text: str | None) -> tuple[str, ...]:
+    """The finding kinds of --fail-on; InputError naming any unknown one."""
     if not text:
         return ()
     kinds = tuple(part.strip() for part in text.split(",") if part.strip())

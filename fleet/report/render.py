@@ -28,6 +28,7 @@ _MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "*": "\\*", "_": "\\_", "`"
 
 
 def markdown_text(value: Any) -> str:
+    """`value` as Markdown text, its markup characters escaped; "" for None."""
     return "" if value is None else str(value).translate(_MARKDOWN)
 
 
@@ -81,6 +82,7 @@ def plain(value: Any) -> Any:
 
 
 def render(report: Report, fmt: str) -> str:
+    """The report in `fmt` (html, md or json); ValueError for another format."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "json":

@@ -47,6 +47,8 @@ class Event:
 
 @dataclass(frozen=True)
 class Line:
+    """One line of a history chart: a GPU's or a provider's median, night by night."""
+
     label: str
     provider: str
     points: tuple[tuple[float, float, str], ...]  # (x, y, tooltip)
@@ -55,11 +57,14 @@ class Line:
 
     @property
     def path(self) -> str:
+        """The line's points as an SVG polyline's `points`."""
         return " ".join(f"{x},{y}" for x, y, _ in self.points)
 
 
 @dataclass(frozen=True)
 class LineChart:
+    """A chart of throughput night by night, for one variant and benchmark."""
+
     variant: str
     benchmark: str
     width: int
@@ -75,11 +80,14 @@ class LineChart:
 
     @property
     def title(self) -> str:
+        """The chart's title: variant and benchmark."""
         return f"{self.variant}: {self.benchmark}"
 
 
 @dataclass(frozen=True)
 class History:
+    """A sweep's nights for the report: the events and the charts, and the rule applied."""
+
     sweep: str
     nights: tuple[tuple[int, dt.datetime], ...]
     events: tuple[Event, ...]  # oldest first

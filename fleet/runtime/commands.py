@@ -76,6 +76,7 @@ Examples:
 
 @click.group("runtime", help=GROUP_HELP)
 def runtime_group() -> None:
+    """The `fleet runtime` commands."""
     pass
 
 

@@ -33,6 +33,8 @@ PT_INTERP = 3
 
 @dataclass(frozen=True)
 class UvBinary:
+    """A uv binary fleet can upload: its path, version, machine and C library."""
+
     path: Path
     version: str
     machine: str  # "x86_64", "aarch64"
@@ -40,9 +42,11 @@ class UvBinary:
 
     @property
     def remote_name(self) -> str:
+        """The binary's file name on a host."""
         return f"uv-{self.version}"
 
     def host_file(self) -> HostFile:
+        """The binary as a file to upload, executable."""
         return HostFile(self.path, self.path.stat().st_size, file_sha256(self.path),
                         remote_name=self.remote_name, executable=True)
 
@@ -56,6 +60,7 @@ class Choice:
 
     @property
     def name(self) -> str:
+        """The installer's name: "uv" or "pip"."""
         return "uv" if self.uv is not None else "pip"
 
 

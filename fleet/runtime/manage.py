@@ -24,6 +24,8 @@ PARALLEL = 16
 
 @dataclass(frozen=True)
 class HostContents:
+    """What fleet keeps on one host, whether an install is running, and what went wrong."""
+
     target: Target
     items: tuple[dict[str, Any], ...] = ()  # kind, path, bytes[, state]
     installing: bool = False
@@ -32,9 +34,11 @@ class HostContents:
 
     @property
     def total_bytes(self) -> int:
+        """The size of everything listed, in bytes."""
         return sum(int(item.get("bytes", 0)) for item in self.items)
 
     def as_dict(self) -> dict[str, Any]:
+        """The host's contents as plain JSON-able data."""
         return {"host": self.target.key, "cache_dir": self.target.cache_dir,
                 "items": list(self.items), "bytes": self.total_bytes,
                 "installing": self.installing, "removed": self.removed, "error": self.error}

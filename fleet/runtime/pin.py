@@ -32,15 +32,19 @@ class RuntimeFailure(FleetError):
 
 @dataclass(frozen=True)
 class Build:
+    """A PyTorch build: its local version label and the CUDA version it was built with."""
+
     tag: str  # PyTorch's local version label: "cu128", or "cpu"
     cuda: tuple[int, int] | None  # the CUDA version it was built with; None for the CPU build
 
     @property
     def index_url(self) -> str:
+        """The PyTorch index that serves this build."""
         return f"{PYTORCH_INDEX}/{self.tag}"
 
     @property
     def label(self) -> str:
+        """The build in words: "CUDA 12.8", or "CPU"."""
         return "CPU" if self.cuda is None else f"CUDA {self.cuda[0]}.{self.cuda[1]}"
 
 
@@ -52,6 +56,7 @@ CPU_BUILD = Build("cpu", None)
 
 
 def parse_cuda(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a CUDA version such as "12.8"; None when `text` is not one."""
     major, _, minor = text.partition(".")
     if not (major.isdigit() and minor.split(".")[0].isdigit()):
         return None
@@ -92,16 +97,19 @@ class RuntimeSpec:
 
     @property
     def requirement(self) -> str:
+        """pip's requirement for this torch: any build of the version."""
         # PEP 440: `==2.13.0` matches 2.13.0+cu128 too; the index or wheelhouse decides
         # which build that is, and the install checks what it got.
         return f"torch=={self.torch}"
 
     def as_dict(self) -> dict[str, str]:
+        """The spec as the plain data its name hashes."""
         return {"format": RUNTIME_FORMAT, "torch": self.torch, "build": self.build.tag,
                 "python": self.python, "machine": self.machine}
 
     @property
     def name(self) -> str:
+        """The environment's directory name: the versions, and a hash of the whole spec."""
         digest = hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode())
         return (f"torch-{self.torch}-{self.build.tag}-py{self.python}-"
                 f"{digest.hexdigest()[:12]}")

@@ -65,6 +65,7 @@ class RuntimeReady:
 
 def remote_script(python: str, command: str, args: dict[str, Any],
                   env: dict[str, str]) -> str:
+    """The shell command that runs the host's half of the runtime with `python`."""
     assigned = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
     run = f'env {assigned} "$py"' if assigned else '"$py"'
     return "; ".join([

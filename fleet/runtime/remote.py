@@ -55,19 +55,23 @@ UV_CHECK_TIMEOUT_S = 60
 
 
 def emit(event: dict[str, Any]) -> None:
+    """Write one `fleet-runtime:` line of `event` to stdout, at once."""
     sys.stdout.write(MARK + json.dumps(event, sort_keys=True) + "\n")
     sys.stdout.flush()
 
 
 def runtime_root(cache_dir: str) -> str:
+    """The runtime directory under `cache_dir`."""
     return os.path.join(os.path.expanduser(cache_dir), "runtime")
 
 
 def site_packages(env: str) -> str:
+    """The site-packages directory of the environment `env`, for this Python's version."""
     return os.path.join(env, "lib", "python{}.{}".format(*sys.version_info[:2]), "site-packages")
 
 
 def read_marker(env: str) -> dict[str, Any] | None:
+    """The completion marker of the environment `env`, or None when it has none readable."""
     try:
         with open(os.path.join(env, MARKER_FILE)) as fh:
             marker = json.load(fh)
@@ -98,6 +102,7 @@ def env_problem(env: str) -> str | None:
 
 
 def free_bytes(path: str) -> int:
+    """Bytes free to this user on the filesystem of `path` (or its nearest existing parent)."""
     while not os.path.isdir(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
     stat = os.statvfs(path)
@@ -105,6 +110,7 @@ def free_bytes(path: str) -> int:
 
 
 def tree_bytes(path: str) -> int:
+    """The size in bytes of the file or directory tree at `path`, links not followed."""
     if os.path.isfile(path) or os.path.islink(path):
         return os.lstat(path).st_size
     total = 0
@@ -116,6 +122,7 @@ def tree_bytes(path: str) -> int:
 
 
 def read_driver(pyz: str) -> dict[str, Any]:
+    """GPU count and CUDA driver version by the agent payload `pyz`, or why it could not tell."""
     if not os.path.isfile(pyz):
         return {"payload": False}
     sys.path.insert(0, pyz)
@@ -141,6 +148,7 @@ def read_driver(pyz: str) -> dict[str, Any]:
 
 
 def has_module(name: str) -> bool:
+    """Whether this Python can import the module `name`."""
     import importlib.util
     try:
         return importlib.util.find_spec(name) is not None
@@ -149,6 +157,7 @@ def has_module(name: str) -> bool:
 
 
 def inspect(args: dict[str, Any]) -> None:
+    """Emit what the host has: driver, Python, platform, free disk, and whole environments."""
     root = runtime_root(args["cache_dir"])
     envs_dir = os.path.join(root, "envs")
     envs = {}
@@ -171,11 +180,14 @@ def inspect(args: dict[str, Any]) -> None:
 
 
 class Lock:
+    """The exclusive flock on `runtime/.lock` that every install holds."""
+
     def __init__(self, root: str) -> None:
         os.makedirs(root, exist_ok=True)
         self.fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
 
     def take(self, wait_s: float) -> bool:
+        """Take the lock, waiting up to `wait_s` seconds; False when another holds it still."""
         deadline = time.monotonic() + wait_s
         said = False
         while True:
@@ -211,6 +223,7 @@ def hold(args: dict[str, Any]) -> None:
 
 
 def classify(lines: list[str]) -> str:
+    """The kind of an install's failure from its output: disk, index, missing or install."""
     text = "\n".join(lines)
     if "No space left on device" in text or "Disk quota exceeded" in text:
         return "disk"
@@ -261,6 +274,8 @@ def run_logged(command: list[str], env: dict[str, str], stage: str) -> list[str]
 
 
 class Failed(Exception):
+    """An install step that failed: its kind, what happened, and the output's last lines."""
+
     def __init__(self, kind: str, detail: str, tail: list[str] | None = None) -> None:
         super().__init__(detail)
         self.kind = kind
@@ -269,12 +284,14 @@ class Failed(Exception):
 
 
 def drop_secret(source: dict[str, Any]) -> None:
+    """Delete the file holding the index URL, if any: the secret is read once."""
     if source.get("index_url_file"):
         with contextlib.suppress(OSError):
             os.unlink(os.path.expanduser(source["index_url_file"]))
 
 
 def index_urls(source: dict[str, Any]) -> list[str]:
+    """The package index URLs of `source`, the secret one read (and its file deleted) first."""
     urls = []
     secret = source.get("index_url_file")
     if secret:
@@ -334,6 +351,7 @@ def uv_command(uv: str, env: str, args: dict[str, Any]) -> tuple[list[str], dict
 
 
 def pip_version(env: str) -> str:
+    """The version of pip installed in the environment `env`, or "?"."""
     for name in os.listdir(site_packages(env)):
         if name.startswith("pip-") and name.endswith(".dist-info"):
             return name[len("pip-"):-len(".dist-info")]
@@ -341,6 +359,7 @@ def pip_version(env: str) -> str:
 
 
 def verify(env: str, expect: dict[str, Any]) -> dict[str, Any]:
+    """Torch's version and CUDA build in the new environment; Failed when not the ones asked for."""
     code = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
             "'cuda': torch.version.cuda}))")
     done = subprocess.run([os.path.join(env, "bin", "python"), "-c", code],
@@ -361,6 +380,7 @@ def verify(env: str, expect: dict[str, Any]) -> dict[str, Any]:
 
 
 def install(args: dict[str, Any]) -> None:
+    """Build the environment `args` describes under the lock, and emit each stage and the end."""
     root = runtime_root(args["cache_dir"])
     envs_dir = os.path.join(root, "envs")
     final = os.path.join(envs_dir, args["name"])
@@ -456,6 +476,7 @@ def usable_uv(uv: dict[str, Any] | None) -> str | None:
 
 
 def wheel_status(args: dict[str, Any]) -> None:
+    """Emit how many bytes of each wanted upload are here (-1: whole), and the free space."""
     directory = os.path.expanduser(args["dir"])
     states = {}
     for wanted in args["files"]:
@@ -473,6 +494,7 @@ def wheel_status(args: dict[str, Any]) -> None:
 
 
 def wheel_seal(args: dict[str, Any]) -> None:
+    """Check a finished upload's sha256 and rename it into place; a mismatch deletes it."""
     directory = os.path.expanduser(args["dir"])
     final = os.path.join(directory, args["name"])
     part = os.path.join(directory, "." + args["name"] + ".part")
@@ -505,6 +527,7 @@ def fleet_files(cache_dir: str) -> list[str]:
 
 
 def show(args: dict[str, Any]) -> None:
+    """Emit every file fleet keeps on this host, its size and state, and whether an install runs."""
     root = runtime_root(args["cache_dir"])
     items = []
     for path in fleet_files(args["cache_dir"]):
@@ -533,6 +556,7 @@ def show(args: dict[str, Any]) -> None:
 
 
 def remove(args: dict[str, Any]) -> None:
+    """Delete all fleet keeps on this host, unless an install holds the lock; emit what went."""
     root = runtime_root(args["cache_dir"])
     if os.path.isdir(root) and not Lock(root).take(float(args.get("lock_wait_s", 0))):
         emit({"event": "failed", "kind": "lock", "detail": "a fleet install is running on "

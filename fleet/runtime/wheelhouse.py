@@ -35,10 +35,12 @@ class HostFile:
 
     @property
     def name(self) -> str:
+        """The file's name on the host."""
         return self.remote_name or self.path.name
 
 
 def file_sha256(path: Path) -> str:
+    """The sha256 of the file at `path`, remembered while its size and mtime stay the same."""
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     with _hash_lock:
@@ -61,6 +63,7 @@ def _runs_there(python: str, platform: str, spec: RuntimeSpec) -> bool:
 
 
 def download_command(spec: RuntimeSpec, directory: Path) -> str:
+    """The `pip download` command that fills a wheelhouse for `spec`."""
     version = spec.python
     return (f"pip download torch=={TORCH_VERSION} --only-binary=:all: --python-version "
             f"{version} --platform manylinux_2_28_{spec.machine} --index-url "

@@ -39,17 +39,21 @@ WRITES = "fleet_writes"
 
 
 def default_sqlite_path() -> Path:
+    """Where the store is by default: $XDG_DATA_HOME/fleet/fleet.db."""
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data_home) / "fleet" / "fleet.db"
 
 
 @dataclass(frozen=True)
 class Location:
+    """A database URL and where it was given, which is where to fix a wrong one."""
+
     url: URL
     origin: str  # "--db", "FLEET_DB" or "default": says where to fix a wrong URL
 
     @property
     def is_sqlite(self) -> bool:
+        """Whether the database is SQLite."""
         return self.url.get_backend_name() == "sqlite"
 
     @property

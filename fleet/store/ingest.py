@@ -46,6 +46,8 @@ TELEMETRY_WIDTH = 6
 
 
 class Outcome(StrEnum):
+    """Whether a document was stored now or had been already."""
+
     STORED = "stored"
     ALREADY_STORED = "already stored"
 
@@ -89,6 +91,8 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class Stored:
+    """A stored document: whether it was new, its id and its content hash."""
+
     outcome: Outcome
     document_id: int
     content_hash: str
@@ -113,10 +117,12 @@ class Prepared:
 
     @property
     def gpu_count(self) -> int:
+        """How many GPUs the document describes."""
         return int(self.document_row["gpu_count"])
 
     @property
     def benchmark_count(self) -> int:
+        """How many benchmark results the document holds."""
         return int(self.document_row["benchmark_count"])
 
 
@@ -343,11 +349,13 @@ class Ingest:
 
     @property
     def conn(self) -> Connection:
+        """The connection the run writes through, opened on first use."""
         if self._conn is None:
             self._conn = self.engine.connect().execution_options(**{WRITES: True})
         return self._conn
 
     def close(self) -> None:
+        """Close the connection, first finishing the run if this process started it."""
         if self._conn is None:
             return
         try:
@@ -367,6 +375,7 @@ class Ingest:
         return self.store_prepared(prepare(document, source), origin)
 
     def store_prepared(self, prepared: Prepared, origin: Origin) -> Stored:
+        """Store `prepared` under `origin` in one transaction; stored now, or already."""
         conn = self.conn
         names = _names(origin, prepared.hostname)
         transaction = conn.begin()

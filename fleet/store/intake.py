@@ -60,6 +60,7 @@ class Item:
 
     @property
     def outcome(self) -> str:
+        """"rejected", or how the document was stored."""
         if self.stored is None:
             return "rejected"
         return str(self.stored.outcome)

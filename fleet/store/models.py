@@ -71,6 +71,7 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        """`value` to store, in UTC; a naive datetime is taken to be UTC already."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -80,6 +81,7 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
     def process_result_value(
         self, value: dt.datetime | None, dialect: Dialect
     ) -> dt.datetime | None:
+        """`value` as read back, in UTC (SQLite returns it naive)."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -99,16 +101,19 @@ def pack_floats(values: list[float]) -> bytes:
 
 
 def unpack_floats(data: bytes) -> list[float]:
+    """The float64 values packed in `data`."""
     return list(struct.unpack(f"<{len(data) // 8}d", data))
 
 
 def pack_rows(rows: list[list[float]], width: int) -> bytes:
+    """Rows of `width` values each, packed as one run of float64s."""
     flat = [value for row in rows for value in row]
     assert len(flat) == width * len(rows), "every row must have the same width"
     return pack_floats(flat)
 
 
 def unpack_rows(data: bytes, width: int) -> list[list[float]]:
+    """The rows of `width` values packed in `data`."""
     flat = unpack_floats(data)
     return [flat[i:i + width] for i in range(0, len(flat), width)]
 
@@ -117,6 +122,8 @@ assert sys.float_info.mant_dig == 53, "packed samples assume IEEE 754 float64"
 
 
 class Base(DeclarativeBase):
+    """The base of fleet's tables: constraint names, and UTC datetimes and JSON by type."""
+
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map: dict[Any, Any] = {  # noqa: RUF012 (SQLAlchemy reads it as a class attribute)
         dt.datetime: UtcDateTime(),
@@ -126,6 +133,8 @@ class Base(DeclarativeBase):
 
 
 class Provider(Base):
+    """A GPU provider, as the inventory names it."""
+
     __tablename__ = "provider"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

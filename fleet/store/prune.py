@@ -26,6 +26,8 @@ BATCH = 200  # documents rewritten per transaction
 
 @dataclass(frozen=True)
 class Pruned:
+    """What a prune emptied: its cutoff, results, documents and bytes."""
+
     cutoff: dt.datetime
     results: int  # results whose samples were emptied
     documents: int  # documents whose bodies lost their samples

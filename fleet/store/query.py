@@ -72,6 +72,7 @@ IN_CHUNK = 1000
 
 
 def in_chunks(values: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[int]]:
+    """`values` in slices of at most `size`, to keep each IN list under the backends' limits."""
     for start in range(0, len(values), size):
         yield values[start:start + size]
 
@@ -92,6 +93,8 @@ class ResultFilter:
 
 @dataclass(frozen=True)
 class ResultRow:
+    """One benchmark result as `fleet results` lists it."""
+
     id: int
     collected_at: dt.datetime
     provider: str
@@ -221,6 +224,7 @@ def _flag_names(values: Sequence[Any]) -> tuple[str, ...]:
 
 
 def count_results(engine: Engine, where: ResultFilter) -> int:
+    """How many results `where` selects."""
     r = BenchmarkResult
     stmt = _filtered(select(func.count(r.id)).select_from(r)
                      .join(Provider, Provider.id == r.provider_id)

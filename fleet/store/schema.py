@@ -32,16 +32,20 @@ UPGRADE_LOCK = 0x666C656574  # "fleet"
 
 @dataclass(frozen=True)
 class SchemaState:
+    """Which revision the database is at, the newest there is, and whether it has tables."""
+
     revision: str | None  # None: no fleet schema yet
     head: str
     has_tables: bool
 
     @property
     def current(self) -> bool:
+        """Whether the database is at the newest revision."""
         return self.revision == self.head
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration for fleet's migrations, on `connection` when given."""
     if not (MIGRATIONS / "env.py").is_file():
         raise StoreError(f"the migrations are missing from {MIGRATIONS}: reinstall fleet")
     config = Config()
@@ -52,17 +56,20 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
+    """The newest revision of fleet's migrations."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "migrations/versions holds no revision"
     return head
 
 
 def known_revisions() -> set[str]:
+    """Every revision of fleet's migrations."""
     return {script.revision for script in ScriptDirectory.from_config(alembic_config())
             .walk_revisions()}
 
 
 def inspect_schema(engine: Engine) -> SchemaState:
+    """Which revision the database of `engine` is at, and whether it has any tables."""
     with engine.connect() as conn:
         revision = MigrationContext.configure(conn).get_current_revision()
         has_tables = bool(inspect(conn).get_table_names())
@@ -106,6 +113,7 @@ def upgrade(engine: Engine, target: str = "head") -> SchemaState:
 
 
 def downgrade(engine: Engine, target: str) -> SchemaState:
+    """Migrate the database down to revision `target`; the state it is in after."""
     _run(engine, target, downgrade=True)
     return inspect_schema(engine)
 
@@ -137,6 +145,8 @@ def ensure_schema(engine: Engine, location: Location) -> bool:
 
 @dataclass(frozen=True)
 class Store:
+    """An open database at the current schema: where it is, its engine, and whether it is new."""
+
     location: Location
     engine: Engine
     created: bool  # the database was empty and has just been given the schema

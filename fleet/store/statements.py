@@ -34,6 +34,8 @@ CHUNK = 100
 
 @dataclass(frozen=True)
 class Statement:
+    """One SQL statement, and whether it returns a value."""
+
     sql: str
     returns: bool
 
@@ -44,6 +46,7 @@ class Statement:
         return None if row is None else row[0]
 
     def many(self, cursor: Any, rows: Sequence[dict[str, Any]]) -> None:
+        """Run with many rows of parameters."""
         cursor.executemany(self.sql, rows)
 
 
@@ -64,6 +67,7 @@ class MultiRow:
     pipelined: bool
 
     def rows(self, cursor: Any, rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        """Insert `rows`; what each returned, in order."""
         if not rows:
             return []
         if self.pipelined:

@@ -45,6 +45,8 @@ HISTORY_NIGHTS = 30
 
 @dataclass(frozen=True)
 class SweepRun:
+    """One run of a named sweep: its id, inventory, start and finish."""
+
     id: int
     sweep: str
     inventory: str | None
@@ -54,6 +56,8 @@ class SweepRun:
 
 @dataclass(frozen=True)
 class SettledHost:
+    """How a host ended in a run: stored with its document, or failed and why."""
+
     status: str  # "stored" or "failed"
     document_id: int | None
     stage: str | None = None  # of the newest failure, when failed
@@ -65,6 +69,7 @@ def _now() -> dt.datetime:
 
 
 def create_run(engine: Engine, run: RunInfo) -> int:
+    """Start a probe run as `run` describes; its id."""
     with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
         return int(conn.execute(insert(ProbeRun).returning(ProbeRun.id), {
             "kind": run.kind, "sweep": run.sweep, "inventory": run.inventory,
@@ -73,6 +78,7 @@ def create_run(engine: Engine, run: RunInfo) -> int:
 
 
 def finish_run(engine: Engine, run_id: int) -> None:
+    """Mark the run finished: it is no longer there for --resume."""
     with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
         now = _now()
         conn.execute(update(ProbeRun).where(ProbeRun.id == run_id)
@@ -91,6 +97,7 @@ def _sweep_run(row: Any) -> SweepRun:
 
 
 def newest_run(engine: Engine, sweep: str, unfinished: bool = False) -> SweepRun | None:
+    """The newest run of `sweep` (the newest unfinished one if asked); None when none."""
     stmt = select(ProbeRun).where(ProbeRun.kind == "sweep", ProbeRun.sweep == sweep)
     if unfinished:
         stmt = stmt.where(ProbeRun.finished_at.is_(None))
@@ -134,6 +141,7 @@ def documents_stored(engine: Engine, run_id: int) -> dict[str, int]:
 
 
 def load_documents(engine: Engine, ids: Collection[int]) -> dict[int, AgentDocument]:
+    """The stored documents with `ids`, by id."""
     return dict(iter_documents(engine, ids))
 
 

@@ -68,9 +68,13 @@ class Process(Protocol):
 
 
 class Transport(Protocol):
+    """A way to run scripts and write files on one target: over SSH, or on this machine."""
+
     description: str  # "root@10.0.0.5:22 via bastion", "this machine": for messages
 
-    def connect(self) -> None: ...
+    def connect(self) -> None:
+        """Open the connection; TransportError naming the host when it cannot."""
+        ...
 
     def run(self, script: str) -> Process:
         """Start a POSIX sh script; stdin is empty."""
@@ -86,7 +90,9 @@ class Transport(Protocol):
         the next part of a resumable upload, which the caller checks before using."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """End every script still running and close the connection."""
+        ...
 
 
 def shell_path(path: str) -> str:
@@ -143,6 +149,7 @@ class LineSplitter:
         self._pending = bytearray()
 
     def feed(self, data: bytes) -> list[str]:
+        """The whole lines that `data` completes; the rest waits for more."""
         self._pending += data
         if b"\n" not in data:
             self._check()
@@ -153,6 +160,7 @@ class LineSplitter:
         return [line.decode("utf-8", errors="replace").rstrip("\r") for line in complete]
 
     def finish(self) -> list[str]:
+        """The last line when the stream ended without a newline; none when it was blank."""
         rest, self._pending = bytes(self._pending), bytearray()
         return [rest.decode("utf-8", errors="replace")] if rest.strip() else []
 
@@ -171,16 +179,19 @@ class StderrTail:
         self._size = 0
 
     def feed(self, data: bytes) -> None:
+        """Keep `data`, dropping what is older than the last STDERR_TAIL bytes."""
         self._chunks.append(data)
         self._size += len(data)
         while self._size - len(self._chunks[0]) >= STDERR_TAIL:
             self._size -= len(self._chunks.popleft())
 
     def text(self) -> str:
+        """The last STDERR_TAIL bytes of stderr as text, trimmed."""
         raw = b"".join(self._chunks)[-STDERR_TAIL:]
         return raw.decode("utf-8", errors="replace").strip()
 
 
 def last_lines(text: str, count: int = 5) -> str:
+    """The last `count` non-blank lines of `text`, joined with " | " for one-line messages."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return " | ".join(lines[-count:])

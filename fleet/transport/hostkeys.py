@@ -29,11 +29,13 @@ SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 
 
 def fleet_known_hosts() -> Path:
+    """fleet's own known-hosts file: $XDG_CONFIG_HOME/fleet/known_hosts."""
     config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config_home) / "fleet" / "known_hosts"
 
 
 def user_known_hosts() -> list[Path]:
+    """The user's and the system's known-hosts files."""
     return [Path.home() / ".ssh" / "known_hosts", SYSTEM_KNOWN_HOSTS]
 
 
@@ -44,6 +46,7 @@ def _display(path: Path) -> str:
 
 
 def key_fingerprint(key: paramiko.PKey) -> str:
+    """A key as messages show it: its type and fingerprint."""
     return f"{key.get_name()} {key.fingerprint}"
 
 
@@ -70,6 +73,7 @@ class KnownHosts:
         client.set_missing_host_key_policy(_Policy(self, who))
 
     def record(self, name: str, key: paramiko.PKey, who: str) -> None:
+        """Add `name`'s `key` to fleet's file; HostKeyError when it records another key."""
         with self._lock:
             # Two hosts behind one address meet here at once; the second must find the
             # first one's line, and refuse if that line holds another key.
@@ -99,6 +103,7 @@ class KnownHosts:
         return None
 
     def unknown(self, name: str, key: paramiko.PKey, who: str) -> HostKeyError:
+        """The error for an unknown key of `name`: how to check it, and how to accept it."""
         return HostKeyError(
             f"{who}: unknown host key for {name} ({key_fingerprint(key)}). Check that "
             "fingerprint with the provider (its console, or `ssh-keygen -lf` on the host's "
@@ -107,6 +112,7 @@ class KnownHosts:
 
     def changed(self, name: str, offered: paramiko.PKey, recorded: paramiko.PKey, who: str,
                 extra_files: list[Path]) -> HostKeyError:
+        """The error for a changed key of `name`: both fingerprints, and the file with the old."""
         where = self.recorded_in(name, extra_files) or self.path
         return HostKeyError(
             f"{who}: the host key of {name} has CHANGED: it offered "

@@ -28,6 +28,8 @@ from fleet.transport.base import (
 
 
 class LocalProcess:
+    """A script running on this machine in a session of its own."""
+
     def __init__(self, popen: subprocess.Popen[bytes], origin: str) -> None:
         self._popen = popen
         self._origin = origin
@@ -40,6 +42,7 @@ class LocalProcess:
         self._stream: Iterator[str] | None = None
 
     def lines(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
+        """The script's stdout lines until it ends, `deadline` passes or `cancel` is set."""
         if self._stream is None:
             self._stream = self._read(deadline, cancel)
         return self._stream
@@ -66,15 +69,18 @@ class LocalProcess:
         yield from splitter.finish()
 
     def exit_status(self, timeout: float) -> int | None:
+        """The script's exit status, or None when it has not ended within `timeout` seconds."""
         try:
             return self._popen.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
 
     def stderr_tail(self) -> str:
+        """The last of what the script wrote to stderr."""
         return self._stderr.text()
 
     def kill(self) -> None:
+        """Signal the script's session, TERM then KILL, until it has ended."""
         # The script runs in a session of its own: the signal reaches the agent and
         # anything it started, never this process.
         for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
@@ -84,6 +90,7 @@ class LocalProcess:
                 break
 
     def close(self) -> None:
+        """Close the selector and the script's pipes."""
         self._selector.close()
         for stream in (self._popen.stdout, self._popen.stderr):
             if stream is not None:
@@ -135,9 +142,11 @@ class LocalTransport:
         self._processes: list[LocalProcess] = []
 
     def connect(self) -> None:
+        """Nothing to connect to: the target is this machine."""
         pass
 
     def run(self, script: str) -> LocalProcess:
+        """Start `script` under /bin/sh in a session of its own."""
         try:
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -151,6 +160,7 @@ class LocalTransport:
         return process
 
     def put(self, data: bytes, path: str, timeout: float) -> None:
+        """Write `data` to `path`, through a temporary file renamed into place."""
         final = Path(path).expanduser()
         try:
             final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -169,6 +179,7 @@ class LocalTransport:
                 "in the inventory to a directory you may write") from None
 
     def append(self, path: str, chunks: Iterable[bytes], timeout: float) -> None:
+        """Append `chunks` to `path`, creating it private to this user."""
         final = Path(path).expanduser()
         try:
             final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -182,6 +193,7 @@ class LocalTransport:
                 "in the inventory to a directory you may write") from None
 
     def close(self) -> None:
+        """Kill every script still running and close them all."""
         for process in self._processes:
             if process.exit_status(0) is None:
                 process.kill()

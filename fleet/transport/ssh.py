@@ -158,10 +158,13 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class SshPlan:
+    """How to reach a target: the jump hosts in order, then the target."""
+
     hops: tuple[Endpoint, ...]  # jump hosts in order, then the target itself
 
     @property
     def target(self) -> Endpoint:
+        """The endpoint at the end of the hops."""
         return self.hops[-1]
 
     def __str__(self) -> str:
@@ -278,6 +281,8 @@ def preflight(target: Target) -> list[str]:
 
 @dataclass
 class SshOptions:
+    """How to connect: the known hosts, connect timeout and retries, and the cancel signal."""
+
     known_hosts: KnownHosts
     connect_timeout_s: float = 10.0
     connect_retries: int = 2
@@ -285,6 +290,8 @@ class SshOptions:
 
 
 class SshProcess:
+    """A script running on the host over one SSH channel."""
+
     def __init__(self, channel: paramiko.Channel, transport: SshTransport, origin: str
                  ) -> None:
         self._channel = channel
@@ -295,6 +302,7 @@ class SshProcess:
         self._stream: Iterator[str] | None = None
 
     def lines(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
+        """The script's stdout lines until it ends, `deadline` passes or `cancel` is set."""
         if self._stream is None:
             self._stream = self._read(deadline, cancel)
         return self._stream
@@ -335,6 +343,7 @@ class SshProcess:
             yield line
 
     def exit_status(self, timeout: float) -> int | None:
+        """The script's exit status, or None when it has not ended within `timeout` seconds."""
         if not self._channel.status_event.wait(timeout):
             return None
         self._drain_stderr()
@@ -342,10 +351,12 @@ class SshProcess:
         return None if status < 0 else status
 
     def stderr_tail(self) -> str:
+        """The last of what the script wrote to stderr."""
         self._drain_stderr()
         return self._stderr.text()
 
     def kill(self) -> None:
+        """Signal the script's process group, TERM then KILL, unless it has ended."""
         if self._group is not None and not self._channel.exit_status_ready():
             group, pid = self._group
             for sig in ("TERM", "KILL"):
@@ -356,6 +367,8 @@ class SshProcess:
 
 
 class SshTransport:
+    """A connection to one target through its jump hosts, with paramiko."""
+
     def __init__(self, target: Target, plan: SshPlan, options: SshOptions) -> None:
         self._target = target
         self._plan = plan
@@ -373,6 +386,7 @@ class SshTransport:
         return transport
 
     def connect(self) -> None:
+        """Connect through every hop, retrying; TransportError naming the host when it cannot."""
         problems = preflight(self._target)
         if problems:
             raise TransportError(f"{self._origin}: " + "; ".join(problems))
@@ -488,11 +502,13 @@ class SshTransport:
         return channel
 
     def run(self, script: str) -> SshProcess:
+        """Start `script` under sh on the host."""
         # The login shell may be bash, zsh or fish: hand the script to sh explicitly.
         channel = self._open("sh -c " + shlex.quote(PREAMBLE + script))
         return SshProcess(channel, self, self._origin)
 
     def signal_group(self, sig: str, group: int, pid: int) -> None:
+        """Send `sig` to the process group `group` (else the process `pid`); errors are ignored."""
         with contextlib.suppress(TransportError):
             channel = self._open(f"kill -{sig} -- -{group} 2>/dev/null || "
                                  f"kill -{sig} {pid} 2>/dev/null")
@@ -500,10 +516,12 @@ class SshTransport:
             channel.close()
 
     def put(self, data: bytes, path: str, timeout: float) -> None:
+        """Write `data` to `path` on the host, whole or not at all."""
         self._upload(put_script(path, uuid.uuid4().hex[:8]), [data], path, timeout,
                      resumable=False)
 
     def append(self, path: str, chunks: Iterable[bytes], timeout: float) -> None:
+        """Append `chunks` to `path` on the host: a resumable upload."""
         self._upload(append_script(path), chunks, path, timeout, resumable=True)
 
     def _upload(self, script: str, chunks: Iterable[bytes], path: str, timeout: float,
@@ -534,6 +552,7 @@ class SshTransport:
                 f"{stderr.text() or f'exit status {channel.exit_status}'}. Free space there, "
                 "or set `cache_dir:` in the inventory to a directory the user may write")
     def close(self) -> None:
+        """Close every client, the target's first; errors are ignored."""
         for client in reversed(self._clients):
             with contextlib.suppress(Exception):
                 client.close()

@@ -252,8 +252,10 @@ def test_a_task_expiry_leaves_room_for_its_redelivery(
         workspace: Workspace, broker: str, visibility: float | None, room: float) -> None:
     (target,) = load_inventory(workspace.inventory({"lambda/a": workspace.ssh_host(
         workspace.servers[0])})).targets
-    options = ProbeOptions(timeout_s=None)  # fingerprint and benchmark, as by default
-    budget = host_budget_s(options, target)
+    options = ProbeOptions(timeout_s=None)  # the timeout by what runs: a fingerprint
+    # One host's budget: the fingerprint's 300 s timeout, 3 connect attempts of 10 s and
+    # 1 + 2 s of backoff between them: 300 + 30 + 3.
+    budget = 333.0
     assert redelivery_s(broker, visibility) == room
     for position, waves in ((0, 1), (15, 1), (16, 2)):
         expires = expires_after_s(options, target, position, 60.0,
@@ -536,7 +538,9 @@ def test_a_task_whose_worker_died_is_given_up_with_what_happened(
         app, (target,), RunInfo(kind="sweep", sweep="nightly", run_id=1), "store", options,
         lambda target, stage, message: None, queue_timeout_s=25.0, clock=clock)
     (sent,) = app.sent
-    assert sent["expires"] == 25.0 + host_budget_s(options, target) + 80.0 + 10
+    # The queue timeout, one host budget (15 s of agent, 3 x 10 s of connect, 1 + 2 s of
+    # backoff: 48 s), the visibility timeout and its restore period.
+    assert sent["expires"] == 25.0 + 48.0 + 80.0 + 10
     assert sent["kwargs"]["options"]["visibility_timeout_s"] == 80.0
     outcome = outcomes["lambda/a"]
     assert not interrupted and outcome.stage == stage and said in (outcome.reason or "")
@@ -654,8 +658,8 @@ def _run_scripted(workspace: Workspace, monkeypatch: pytest.MonkeyPatch,
         lambda target, stage, message: said.append((now[0], stage, message)),
         queue_timeout_s=25.0, clock=clock)
     ((expires, result),) = sent
-    return _ScriptedRun(outcomes["lambda/a"], interrupted, expires, result, said,
-                        host_budget_s(options, target))
+    # The host budget: 15 s of agent, 3 x 10 s of connect and 1 + 2 s of backoff.
+    return _ScriptedRun(outcomes["lambda/a"], interrupted, expires, result, said, 48.0)
 
 
 @pytest.mark.parametrize(("why", "steps", "given_up_early"), [
