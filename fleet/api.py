@@ -170,6 +170,14 @@ FINGERPRINT_COLUMNS = _columns(
     ("pcie_gen_max", "Int64", "the PCIe generation the link can reach"),
     ("pcie_width_max", "Int64", "the PCIe width the link can reach"),
     ("nvlink_links_active", "int64", "active NVLink links"),
+    ("nvlink_links_total", "Int64", "NVLink links the card has"),
+    ("power_limit_enforced_w", "float64", "the power limit the driver enforces, watts"),
+    ("power_limit_min_w", "float64", "the lowest power limit that may be set, watts"),
+    ("power_limit_max_w", "float64", "the highest power limit that may be set, watts"),
+    ("app_sm_clock_target_mhz", "Int64", "the application SM clock, MHz"),
+    ("pcie_gen_current", "Int64", "the PCIe generation the link runs at"),
+    ("pcie_width_current", "Int64", "the PCIe width the link runs at"),
+    ("vgpu_profile", "string", "a vGPU guest's profile (RTXA6000-24Q); missing otherwise"),
 )
 
 RUN_COLUMNS = _columns(

@@ -204,3 +204,17 @@ def test_an_anonymized_report_shows_the_fleet_without_names(found_url: str,
     assert len(data["found"]) == 5
     assert sum(h["gpu_count"] for h in data["found"]) == 26
     assert [h["differs"] for h in data["found"]].count(["power limit"]) == 1
+
+
+def test_the_library_gives_the_same_facts_as_found(found_url: str) -> None:
+    import fleet
+
+    with fleet.Store(found_url) as store:
+        frame = store.fingerprints()
+    rows = {(str(r.host), int(r.gpu_index)): r for r in frame.itertuples()}
+    capped = rows[("alpha-01", 5)]
+    assert (capped.power_limit_enforced_w, capped.power_limit_min_w,
+            capped.power_limit_max_w) == (500.0, 200.0, 700.0)
+    guest = rows[("gamma-01", 0)]
+    assert guest.vgpu_profile == "RTXA6000-24Q" and guest.form_factor == "vGPU"
+    assert guest.nvlink_links_total == 0 and guest.pcie_gen_current == 5
