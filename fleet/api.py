@@ -20,9 +20,11 @@ commands go through `Store` too, and most of them never build a frame.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import wraps
 from pathlib import Path
@@ -60,11 +62,15 @@ from fleet.store.query import (
     stored_variants,
     summarise_variants,
 )
-from fleet.store.schema import ensure_schema
+from fleet.store.schema import SchemaState, ensure_schema, inspect_schema
+from fleet.store.schema import upgrade as upgrade_schema
 from fleet.store.sweeps import HISTORY_NIGHTS, read_nights
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from fleet.store.intake import Item
+    from fleet.store.prune import Pruned
 
 __all__ = ["FINDING_COLUMNS", "FINGERPRINT_COLUMNS", "NIGHT_COLUMNS", "RESULT_COLUMNS",
            "RUN_COLUMNS", "BenchOptions", "Column", "ProbeOptions", "ProbeReport", "Store"]
@@ -178,7 +184,20 @@ FINGERPRINT_COLUMNS = _columns(
     ("pcie_gen_current", "Int64", "the PCIe generation the link runs at"),
     ("pcie_width_current", "Int64", "the PCIe width the link runs at"),
     ("vgpu_profile", "string", "a vGPU guest's profile (RTXA6000-24Q); missing otherwise"),
+    ("mig_devices", "object", 'the MIG instances\' profiles, a list ("1g.10gb", ...); '
+                              "empty without MIG"),
+    *((f"may_set_{setting}", "boolean",
+       f"whether the tenant may change {words}: True, False, or missing where the agent "
+       "could not tell") for setting, words in (
+        ("application_clocks", "the application clocks"),
+        ("locked_gpu_clocks", "locked GPU clocks"),
+        ("locked_memory_clocks", "locked memory clocks"),
+        ("power_limit", "the power limit"), ("persistence_mode", "persistence mode"),
+        ("compute_mode", "the compute mode"), ("ecc", "ECC"))),
 )
+# The fingerprint table's own columns among FINGERPRINT_COLUMNS, read as they are stored.
+_STORED_FINGERPRINT = FINGERPRINT_COLUMNS[8:FINGERPRINT_COLUMNS.index(
+    next(c for c in FINGERPRINT_COLUMNS if c.name == "mig_devices"))]
 
 RUN_COLUMNS = _columns(
     ("run", "int64", "the run's number (`fleet report --run N`)"),
@@ -350,6 +369,83 @@ class Store:
             self._engine.dispose()
             self._engine = None
 
+    # --- the database -------------------------------------------------------------------
+
+    @contextmanager
+    def _bare(self) -> Iterator[Engine]:
+        """An engine that neither checks nor creates the schema (`fleet db`'s own)."""
+        engine = open_engine(self.location)
+        try:
+            with database_errors(self.location):
+                yield engine
+        finally:
+            engine.dispose()
+
+    def exists(self) -> bool:
+        """False for a SQLite file not there yet (nothing is created to find out); a
+        server's database is taken to exist."""
+        path = self.location.sqlite_path
+        return path is None or path.exists()
+
+    def schema(self) -> SchemaState:
+        """The schema's revision, the newest this fleet knows, and whether the database
+        has tables; creates nothing (`fleet db current`).
+
+        Example: `fleet.Store("team.db").schema().current` is True at the newest revision.
+        """
+        with self._bare() as engine:
+            return inspect_schema(engine)
+
+    def upgrade(self) -> tuple[SchemaState, SchemaState]:
+        """Bring the schema to this fleet's newest revision, in one transaction
+        (`fleet db upgrade`); the states before and after.
+
+        Example: `before, after = fleet.Store().upgrade()`.
+        """
+        with self._bare() as engine:
+            before = inspect_schema(engine)
+            return before, upgrade_schema(engine)
+
+    @_guarded
+    def prune_samples(self, keep_days: int) -> Pruned:
+        """Empty the raw samples of results collected more than `keep_days` days ago
+        (`fleet db prune`); their statistics stay.
+
+        Example: `fleet.Store().prune_samples(30).results` results were emptied.
+        """
+        from fleet.store.prune import prune_samples
+
+        return prune_samples(self.engine, keep_days)
+
+    @_guarded
+    def ingest(self, files: Sequence[str | os.PathLike[str]], *, provider: str = "unknown",
+               host: str | None = None, sweep: str | None = None, jobs: int | None = None,
+               on_item: Callable[[Item], None] | None = None,
+               counts: Counter[str] | None = None) -> Counter[str]:
+        """Store agent documents from files, all in one run (`fleet ingest`): each file is
+        JSON lines or one JSON document, "-" standard input. A document is stored once
+        however often given; a file that fails validation is rejected whole, the others
+        stored. Counts by outcome ("stored", "already stored", "rejected"), also kept in
+        `counts` as they come so that an interrupted caller knows them; `on_item` hears
+        each file once its fate is committed.
+
+        Example: `fleet.Store().ingest(["gpu-01.jsonl"], provider="lambda")["stored"]`.
+        """
+        from fleet.store.ingest import Ingest, Origin, RunInfo
+        from fleet.store.intake import BATCH_DOCUMENTS, default_jobs, ingest_files
+
+        counts = Counter() if counts is None else counts
+        with Ingest(self.engine, RunInfo(sweep=sweep)) as run:
+            # SQLite has one writer at a time, so a batch waits for the lock and cannot
+            # deadlock; on PostgreSQL two batches holding rows the other wants do (seen in
+            # tests/store/test_concurrency.py), while single documents take their locks
+            # in one order (fleet/store/ingest.py).
+            batch = BATCH_DOCUMENTS if self.location.is_sqlite else 1
+            return ingest_files(run, [os.fspath(name) for name in files],
+                                Origin(provider=provider, host=host), batch=batch,
+                                jobs=jobs or default_jobs(), on_item=on_item or _ignore,
+                                counts=counts)
+
     # --- results ------------------------------------------------------------------------
 
     @_guarded
@@ -452,9 +548,10 @@ class Store:
         Columns:
         """
         f, d = Fingerprint, Document
-        compared = [getattr(f, c.name) for c in FINGERPRINT_COLUMNS[8:]]
+        compared = [getattr(f, c.name) for c in _STORED_FINGERPRINT]
         stmt = (select(d.id, d.probe_run_id, d.collected_at, Provider.name, Host.name,
-                       ProbeRun.sweep, f.gpu_index, Gpu.uuid, *compared)
+                       ProbeRun.sweep, f.gpu_index, Gpu.uuid, *compared, f.mig_devices,
+                       f.capabilities)
                 .select_from(f).join(d, d.id == f.document_id).join(Host, Host.id == d.host_id)
                 .join(Provider, Provider.id == Host.provider_id)
                 .join(ProbeRun, ProbeRun.id == d.probe_run_id).join(Gpu, Gpu.id == f.gpu_id))
@@ -479,7 +576,7 @@ class Store:
             for row in rows:  # newest first: the first document seen of a host is its newest
                 newest.setdefault((row[3], row[4]), row[0])
             rows = [row for row in rows if newest[(row[3], row[4])] == row[0]]
-        return _frame(FINGERPRINT_COLUMNS, rows)
+        return _frame(FINGERPRINT_COLUMNS, (_settings(row) for row in rows))
 
     @_guarded
     def runs(self, *, kind: str | None = None, sweep: str | None = None) -> pd.DataFrame:
@@ -625,6 +722,28 @@ class Store:
         # `fleet probe --db` would and reports the same origin.
         return run_probe(loaded, options or ProbeOptions(bench=BenchOptions()), self._url,
                          observe)
+
+
+def _json(value: Any) -> Any:
+    """A JSON column as the driver gave it: decoded on PostgreSQL, text on SQLite."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+_VERDICTS = {"yes": True, "no": False}
+_SETTINGS = tuple(c.name.removeprefix("may_set_") for c in FINGERPRINT_COLUMNS
+                  if c.name.startswith("may_set_"))
+
+
+def _settings(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A fingerprint row with its MIG profiles as a list and its capabilities spread out
+    into one column per setting."""
+    migs, capabilities = _json(row[-2]), _json(row[-1]) or {}
+    return (*row[:-2], list(migs or ()),
+            *(_VERDICTS.get(str(capabilities.get(name))) for name in _SETTINGS))
+
+
+def _ignore(item: Item) -> None:
+    pass
 
 
 def _newest_per_gpu(rows: list[ResultRow]) -> list[ResultRow]:

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from fleet.document import AgentDocument, BenchmarkResult, Gpu
 from fleet.sanitize import safe
+from fleet.words import power_limit
 
 VERDICT_STYLE = {"yes": "green", "no": "red", "unknown": "yellow"}
 
@@ -30,12 +31,7 @@ def _v(value: object, unit: str = "") -> str:
 
 
 def _power(gpu: Gpu) -> str:
-    if gpu.power_limit_w is None:
-        return "-"
-    text = f"{gpu.power_limit_w:g} W"
-    if gpu.power_limit_min_w is not None and gpu.power_limit_max_w is not None:
-        text += f" ({gpu.power_limit_min_w:g}-{gpu.power_limit_max_w:g})"
-    return text
+    return power_limit(gpu.power_limit_w, gpu.power_limit_min_w, gpu.power_limit_max_w)
 
 
 def _variant(gpu: Gpu) -> Text:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from fleet.document import AgentDocument, Gpu
 from fleet.inventory import Expect
@@ -36,6 +41,11 @@ class Verdict:
 def normal_label(label: str) -> str:
     """"H100 SXM5 80GB", "h100-sxm5-80gb" and "H100_SXM5_80GB" are one label."""
     return re.sub(r"[\s_\-]+", "", label).lower()
+
+
+# The fingerprint table's columns a FoundGpu is made of (besides the GPU's index).
+FOUND_COLUMNS = ("variant_label", "family", "form_factor", "memory_gb", "memory_total_mib",
+                 "power_limit_enforced_w", "power_limit_w")
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,22 @@ def _memory_gb(gpu: FoundGpu) -> float | None:
     if gpu.memory_total_mib is not None:
         return gpu.memory_total_mib / 1024  # listings' GB are GiB in practice
     return None
+
+
+def stored_expect(data: Mapping[str, Any], seen: dict[str, Expect | None]) -> Expect | None:
+    """A listing as a run stored it, as an Expect; None when it no longer validates.
+
+    One stored by an older fleet whose `expect` had other fields judges nothing, rather
+    than judging by half a listing. `seen` keeps each listing's answer by its content: a
+    fleet repeats a few listings over thousands of hosts and nights.
+    """
+    key = json.dumps(data, sort_keys=True)
+    if key not in seen:
+        try:
+            seen[key] = Expect.model_validate(data)
+        except ValidationError:
+            seen[key] = None
+    return seen[key]
 
 
 def check_expectation(expect: Expect | None, document: AgentDocument) -> Verdict | None:

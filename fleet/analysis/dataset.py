@@ -69,7 +69,7 @@ from fleet.store.models import (
     Provider,
     RunHost,
 )
-from fleet.store.query import in_chunks, software_stack
+from fleet.store.query import in_chunks, no_gpu_reasons, software_stack, stored_bodies
 
 if TYPE_CHECKING:
     AnySelect = Select[*tuple[Any, ...]]
@@ -361,7 +361,7 @@ def _host_states(engine: Engine, scope: Scope
         # attempt failed when it did.
         failed = [row for row in rows if row.status != "stored" and row.tried == 1]
         errors = _errors(conn, failed)
-        reasons = _no_gpu_reasons(conn, [row.document_id for row in stored
+        reasons = no_gpu_reasons(conn, [row.document_id for row in stored
                                          if not row.gpu_count])
         run_count = int(conn.execute(runs).scalar_one())
     hosts = [HostState(row.name, row.host, row.sweep, row.collected_at, _listing(row),
@@ -384,19 +384,6 @@ def _errors(conn: Any, failed: list[Any]) -> dict[tuple[int, int], tuple[str, st
                    HostError.probe_run_id.in_({row.probe_run_id for row in failed}))
             .order_by(HostError.id))
     return {(r.probe_run_id, r.host_id): (r.stage, r.message) for r in conn.execute(stmt)}
-
-
-def _bodies(conn: Any, ids: Sequence[int]) -> Iterable[tuple[int, dict[str, Any]]]:
-    for chunk in in_chunks(ids):
-        for row in conn.execute(select(Document.id, Document.body)
-                                .where(Document.id.in_(chunk))):
-            body = row.body if isinstance(row.body, dict) else json.loads(row.body)
-            yield row.id, body
-
-
-def _no_gpu_reasons(conn: Any, ids: list[int]) -> dict[int, str | None]:
-    """Why the agent found no GPU, for the (few) documents that have none."""
-    return {document_id: body.get("no_gpu_reason") for document_id, body in _bodies(conn, ids)}
 
 
 def _gpu_frame(engine: Engine, hosts: list[HostState]) -> pd.DataFrame:
@@ -473,7 +460,7 @@ def _datasheets(engine: Engine, gpus: pd.DataFrame) -> dict[str, Datasheet]:
         for (variant, _), (document_id, index) in sorted(picks.items()):
             wanted[document_id].append((variant, index))
         sheets: dict[str, Datasheet] = {}
-        for document_id, body in _bodies(conn, sorted(wanted)):
+        for document_id, body in stored_bodies(conn, sorted(wanted)):
             cards = {gpu.get("index"): gpu for gpu in body.get("gpus") or []}
             for variant, index in wanted[document_id]:
                 sheet = ((cards.get(index) or {}).get("variant") or {}).get("datasheet")

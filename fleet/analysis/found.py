@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from fleet.analysis.dataset import GpuMeasure
+from fleet.words import power_limit
 
 # The settings a tenant may or may not change, in the order the agent assesses them.
 SETTINGS = ("application_clocks", "locked_gpu_clocks", "locked_memory_clocks",
@@ -70,12 +71,8 @@ class GpuSetup:
 
     @property
     def power(self) -> str:
-        if self.power_limit_w is None:
-            return "not visible"
-        text = f"{self.power_limit_w:g} W"
-        if self.power_min_w is not None and self.power_max_w is not None:
-            text += f" (settable {self.power_min_w:g}-{self.power_max_w:g} W)"
-        return text
+        return power_limit(self.power_limit_w, self.power_min_w, self.power_max_w,
+                           "not visible")
 
     @property
     def pcie(self) -> str | None:

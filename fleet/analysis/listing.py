@@ -10,23 +10,20 @@ host's newest document), not the documents themselves.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pydantic import ValidationError
 
 from fleet.analysis.dataset import Dataset
-from fleet.expectation import FoundGpu, check_found
+from fleet.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
 from fleet.inventory import Expect
 from fleet.words import counted
 
 # What a listing check reads of each GPU (fleet.expectation.FoundGpu).
-CHECKED = ("document_id", "gpu_index", "variant", "variant_label", "family", "form_factor",
-           "memory_gb", "memory_total_mib", "power_limit_enforced_w", "power_limit_w")
+CHECKED = ("document_id", "gpu_index", "variant", *FOUND_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -83,15 +80,7 @@ def find_mismatches(data: Dataset) -> list[Mismatch]:
     for host in data.hosts:
         if not host.listing.expect:
             continue
-        key = json.dumps(host.listing.expect, sort_keys=True)
-        if key not in expects:
-            try:
-                expects[key] = Expect.model_validate(host.listing.expect)
-            except ValidationError:
-                # Stored by an older fleet whose `expect` had other fields: judge nothing
-                # rather than judge by half a listing.
-                expects[key] = None
-        expect = expects[key]
+        expect = stored_expect(host.listing.expect, expects)
         if expect is None:
             continue
         gpus = cards.get(host.document_id, [])

@@ -21,18 +21,14 @@ from rich.text import Text
 
 from fleet.api import Store
 from fleet.errors import InputError
-from fleet.store.database import database_errors, engine_for
-from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo
+from fleet.store.ingest import Outcome
 from fleet.store.intake import (
-    BATCH_DOCUMENTS,
     MAX_DEFAULT_JOBS,
     PARALLEL_FROM,
     Item,
     default_jobs,
-    ingest_files,
 )
 from fleet.store.query import ResultRow, VariantSummary
-from fleet.store.schema import inspect_schema, open_store, upgrade
 from fleet.words import counted
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -91,14 +87,13 @@ def db_upgrade(db: str | None) -> None:
       fleet db upgrade
       FLEET_DB=postgresql://fleet@db.internal:5432/fleet fleet db upgrade
     """
-    with engine_for(db) as (location, engine), database_errors(location):
-        before = inspect_schema(engine)
-        after = upgrade(engine)
+    store = Store(db)
+    before, after = store.upgrade()
     if before.revision == after.revision:
-        click.echo(f"{location} is already at revision {after.revision} (newest)")
+        click.echo(f"{store.location} is already at revision {after.revision} (newest)")
     else:
-        click.echo(f"{location}: upgraded from {before.revision or 'empty'} to revision "
-                   f"{after.revision} (newest)")
+        click.echo(f"{store.location}: upgraded from {before.revision or 'empty'} to "
+                   f"revision {after.revision} (newest)")
 
 
 @db.command("prune")
@@ -117,10 +112,9 @@ def db_prune(keep_samples_days: int, db: str | None) -> None:
     Example:
       fleet db prune --keep-samples-days 30 --db ./fleet.db
     """
-    from fleet.store.prune import prune_samples
 
-    with open_store(db) as store:
-        pruned = prune_samples(store.engine, keep_samples_days)
+    with Store(db) as store:
+        pruned = store.prune_samples(keep_samples_days)
     click.echo(f"{store.location}: emptied the raw samples of {pruned.results} results "
                f"and {pruned.documents} documents collected before "
                f"{pruned.cutoff:%Y-%m-%d %H:%M} UTC ({pruned.bytes_freed / 1024:.1f} KiB)")
@@ -137,15 +131,13 @@ def db_current(db: str | None) -> None:
       fleet db current
       fleet db current --db ./team.db
     """
-    with engine_for(db) as (location, engine):
-        click.echo(f"database: {location} (from {location.origin})")
-        path = location.sqlite_path
-        if path is not None and not path.exists():
-            click.echo("revision: none, the file does not exist yet; the first "
-                       "`fleet ingest` or `fleet db upgrade` creates it")
-            return
-        with database_errors(location):
-            state = inspect_schema(engine)
+    store = Store(db)
+    click.echo(f"database: {store.location} (from {store.location.origin})")
+    if not store.exists():
+        click.echo("revision: none, the file does not exist yet; the first "
+                   "`fleet ingest` or `fleet db upgrade` creates it")
+        return
+    state = store.schema()
     if state.revision is None:
         detail = ("tables that are not fleet's" if state.has_tables
                   else "empty; `fleet db upgrade` or the first `fleet ingest` creates the schema")
@@ -190,18 +182,12 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
       ssh gpu-03 python3 -m agent bench | fleet ingest --provider coreweave -
     """
     names = _expand(files)
-    origin = Origin(provider=provider, host=host)
-    with open_store(db) as store, Ingest(store.engine, RunInfo(sweep=sweep)) as run:
+    with Store(db) as store:
         _note(store.created, store.location)
-        # SQLite has one writer at a time, so a batch waits for the lock and cannot
-        # deadlock; on PostgreSQL two batches holding rows the other wants do (seen in
-        # tests/store/test_concurrency.py), while single documents take their locks in
-        # one order (fleet/store/ingest.py).
-        batch = BATCH_DOCUMENTS if store.location.is_sqlite else 1
         counts: Counter[str] = Counter()
         try:
-            ingest_files(run, names, origin, batch=batch, jobs=jobs, on_item=_echo,
-                         counts=counts)
+            store.ingest(names, provider=provider, host=host, sweep=sweep, jobs=jobs,
+                         on_item=_echo, counts=counts)
         except KeyboardInterrupt:
             # The batch in flight was rolled back; every line printed is stored.
             err_console.print(f"Interrupted: {_summary(counts)} in {store.location}; the "

@@ -10,6 +10,7 @@ one code path keeps both backends' answers identical.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -151,6 +152,22 @@ class VariantSummary:
     # the per-GPU drops from it to the soaked level; None where no result says.
     first_20s_tflops: float | None
     drop: float | None
+
+
+def stored_bodies(conn: Any, ids: Sequence[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The stored bodies of documents `ids` as plain JSON values, not validated: for the
+    few facts only a body holds."""
+    for chunk in in_chunks(ids):
+        for row in conn.execute(select(Document.id, Document.body)
+                                .where(Document.id.in_(chunk))):
+            body = row.body if isinstance(row.body, dict) else json.loads(row.body)
+            yield row.id, body
+
+
+def no_gpu_reasons(conn: Any, ids: Sequence[int]) -> dict[int, str | None]:
+    """Why the agent found no GPU, for the (few) documents that have none."""
+    return {document_id: body.get("no_gpu_reason")
+            for document_id, body in stored_bodies(conn, ids)}
 
 
 def stored_variants(engine: Engine, asked: Sequence[str]) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, Text, cast, insert, or_, select, update
 
 from fleet import __version__
 from fleet.document import AgentDocument, read_stored
-from fleet.expectation import check_expectation
+from fleet.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
 from fleet.history import CONFIG_FIELDS, GpuState, HostNight, Night
 from fleet.inventory import Expect
 from fleet.store.database import WRITES
@@ -36,7 +36,7 @@ from fleet.store.models import (
     Provider,
     RunHost,
 )
-from fleet.store.query import in_chunks, software_stack
+from fleet.store.query import in_chunks, no_gpu_reasons, software_stack
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +204,10 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         document_ids = select(RunHost.document_id).where(RunHost.probe_run_id.in_(run_ids),
                                                          RunHost.document_id.is_not(None))
         compared = [getattr(Fingerprint, name) for name in CONFIG_FIELDS if name != "uuid"]
+        checked = [getattr(Fingerprint, name) for name in FOUND_COLUMNS]
         fingerprints = conn.execute(
             select(Fingerprint.document_id, Fingerprint.gpu_index, Fingerprint.variant,
-                   Gpu.uuid, *compared).join(Gpu, Fingerprint.gpu_id == Gpu.id)
+                   Gpu.uuid, *compared, *checked).join(Gpu, Fingerprint.gpu_id == Gpu.id)
             .where(Fingerprint.document_id.in_(document_ids.scalar_subquery()))).all()
         results = conn.execute(
             select(BenchmarkResult.document_id, BenchmarkResult.gpu_index,
@@ -217,6 +218,10 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                    BenchmarkResult.correctness_passed, BenchmarkResult.torch_version,
                    BenchmarkResult.cuda_runtime_version, BenchmarkResult.cublas_version)
             .where(BenchmarkResult.document_id.in_(document_ids.scalar_subquery()))).all()
+        listed = {h.document_id: h.expect for h in hosts
+                  if h.document_id is not None and h.expect}
+        with_gpus = {fp.document_id for fp in fingerprints}
+        reasons = no_gpu_reasons(conn, sorted(set(listed) - with_gpus))
     tflops: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
     stacks: dict[tuple[int, int], set[str]] = defaultdict(set)
@@ -226,6 +231,7 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         if r.correctness_passed:  # a wrong answer's speed is no speed
             tflops[(r.document_id, r.gpu_index)][_label(r)].append(r.tflops)
     gpus: dict[int, list[GpuState]] = defaultdict(list)
+    found: dict[int, list[FoundGpu]] = defaultdict(list)
     for fp in fingerprints:
         config = {name: getattr(fp, name) for name in CONFIG_FIELDS}
         stack = stacks.get((fp.document_id, fp.gpu_index))
@@ -234,13 +240,19 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                    tflops[(fp.document_id, fp.gpu_index)].items()}
         gpus[fp.document_id].append(GpuState(fp.gpu_index, fp.uuid, fp.variant, config,
                                              medians))
-    listed = {h.document_id: h.expect for h in hosts
-              if h.document_id is not None and h.expect}
-    # Thirty nights of a large fleet's documents do not fit in memory at once; only each
-    # one's verdict is kept.
+        found[fp.document_id].append(FoundGpu(
+            fp.gpu_index, fp.variant_label, fp.family, fp.form_factor, fp.memory_gb,
+            fp.memory_total_mib, fp.power_limit_enforced_w or fp.power_limit_w))
+    # Judged from the fingerprint columns, as the report judges its hosts
+    # (fleet/analysis/listing.py): thirty nights of a large fleet's document bodies would
+    # each have to be read and validated again.
     verdicts: dict[int, tuple[str, ...] | None] = {}
-    for document_id, document in iter_documents(engine, list(listed)):
-        verdict = check_expectation(Expect(**listed[document_id]), document)
+    expects: dict[str, Expect | None] = {}
+    for document_id, expect in listed.items():
+        judge = stored_expect(expect, expects)
+        verdict = None if judge is None else check_found(
+            judge, sorted(found.get(document_id, []), key=lambda g: g.index),
+            reasons.get(document_id))
         verdicts[document_id] = None if verdict is None else verdict.problems
     by_run: dict[int, dict[str, HostNight]] = defaultdict(dict)
     for run_id, provider, host, _, status, document_id, _ in hosts:

@@ -5,6 +5,7 @@ on stores filled through the real ingest path (SQLite and PostgreSQL), and a pro
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import sys
 from pathlib import Path
@@ -291,3 +292,30 @@ def test_probe_over_local_transport_lands_in_the_store(tmp_path: Path,
     assert set(results.thermal) == {"cool-start"}
     assert set(results.price_per_gpu_hour) == {2.5} and set(results.currency) == {"EUR"}
     assert list(store.runs().kind) == ["probe", "probe"]
+
+
+def test_a_store_is_created_upgraded_filled_and_pruned_through_the_api(
+        tmp_path: Path) -> None:
+    """What `fleet db` and `fleet ingest` do, as a notebook would call it."""
+    path = tmp_path / "new.db"
+    store = fleet.Store(path)
+    assert not store.exists()
+    before, after = store.upgrade()
+    assert before.revision is None and after.current and path.exists()
+    assert store.schema() == after
+    good = tmp_path / "gpu-01.json"
+    old = dt.datetime(2026, 10, 1, 3, 0, tzinfo=dt.UTC)
+    good.write_text(json.dumps(factory.document(host="gpu-01", gpus=2, collected_at=old)))
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"schema_version": 1}')
+    heard: list[str] = []
+    counts = store.ingest([good, bad, good], provider="lambda", jobs=1,
+                          on_item=lambda item: heard.append(item.outcome))
+    assert dict(counts) == {"stored": 1, "rejected": 1, "already stored": 1}
+    assert heard == ["stored", "rejected", "already stored"]
+    assert list(store.results()["provider"].astype(str)) == ["lambda", "lambda"]
+    pruned = store.prune_samples(30)
+    assert (pruned.results, pruned.documents) == (2, 1)
+    with pytest.raises(InputError, match="--keep-samples-days"):
+        store.prune_samples(-1)
+    store.close()

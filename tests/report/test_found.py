@@ -5,7 +5,8 @@ The fleet, stored through the real ingest path:
 - beta-01: 4 x H100 SXM5 and 4 x A100 SXM4 in one node (two rows).
 - gamma-01: a vGPU guest, one RTX A6000 24Q slice, its power not visible to the tenant.
 - delta-01: an H100 SXM5 with MIG on (3g.40gb twice, 1g.10gb), whose tenant may set the
-  power limit; its host and provider names are hostile HTML.
+  power limit (and nobody could tell whether ECC); its host and provider names are hostile
+  HTML.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -68,6 +70,7 @@ def _mig_host() -> dict[str, Any]:
          "memory_total_mib": mib, "sm_count": sms, "gpu_instance_id": i + 1,
          "compute_instance_id": 0} for i, (p, mib, sms) in enumerate(MIG)])
     data["gpus"][0]["capabilities"]["power_limit"] = factory.capability("yes")
+    data["gpus"][0]["capabilities"]["ecc"] = factory.capability("unknown")
     return data
 
 
@@ -144,7 +147,7 @@ def test_every_host_is_shown_as_found_in_chromium(found_url: str, tmp_path: Path
     # The MIG host, whose hostile name is text, not an element.
     mig = [row for row in rows if row[0] == EVIL_HOST]
     assert len(mig) == 1 and mig[0][8] == "on: 3g.40gb, 3g.40gb, 1g.10gb"
-    assert mig[0][12] == "power_limit"
+    assert mig[0][12] == "power_limit (unknown: ecc)"
     assert "<img" not in page.dom and "&lt;img src=x onerror=" in page.dom
     assert "pwned" not in re.search(r"<title>(.*?)</title>", page.dom, re.S).group(1)  # type: ignore[union-attr]
     summaries = re.findall(r"<summary><strong>(.*?)</strong>: (.*?)</summary>", page.dom)
@@ -218,3 +221,10 @@ def test_the_library_gives_the_same_facts_as_found(found_url: str) -> None:
     guest = rows[("gamma-01", 0)]
     assert guest.vgpu_profile == "RTXA6000-24Q" and guest.form_factor == "vGPU"
     assert guest.nvlink_links_total == 0 and guest.pcie_gen_current == 5
+    mig = frame[frame["host"] == EVIL_HOST].iloc[0]
+    assert mig["mig_devices"] == ["3g.40gb", "3g.40gb", "1g.10gb"]
+    assert guest.mig_devices == []
+    assert frame["may_set_power_limit"].dtype == "boolean"
+    assert bool(mig["may_set_power_limit"]) and not bool(mig["may_set_compute_mode"])
+    assert mig["may_set_ecc"] is pd.NA  # the agent could not tell
+    assert not frame.loc[frame["host"] != EVIL_HOST, "may_set_power_limit"].any()

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from fleet.document import AgentDocument
+from fleet.expectation import check_expectation
 from fleet.history import GpuState, HostNight, Night, RegressionRule, compare_night
+from fleet.inventory import Expect
 from fleet.store import sweeps
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
@@ -111,33 +113,51 @@ def test_read_nights_leaves_out_unfinished_runs_but_the_reported_one(tmp_path: P
         engine.dispose()
 
 
-def test_listing_verdicts_read_a_chunk_of_documents_at_a_time(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Thirty nights of a fleet's documents are validated a chunk at a time; the chunks
-    must not change a verdict (here one listing in three is broken, on every night)."""
+def test_listing_verdicts_come_from_the_fingerprint_columns_as_from_the_documents(
+        tmp_path: Path) -> None:
+    """The nights judge each host's listing from the stored fingerprint columns, without
+    reading a body again; the verdict must be the one the document itself gives."""
     engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
     upgrade(engine)
-    listed = {"variant": "H100 SXM5 80GB", "gpu_count": 1}
+    listed = {"variant": "H100 SXM5 80GB", "gpu_count": 2, "min_power_limit_w": 600}
+    hosts = {  # host -> its document's keyword arguments
+        "a": {"gpus": 2},
+        "b": {"gpus": 2, "variants": ["H100 SXM5 80GB", "H100 PCIe 80GB"]},
+        "c": {"gpus": 1, "power_limit_w": 500.0},
+        "d": {"gpus": 0},
+    }
+    documents: dict[str, AgentDocument] = {}
     try:
-        for night in range(1, 4):
+        for night in range(1, 3):
             with Ingest(engine, RunInfo(kind="sweep", sweep="nightly")) as ingest:
-                for host, variant in (("a", "H100 SXM5 80GB"), ("b", "H100 PCIe 80GB"),
-                                      ("c", "H100 SXM5 80GB")):
-                    document = factory.document(
-                        host=host, gpus=1, seed=night, variant=variant,
-                        collected_at=START + dt.timedelta(days=night))
-                    ingest.store(AgentDocument.model_validate(document),
-                                 Origin("lambda", host, Listing(expect=listed)))
-        whole = read_nights(engine, "nightly")
-        monkeypatch.setattr(sweeps, "DOCUMENTS_AT_ONCE", 2)
-        chunked = read_nights(engine, "nightly")
+                for host, kwargs in hosts.items():
+                    data = factory.document(host=host, seed=night,
+                                            collected_at=START + dt.timedelta(days=night),
+                                            **kwargs)  # type: ignore[arg-type]
+                    if not kwargs["gpus"]:
+                        data["no_gpu_reason"] = "NVML: driver not loaded"
+                    documents[host] = AgentDocument.model_validate(data)
+                    ingest.store(documents[host], Origin("lambda", host,
+                                                         Listing(expect=listed)))
+        nights = read_nights(engine, "nightly")
     finally:
         engine.dispose()
-    assert chunked == whole and len(whole) == 3
-    for stored in whole:
-        mismatched = {key for key, host in stored.hosts.items() if host.mismatches}
-        assert mismatched == {"lambda/b"}
-        assert stored.hosts["lambda/a"].mismatches == ()
+    assert len(nights) == 2
+    expect = Expect.model_validate(listed)
+    for host, document in documents.items():
+        verdict = check_expectation(expect, document)
+        assert verdict is not None
+        assert nights[-1].hosts[f"lambda/{host}"].mismatches == verdict.problems, host
+    # Written out, so that both paths cannot be wrong alike.
+    tonight = nights[-1].hosts
+    assert tonight["lambda/a"].mismatches == ()
+    assert tonight["lambda/b"].mismatches == (
+        "listed variant H100 SXM5 80GB, found H100 PCIe 80GB on GPU 1",
+        "power limit 350 W on GPU 1, below the listed 600 W")  # the PCIe card's own limit
+    assert tonight["lambda/c"].mismatches == (
+        "listed 2 GPUs, found 1", "power limit 500 W on GPU 0, below the listed 600 W")
+    assert tonight["lambda/d"].mismatches == (
+        "listed GPUs, found no NVIDIA GPU (NVML: driver not loaded)",)
 
 
 def test_a_stored_document_that_no_longer_validates_is_left_out_with_a_warning(
@@ -163,10 +183,10 @@ def test_a_stored_document_that_no_longer_validates_is_left_out_with_a_warning(
     finally:
         engine.dispose()
     assert f"stored document {ids[0]} does not pass" in caplog.text
-    # Both nights stand: the host's measurements come from the store's rows, only the
-    # listing's verdict needed the document.
+    # Both nights stand: the nights are read from the store's rows, not the bodies.
     assert [n.run_id for n in nights] == [first, second]
     assert all(n.hosts["coreweave/b"].status == "stored" for n in nights)
+    assert [len(n.hosts["coreweave/b"].gpus) for n in nights] == [1, 1]
 
 
 def test_a_new_software_stack_is_a_change_and_soaked_nights_are_their_own_series(
