@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from agent import __version__
 from agent.collect import SourceError, collect
+from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from agent.harness import Config as HarnessConfig
 from agent.soak import MEASURE_S as SOAK_MEASURE_S
 
@@ -40,8 +41,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     fp.add_argument("--no-torch", action="store_true",
                     help="do not look for torch and the CUDA runtime")
     bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness")
-    bench.add_argument("--dtype", choices=("bf16", "fp16", "tf32", "fp32"), default="bf16")
-    bench.add_argument("--size", type=int, default=8192, help="M = N = K (default 8192)")
+    bench.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
+    bench.add_argument("--size", type=int, default=DEFAULT_SIZE,
+                       help=f"M = N = K (default {DEFAULT_SIZE})")
     bench.add_argument("-m", type=int, help="M, overriding --size")
     bench.add_argument("-n", type=int, help="N, overriding --size")
     bench.add_argument("-k", type=int, help="K, overriding --size")

@@ -38,6 +38,10 @@ from agent import soak, stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
 HARNESS_VERSION = "1.3.0"
+# The standard benchmark: what the agent's CLI, fleet's CLI and its local agent all default
+# to, so that a figure without options is the same figure everywhere.
+DEFAULT_DTYPE = "bf16"
+DEFAULT_SIZE = 8192
 # What `tflops` is computed from (the median before 1.2).
 STATISTIC = "trimmed_mean"
 TIMING_METHOD = "cuda-events-per-run"
@@ -45,6 +49,7 @@ TIMING_METHOD = "cuda-events-per-run"
 # output's own rounding dominates: bf16 keeps 8 bits (0.4% per element), fp16 11 bits,
 # tf32 rounds the inputs to 10 bits.
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "tf32": 5e-3, "fp32": 1e-4}
+DTYPES = tuple(TOLERANCE)  # the matmul data types the harness runs
 # Environment variables that change which kernel runs or how it is set up.
 KERNEL_ENV_PREFIXES = (
     "CUBLAS", "CUBLASLT", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32", "TORCH_BLAS",
@@ -65,10 +70,10 @@ class HarnessError(Exception):
 class Config:
     """One benchmark's settings: the matmul's shape and dtype, the mode, and the soak protocol."""
 
-    dtype: str = "bf16"
-    m: int = 8192
-    n: int = 8192
-    k: int = 8192
+    dtype: str = DEFAULT_DTYPE
+    m: int = DEFAULT_SIZE
+    n: int = DEFAULT_SIZE
+    k: int = DEFAULT_SIZE
     mode: str = "sustained"  # or "burst"
     # "soaked" (the default since 1.3): every GPU loaded continuously from its first
     # launch until throughput and temperature stop moving (agent/soak.py), then measured;

@@ -37,8 +37,8 @@ from fleet.analysis.gaps import GapOptions
 from fleet.analysis.stragglers import StragglerOptions
 from fleet.errors import InputError
 from fleet.inventory import LoadedInventory, load_inventory
-from fleet.local_agent import BenchOptions
-from fleet.probe import Observer, ProbeOptions, ProbeReport
+from fleet.probe.local import BenchOptions
+from fleet.probe.run import Observer, ProbeOptions, ProbeReport
 from fleet.report.build import Report, ReportOptions, build_report
 from fleet.store.database import Location, database_errors, open_engine, resolve
 from fleet.store.models import (
@@ -64,7 +64,7 @@ from fleet.store.query import (
 )
 from fleet.store.schema import SchemaState, ensure_schema, inspect_schema
 from fleet.store.schema import upgrade as upgrade_schema
-from fleet.store.sweeps import HISTORY_NIGHTS, read_nights
+from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -616,7 +616,7 @@ class Store:
         """The sweep's newest `limit` nights that ended, oldest first: one row per GPU and
         benchmark series a night (a host with no GPUs that night, one row).
 
-        These are the figures regressions are judged on (fleet/history.py): a GPU's median
+        These are the figures regressions are judged on (fleet/sweep/history.py): a GPU's median
         per night and series. A sweep never stored is an InputError naming those that are.
 
         Example (each provider's median over the nights):
@@ -714,7 +714,7 @@ class Store:
             done = store.probe("inventory.yaml", fleet.ProbeOptions(bench=None))
             [h.target.key for h in done.failed], store.fingerprints(latest=True)
         """
-        from fleet.probe import probe as run_probe
+        from fleet.probe.run import probe as run_probe
 
         loaded = (inventory if isinstance(inventory, LoadedInventory)
                   else load_inventory(Path(inventory)))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def counted(n: int, noun: str) -> str:
     """`n` and the noun, plural unless `n` is 1: "1 GPU", "3 GPUs"."""
@@ -19,3 +21,8 @@ def power_limit(limit_w: float | None, low_w: float | None, high_w: float | None
     if low_w is not None and high_w is not None:
         text += f" ({low_w:g}-{high_w:g})"
     return text
+
+
+def normal_label(label: str) -> str:
+    """"H100 SXM5 80GB", "h100-sxm5-80gb" and "H100_SXM5_80GB" are one label."""
+    return re.sub(r"[\s_\-]+", "", label).lower()

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleet.cli import main
-from fleet.local_agent import BenchOptions
+from fleet.probe.local import BenchOptions
 
 
 def test_the_harness_defaults_are_the_agents_own() -> None:
@@ -48,11 +48,12 @@ def test_contradicting_flush_choices_are_refused(flags: list[str]) -> None:
 
 def test_flush_auto_is_still_accepted_and_is_the_default() -> None:
     # Harness 1.1's opt-in, named in schedules installed then: it must not break them.
-    from fleet.cli import bench_options
+    from fleet.cli.options import HarnessArgs
 
     base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None, quick=False,
                 soak_cap_s=None, warm_l2=False, sequential=False, gpus=None, flush_always=False,
                 measure_s=None, max_warmup_s=None, max_total_s=None, lock_clocks=None,
                 cpu=False)
-    assert bench_options(**base, flush_auto=True) == bench_options(**base, flush_auto=False)
+    assert (HarnessArgs(**base, flush_auto=True).bench_options()  # type: ignore[arg-type]
+            == HarnessArgs(**base, flush_auto=False).bench_options())  # type: ignore[arg-type]
     assert "--flush-auto" not in CliRunner().invoke(main, ["bench", "--help"]).output

@@ -28,7 +28,7 @@ import json
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import combinations
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,6 +58,8 @@ from sqlalchemy import (
 )
 
 from fleet.document import Datasheet
+from fleet.store import config as store_config
+from fleet.store.config import STACK_COLUMNS
 from fleet.store.models import (
     BenchmarkResult,
     Document,
@@ -117,6 +119,9 @@ class Config:
     card's heating, 0.2-1.2% on the lent H100s and H200: DESIGN.md, "Thermal soak"), and
     so is the software stack (cuBLAS picks kernels by version), unless the report was
     asked to compare across stacks (then `stack` is ACROSS_STACKS).
+
+    Its fields are fleet.store.config.CONFIG_COLUMNS and `stack`, in an order of their
+    own: the order configurations sort in (tests/store/test_config_fields.py).
     """
 
     dtype: str
@@ -551,10 +556,10 @@ def _shared_hosts(engine: Engine, scope: Scope
     return shared, contended
 
 
-# A benchmark configuration, less the software stack (see Config).
-CONFIG_COLUMNS = ("dtype", "m", "n", "k", "mode", "cache", "concurrency", "harness_version",
-                  "thermal")
-STACK_COLUMNS = ("torch_version", "cuda_runtime_version", "cublas_version")
+# A benchmark configuration, less the software stack: the store's configuration columns
+# (fleet.store.config), in Config's field order.
+CONFIG_COLUMNS = tuple(f.name for f in fields(Config)
+                       if f.name in store_config.CONFIG_COLUMNS)
 VALUE_COLUMNS = ("tflops", "sm_clock_mhz_median", "power_w_median", "capped",
                  "first_20s_tflops", "soak_drop", "temperature_load_c")
 FLAG_SPACE = 1 << len(FLAG_COLUMNS)

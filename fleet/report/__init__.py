@@ -1,6 +1,8 @@
-"""`fleet report`: findings built from the store (build), drawn (charts), written (render)."""
+"""`fleet report`: findings built from the store (build), drawn (charts), rendered and
+written (render)."""
 
 from fleet.report.build import FINDING_KINDS, Report, ReportOptions, build_report
-from fleet.report.render import FORMATS, render
+from fleet.report.render import FORMATS, render, write_report
 
-__all__ = ["FINDING_KINDS", "FORMATS", "Report", "ReportOptions", "build_report", "render"]
+__all__ = ["FINDING_KINDS", "FORMATS", "Report", "ReportOptions", "build_report", "render",
+           "write_report"]

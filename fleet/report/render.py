@@ -12,12 +12,15 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import sys
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fleet import __version__
+from fleet.errors import InputError
 from fleet.report.build import Report
 from fleet.words import counted
 
@@ -95,3 +98,30 @@ def render(report: Report, fmt: str) -> str:
         return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     template = _environment(fmt).get_template(f"report.{fmt}.j2")
     return template.render(r=report, version=__version__)
+
+
+def write_report(report: Report, fmt: str, output: str) -> str:
+    """Write to `output` ("-" for stdout); returns where it went."""
+    text = render(report, fmt)
+    if output == "-":
+        sys.stdout.write(text)
+        return "standard output"
+    path = Path(output)
+    if path.is_dir():
+        raise InputError(f"--output {output}: is a directory; give a file name such as "
+                         f"{path / ('fleet-report.' + fmt)}")
+    try:
+        if path.exists() and not path.is_file():  # /dev/null, a pipe: write straight in
+            path.write_text(text, encoding="utf-8")
+            return str(path)
+        # Written beside and renamed, so a reader never sees half a report.
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError as exc:
+        raise InputError(f"--output {output}: cannot write the report ({exc.strerror})"
+                         ) from None
+    return str(path)

@@ -44,6 +44,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
+
 # Named constraints, so a migration written on SQLite names them as PostgreSQL does and
 # Alembic can drop or alter them by name on both.
 NAMING = {
@@ -281,10 +283,8 @@ class Fingerprint(Base):
 SUMMARY_INDEX = "ix_benchmark_result_summary"
 # What the main query groups by (the benchmark configuration, the thermal state and the
 # software stack), then what it reads per GPU.
-SUMMARY_COLUMNS = ("correctness_failed", "provider_id", "variant", "harness_version", "dtype",
-                   "m", "n", "k", "mode", "cache", "thermal", "concurrency", "torch_version",
-                   "cuda_runtime_version", "cublas_version", "gpu_id", "tflops",
-                   "first_20s_tflops", "soak_drop")
+SUMMARY_COLUMNS = ("correctness_failed", "provider_id", "variant", *CONFIG_COLUMNS,
+                   *STACK_COLUMNS, "gpu_id", "tflops", "first_20s_tflops", "soak_drop")
 SOAK_CURVE_WIDTH = 5  # [end s, TFLOP/s, deg C, SM MHz, watts], as the agent sends it
 
 

@@ -21,7 +21,7 @@ from sqlalchemy import ColumnElement, Engine, Select, false, func, literal, sele
 
 from fleet.document import AgentDocument
 from fleet.errors import InputError
-from fleet.expectation import normal_label
+from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
 from fleet.store.models import (
     BenchmarkResult,
     Document,
@@ -32,6 +32,7 @@ from fleet.store.models import (
     Provider,
     unpack_floats,
 )
+from fleet.words import normal_label
 
 FLAGS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended", "not_steady",
          "correctness_failed", "clocks_locked", "not_soaked")
@@ -57,6 +58,11 @@ def _stack_expression() -> ColumnElement[str]:
                                  + literal(", CUDA ") + version(r.cuda_runtime_version)
                                  + literal(", cuBLAS ") + version(r.cublas_version))
     return label
+
+
+def _columns(names: Sequence[str]) -> list[Any]:
+    """benchmark_result's columns of these names, in this order."""
+    return [getattr(BenchmarkResult, name) for name in names]
 
 
 def _like_pattern(text: str) -> str:
@@ -94,7 +100,8 @@ class ResultFilter:
 
 @dataclass(frozen=True)
 class ResultRow:
-    """One benchmark result as `fleet results` lists it."""
+    """One benchmark result as `fleet results` lists it, its fields in the order of the
+    listing's columns; between `variant` and `tflops`, config.CONFIG_COLUMNS."""
 
     id: int
     collected_at: dt.datetime
@@ -129,7 +136,8 @@ class ResultRow:
 
 @dataclass(frozen=True)
 class VariantSummary:
-    """One provider's GPUs of one variant under one benchmark configuration."""
+    """One provider's GPUs of one variant under one benchmark configuration: between
+    `variant` and `stack`, config.CONFIG_COLUMNS."""
 
     provider: str
     variant: str
@@ -216,13 +224,13 @@ def list_results(engine: Engine, where: ResultFilter, limit: int | None = None
                  ) -> list[ResultRow]:
     """Benchmark results matching `where`, newest first."""
     r = BenchmarkResult
+    # ResultRow's fields up to `stack`, in its order; then the stack's columns and flags.
+    plain = [r.id, r.collected_at, Provider.name, Host.name, ProbeRun.sweep, r.gpu_index,
+             Gpu.uuid, r.variant, *_columns(CONFIG_COLUMNS), r.tflops, r.median_ms, r.cv,
+             r.runs, r.power_w_median, r.sm_clock_mhz_median, r.temperature_load_c,
+             r.soak_s, r.first_20s_tflops, r.soak_drop]
     stmt = _filtered(
-        select(r.id, r.collected_at, Provider.name, Host.name, ProbeRun.sweep, r.gpu_index,
-               Gpu.uuid, r.variant, r.harness_version, r.dtype, r.m, r.n, r.k, r.mode,
-               r.cache, r.thermal, r.concurrency, r.tflops, r.median_ms, r.cv, r.runs,
-               r.power_w_median, r.sm_clock_mhz_median, r.temperature_load_c, r.soak_s,
-               r.first_20s_tflops, r.soak_drop, r.torch_version, r.cuda_runtime_version,
-               r.cublas_version, *(getattr(r, flag) for flag in FLAGS))
+        select(*plain, *_columns(STACK_COLUMNS), *_columns(FLAGS))
         .join(Provider, Provider.id == r.provider_id)
         .join(Host, Host.id == r.host_id)
         .join(ProbeRun, ProbeRun.id == r.probe_run_id)
@@ -232,8 +240,10 @@ def list_results(engine: Engine, where: ResultFilter, limit: int | None = None
         stmt = stmt.limit(limit)
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
-    return [ResultRow(*row[:27], stack=software_stack(*row[27:30]),  # type: ignore[misc]
-                      flags=_flag_names(row[30:])) for row in rows]
+    stack = len(plain) + len(STACK_COLUMNS)
+    return [ResultRow(*row[:len(plain)],  # type: ignore[misc]
+                      stack=software_stack(*row[len(plain):stack]),
+                      flags=_flag_names(row[stack:])) for row in rows]
 
 
 def _flag_names(values: Sequence[Any]) -> tuple[str, ...]:
@@ -255,9 +265,8 @@ def summary_statement(where: ResultFilter) -> AnySelect:
     """The main query's rows: one per result, only columns the summary index holds
     (models.SUMMARY_COLUMNS), so that unfiltered it reads the index alone."""
     r = BenchmarkResult
-    stmt: AnySelect = (select(Provider.name, r.variant, r.harness_version, r.dtype, r.m, r.n,
-                              r.k, r.mode, r.cache, r.thermal, r.concurrency, r.torch_version,
-                              r.cuda_runtime_version, r.cublas_version, r.gpu_id, r.tflops,
+    stmt: AnySelect = (select(Provider.name, r.variant, *_columns(CONFIG_COLUMNS),
+                              *_columns(STACK_COLUMNS), r.gpu_id, r.tflops,
                               r.first_20s_tflops, r.soak_drop)
             .join(Provider, Provider.id == r.provider_id)
             # "= false", not "IS false": PostgreSQL searches an index only with "=".
@@ -279,19 +288,22 @@ def summarise_variants(engine: Engine, where: ResultFilter) -> list[VariantSumma
     """
     per_gpu: dict[tuple[Any, ...], dict[int, list[tuple[float, float | None, float | None]]]]
     per_gpu = defaultdict(lambda: defaultdict(list))
+    # A row: provider, variant, the configuration, the stack's columns, then gpu_id,
+    # tflops, first_20s_tflops and soak_drop (summary_statement).
+    config = 2 + len(CONFIG_COLUMNS)
     with engine.connect() as conn:
         for row in conn.execute(summary_statement(where)):
-            key = (*row[:11], software_stack(*row[11:14]))
-            per_gpu[key][row[14]].append((row[15], row[16], row[17]))
+            key = (*row[:config], software_stack(*row[config:-4]))
+            gpu_id, tflops, first_20s, drop = row[-4:]
+            per_gpu[key][gpu_id].append((tflops, first_20s, drop))
     summaries = []
     for key, gpus in per_gpu.items():
         medians = [statistics.median(v[0] for v in values) for values in gpus.values()]
         first = _medians_of_gpus(gpus.values(), 1)
         drops = _medians_of_gpus(gpus.values(), 2)
         summaries.append(VariantSummary(
-            provider=key[0], variant=key[1], harness_version=key[2], dtype=key[3], m=key[4],
-            n=key[5], k=key[6], mode=key[7], cache=key[8], thermal=key[9],
-            concurrency=key[10], stack=key[11],
+            provider=key[0], variant=key[1],
+            **dict(zip(CONFIG_COLUMNS, key[2:-1], strict=True)), stack=key[-1],
             gpus=len(medians), results=sum(len(v) for v in gpus.values()),
             median_tflops=statistics.median(medians), min_gpu_tflops=min(medians),
             max_gpu_tflops=max(medians),

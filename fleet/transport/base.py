@@ -11,8 +11,9 @@ from __future__ import annotations
 import shlex
 import signal
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from fleet.errors import FleetError
@@ -169,6 +170,29 @@ class LineSplitter:
             raise TransportError(f"{self.origin}: the agent sent a line over "
                                  f"{MAX_LINE // (1024 * 1024)} MiB without a newline; "
                                  "it is not a fleet agent's output")
+
+
+def read_lines(origin: str, receive: Callable[[float], bytes | None], deadline: float,
+               cancel: threading.Event) -> Iterator[str]:
+    """Stdout lines from `receive` until it returns None, `deadline` passes or `cancel` is set."""
+    # `receive(wait)` blocks at most `wait` seconds and returns the stdout bytes that came
+    # (b"" for none yet) or None once the output has ended; each transport reads its own
+    # stream there, and collects stderr on the way, so this loop owns only the timing.
+    splitter = LineSplitter(origin)
+    while True:
+        # Checked only before a read: what a read returned is always passed on, and once
+        # the output has ended its last lines are delivered even if cancel is set.
+        if cancel.is_set():
+            raise Cancelled(f"{origin}: interrupted")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RunTimeout(f"{origin}: timed out")
+        # Short waits, so that Ctrl-C and the deadline are noticed while the host is silent.
+        data = receive(min(left, POLL_S))
+        if data is None:
+            break
+        yield from splitter.feed(data)
+    yield from splitter.finish()
 
 
 class StderrTail:

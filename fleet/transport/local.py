@@ -12,18 +12,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from fleet.transport.base import (
     KILL_GRACE_S,
-    POLL_S,
-    Cancelled,
-    LineSplitter,
-    RunTimeout,
     StderrTail,
     TransportError,
+    read_lines,
 )
 
 
@@ -39,34 +35,30 @@ class LocalProcess:
         for stream in (popen.stdout, popen.stderr):
             os.set_blocking(stream.fileno(), False)
             self._selector.register(stream, selectors.EVENT_READ)
+        self._open_streams = 2  # stdout and stderr, until each reaches its end
         self._stream: Iterator[str] | None = None
 
     def lines(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
         """The script's stdout lines until it ends, `deadline` passes or `cancel` is set."""
         if self._stream is None:
-            self._stream = self._read(deadline, cancel)
+            self._stream = read_lines(self._origin, self._receive, deadline, cancel)
         return self._stream
 
-    def _read(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
-        splitter = LineSplitter(self._origin)
-        stdout = self._popen.stdout
-        open_streams = 2
-        while open_streams:
-            if cancel.is_set():
-                raise Cancelled(f"{self._origin}: interrupted")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RunTimeout(f"{self._origin}: timed out")
-            for key, _ in self._selector.select(min(left, POLL_S)):
-                data = os.read(key.fd, 65536)
-                if not data:
-                    self._selector.unregister(key.fileobj)
-                    open_streams -= 1
-                elif key.fileobj is stdout:
-                    yield from splitter.feed(data)
-                else:
-                    self._stderr.feed(data)
-        yield from splitter.finish()
+    def _receive(self, wait: float) -> bytes | None:
+        """What stdout sent within `wait` seconds, keeping stderr; None once both have ended."""
+        # Both pipes are read: a script that fills its stderr pipe would block forever.
+        # The output ends when both close, so stderr is complete for `stderr_tail`.
+        data = b""
+        for key, _ in self._selector.select(wait):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                self._selector.unregister(key.fileobj)
+                self._open_streams -= 1
+            elif key.fileobj is self._popen.stdout:
+                data = chunk
+            else:
+                self._stderr.feed(chunk)
+        return data if self._open_streams else None
 
     def exit_status(self, timeout: float) -> int | None:
         """The script's exit status, or None when it has not ended within `timeout` seconds."""

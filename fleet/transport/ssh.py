@@ -25,7 +25,6 @@ import re
 import shlex
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -39,16 +38,14 @@ from fleet.errors import InputError
 from fleet.inventory import Target
 from fleet.transport.base import (
     KILL_GRACE_S,
-    POLL_S,
     Cancelled,
     ConnectError,
     HostKeyError,
-    LineSplitter,
-    RunTimeout,
     StderrTail,
     TransportError,
     append_script,
     put_script,
+    read_lines,
 )
 from fleet.transport.hostkeys import KnownHosts
 
@@ -312,27 +309,22 @@ class SshProcess:
             self._stderr.feed(self._channel.recv_stderr(65536))
 
     def _read(self, deadline: float, cancel: threading.Event) -> Iterator[str]:
-        channel = self._channel
-        splitter = LineSplitter(self._origin)
-        while True:
-            if cancel.is_set():
-                raise Cancelled(f"{self._origin}: interrupted")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RunTimeout(f"{self._origin}: timed out")
-            self._drain_stderr()
-            channel.settimeout(min(left, POLL_S))
-            try:
-                data = channel.recv(65536)
-            except TimeoutError:
-                continue
-            if not data:
-                break
-            yield from self._lines(splitter.feed(data))
-        yield from self._lines(splitter.finish())
+        yield from self._lines(read_lines(self._origin, self._receive, deadline, cancel))
         self._drain_stderr()
 
-    def _lines(self, lines: list[str]) -> Iterator[str]:
+    def _receive(self, wait: float) -> bytes | None:
+        """What stdout sent within `wait` seconds, keeping stderr; None once it has ended."""
+        # stderr is drained before each wait: the channel's window is shared, and a
+        # script writing only to stderr would stall once it filled.
+        self._drain_stderr()
+        self._channel.settimeout(wait)
+        try:
+            data = self._channel.recv(65536)
+        except TimeoutError:
+            return b""
+        return data or None
+
+    def _lines(self, lines: Iterable[str]) -> Iterator[str]:
         for line in lines:
             if self._group is None:
                 match = PREAMBLE_LINE.match(line)

@@ -223,7 +223,7 @@ def test_without_torch_the_agent_says_which_python_lacks_it_and_what_to_do() -> 
 def bench_text(document: Any) -> str:
     from rich.console import Console
 
-    from fleet.display import bench_table
+    from fleet.cli.display import bench_table
 
     console = Console(record=True, width=300)
     console.print(bench_table(document))
@@ -257,7 +257,7 @@ def test_the_bench_table_gives_each_version_its_own_interval_and_the_median_besi
 def test_the_bench_table_keeps_every_figure_whole_in_80_columns() -> None:
     from rich.console import Console
 
-    from fleet.display import bench_table
+    from fleet.cli.display import bench_table
 
     real = json.loads((ROOT / "tests/fixtures/gpus/h100-sxm5-lent-device/"
                        "bench-document.json").read_text())

@@ -34,7 +34,19 @@ from typing import Any
 
 import pytest
 
-from fleet.distributed import (
+from fleet.inventory import load_inventory
+from fleet.probe.local import BenchOptions
+from fleet.probe.run import ProbeOptions
+from fleet.store.database import resolve
+from fleet.store.ingest import RunInfo
+from fleet.store.sweeps import (
+    create_run,
+    documents_stored,
+    finish_run,
+    newest_run,
+    settled_hosts,
+)
+from fleet.sweep.distributed import (
     HANDED_BACK,
     TASK,
     expires_after_s,
@@ -45,19 +57,7 @@ from fleet.distributed import (
     run_on_celery,
     store_identity,
 )
-from fleet.inventory import load_inventory
-from fleet.local_agent import BenchOptions
-from fleet.probe import ProbeOptions
-from fleet.store.database import resolve
-from fleet.store.ingest import RunInfo
-from fleet.store.sweeps import (
-    create_run,
-    documents_stored,
-    finish_run,
-    newest_run,
-    read_nights,
-    settled_hosts,
-)
+from fleet.sweep.nights import read_nights
 from tests.probe.conftest import Workspace
 from tests.store.conftest import truncate
 from tests.sweep.conftest import (
@@ -696,7 +696,7 @@ def test_a_task_only_ever_handed_back_is_given_up_at_its_expiry_less_redelivery(
 
 
 def test_a_task_from_another_fleet_version_is_run_or_refused_clearly() -> None:
-    from fleet.distributed import _options_from
+    from fleet.sweep.distributed import _options_from
 
     bench = dataclasses.asdict(BenchOptions())
     old = {**{k: v for k, v in bench.items() if k != "flush_always"}, "flush_auto": True}

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from fleet.analysis.expectation import check_expectation
 from fleet.document import AgentDocument
-from fleet.expectation import check_expectation
-from fleet.history import GpuState, HostNight, Night, RegressionRule, compare_night
 from fleet.inventory import Expect
 from fleet.store import sweeps
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.schema import upgrade
-from fleet.store.sweeps import create_run, end_run, finish_run, read_nights
+from fleet.store.sweeps import create_run, end_run, finish_run
+from fleet.sweep.history import GpuState, HostNight, Night, RegressionRule, compare_night
+from fleet.sweep.nights import read_nights
 from tests.store import factory
 
 LABEL = "bf16 8192x8192x8192 sustained cold-L2 concurrent harness 1.1.0"

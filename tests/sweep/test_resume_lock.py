@@ -10,7 +10,6 @@ import signal
 import pytest
 from sqlalchemy import select
 
-from fleet.lock import KEEPALIVE_IDLE_S, SweepLock
 from fleet.store.database import resolve
 from fleet.store.ingest import RunInfo
 from fleet.store.models import ProbeRun
@@ -22,6 +21,7 @@ from fleet.store.sweeps import (
     newest_run,
     settled_hosts,
 )
+from fleet.sweep.lock import KEEPALIVE_IDLE_S, SweepLock
 from tests.probe.conftest import Workspace
 from tests.store.conftest import truncate
 from tests.sweep.conftest import engine_of, fleet_process, hang_once, kill_marked, wait_for

@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
-from fleet import schedule as schedule_module
 from fleet.document import AgentDocument
 from fleet.errors import FleetError, InputError
-from fleet.schedule import (
+from fleet.store.ingest import Ingest, Origin
+from fleet.store.models import BenchmarkResult, Document
+from fleet.store.query import load_document
+from fleet.sweep import schedule as schedule_module
+from fleet.sweep.schedule import (
     Crontab,
     Schedule,
     check_cron,
@@ -27,9 +30,6 @@ from fleet.schedule import (
     sh_env,
     systemd_env,
 )
-from fleet.store.ingest import Ingest, Origin
-from fleet.store.models import BenchmarkResult, Document
-from fleet.store.query import load_document
 from tests.conftest import ROOT
 from tests.probe.conftest import Workspace
 from tests.store import factory

@@ -1,13 +1,13 @@
 """`fleet sweep`: a named probe run, compared with its own history, made to run unwatched.
 
-One sweep of a name at a time per store (`fleet.lock`). The run is created before any
+One sweep of a name at a time per store (`fleet.sweep.lock`). The run is created before any
 host is probed and finished only when the sweep got to its end with every host settled
 on a machine that could reach it, so a sweep that crashed, was killed, or had hosts no
 Celery worker took can be continued (`--resume`): only the hosts with no stored document
-in that run are probed. Hosts are probed by this controller's bounded fan-out (`fleet.probe`), or
-by Celery workers (`--via celery`, `fleet.distributed`). The summary is built from the
-store for every host of the inventory either way, then the night is compared with the
-sweep's earlier nights (`fleet.history`).
+in that run are probed. Hosts are probed by this controller's bounded fan-out
+(`fleet.probe.run`), or by Celery workers (`--via celery`, `fleet.sweep.distributed`).
+The summary is built from the store for every host of the inventory either way, then the
+night is compared with the sweep's earlier nights (`fleet.sweep.history`).
 """
 
 from __future__ import annotations
@@ -23,27 +23,26 @@ from typing import Any, Literal
 from sqlalchemy import Engine
 
 from agent import __version__ as agent_version
-from fleet.distributed import DEFAULT_QUEUE_TIMEOUT_S, RemoteOutcome, require_postgres
+from fleet.analysis.expectation import check_expectation
 from fleet.errors import FleetError, InputError
-from fleet.expectation import check_expectation
-from fleet.history import FAIL_KINDS, Findings, RegressionRule, compare_night
 from fleet.inventory import LoadedInventory, Target
-from fleet.lock import SweepLock
 from fleet.payload import build_payload
-from fleet.probe import HostOutcome, Observer, ProbeOptions, ProbeReport, listing_of, probe
+from fleet.probe.run import HostOutcome, Observer, ProbeOptions, ProbeReport, listing_of, probe
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.schema import Store, open_store
 from fleet.store.sweeps import (
-    HISTORY_NIGHTS,
     SettledHost,
     create_run,
     end_run,
     finish_run,
     load_documents,
     newest_run,
-    read_nights,
     settled_hosts,
 )
+from fleet.sweep.distributed import DEFAULT_QUEUE_TIMEOUT_S, RemoteOutcome, require_postgres
+from fleet.sweep.history import FAIL_KINDS, Findings, RegressionRule, compare_night
+from fleet.sweep.lock import SweepLock
+from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
 
 DEFAULT_NAME = "nightly"
 # Also a lock file's, a crontab marker's and a systemd unit's name: no spaces or slashes.
@@ -144,7 +143,7 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
         raise InputError(f"--via {options.via!r}: choose local or celery")
     probe_options = replace(options.probe, sweep=options.name)
     if options.via == "celery":
-        from fleet.distributed import check_broker, check_visibility
+        from fleet.sweep.distributed import check_broker, check_visibility
 
         if not options.broker:
             raise InputError("--via celery needs --broker URL, e.g. redis://127.0.0.1:6379/0")
@@ -246,7 +245,7 @@ def _run_and_hosts(engine: Engine, inventory: LoadedInventory, options: SweepOpt
 def _on_celery(store: Store, inventory: LoadedInventory, todo: set[str], run: RunInfo,
                probe_options: ProbeOptions, options: SweepOptions, observe: Observer
                ) -> tuple[dict[str, RemoteOutcome], bool]:
-    from fleet.distributed import make_app, run_on_celery, store_identity
+    from fleet.sweep.distributed import make_app, run_on_celery, store_identity
 
     app = make_app(options.broker or "", options.visibility_timeout_s)
     targets = tuple(t for t in inventory.targets if t.key in todo)
@@ -315,7 +314,7 @@ def write_report(name: str, run_id: int, db: str | None, path: str
     pass because a disk was full."""
     from fleet.analysis.dataset import Scope
     from fleet.report import FORMATS, ReportOptions, build_report
-    from fleet.report.command import write_report as write
+    from fleet.report import write_report as write
 
     scope = Scope(sweep=name, runs=(run_id,))
     with open_store(db) as store:

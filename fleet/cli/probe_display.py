@@ -19,7 +19,7 @@ from rich.text import Text
 
 from fleet.analysis.duplicates import SharedGpus, same_gpus_note
 from fleet.inventory import Expect, LoadedInventory, Target
-from fleet.probe import HostOutcome, ProbeReport, headline_tflops, variants_found
+from fleet.probe.run import HostOutcome, ProbeReport, headline_tflops, variants_found
 from fleet.sanitize import safe
 from fleet.transport.ssh import SshPlan, preflight
 from fleet.words import counted

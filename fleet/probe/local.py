@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent import soak
+from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
 from fleet.events import ProgressHandler, read_events
@@ -34,10 +35,10 @@ SOAK_MARGIN_PER_GPU_S = 30.0
 class BenchOptions:
     """The harness's choices, as `fleet bench` and inventories give them."""
 
-    dtype: str = "bf16"
-    m: int = 8192
-    n: int = 8192
-    k: int = 8192
+    dtype: str = DEFAULT_DTYPE
+    m: int = DEFAULT_SIZE
+    n: int = DEFAULT_SIZE
+    k: int = DEFAULT_SIZE
     pause_ms: float | None = None  # burst mode when set
     # The cool-start protocol (--quick), instead of the soaked default.
     quick: bool = False

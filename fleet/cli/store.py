@@ -8,10 +8,9 @@ import datetime as dt
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from functools import wraps
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich import box
@@ -20,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet.api import Store
+from fleet.cli.options import db_option, err_console, note_created, reports_errors
 from fleet.errors import InputError
 from fleet.store.ingest import Outcome
 from fleet.store.intake import (
@@ -31,34 +31,7 @@ from fleet.store.intake import (
 from fleet.store.query import ResultRow, VariantSummary
 from fleet.words import counted
 
-F = TypeVar("F", bound=Callable[..., Any])
 TABLE_LIMIT = 100
-err_console = Console(stderr=True, highlight=False)
-
-
-def reported(func: F) -> F:
-    """fleet.cli's reports_errors, looked up when the command runs: fleet.cli imports this
-    module to register its commands, so it cannot be imported from here at load time."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from fleet.cli import reports_errors
-
-        return reports_errors(func)(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-db_option = click.option(
-    "--db", "db", metavar="URL",
-    help="sqlite:///path/fleet.db, a file path, or postgresql://user@host:5432/name. "
-         "Default: $FLEET_DB, else ~/.local/share/fleet/fleet.db "
-         "(under $XDG_DATA_HOME when set).")
-
-
-def _note(store_created: bool, location: object) -> None:
-    if store_created:
-        err_console.print(f"Created the fleet database at {location}", markup=False)
 
 
 @click.group()
@@ -74,7 +47,7 @@ def db() -> None:
 
 @db.command("upgrade")
 @db_option
-@reported
+@reports_errors
 def db_upgrade(db: str | None) -> None:
     """Bring the database's schema up to this fleet's newest revision.
 
@@ -100,7 +73,7 @@ def db_upgrade(db: str | None) -> None:
 @click.option("--keep-samples-days", type=click.IntRange(0), required=True, metavar="N",
               help="Keep raw samples of results collected in the last N days.")
 @db_option
-@reported
+@reports_errors
 def db_prune(keep_samples_days: int, db: str | None) -> None:
     """Empty the raw samples (per-run times, telemetry series) of old results.
 
@@ -122,7 +95,7 @@ def db_prune(keep_samples_days: int, db: str | None) -> None:
 
 @db.command("current")
 @db_option
-@reported
+@reports_errors
 def db_current(db: str | None) -> None:
     """Show which database fleet uses, and its schema revision. Creates nothing.
 
@@ -161,7 +134,7 @@ def db_current(db: str | None) -> None:
               help=f"Processes that read and validate the files while this one stores "
                    f"them, from {PARALLEL_FROM} files on; 1 does it all in this one.")
 @db_option
-@reported
+@reports_errors
 def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | None,
            jobs: int, db: str | None) -> None:
     """Store agent documents collected by hand.
@@ -183,7 +156,7 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
     """
     names = _expand(files)
     with Store(db) as store:
-        _note(store.created, store.location)
+        note_created(store.created, store.location)
         counts: Counter[str] = Counter()
         try:
             store.ingest(names, provider=provider, host=host, sweep=sweep, jobs=jobs,
@@ -386,7 +359,7 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
               help=f"Show at most this many results, newest first (0: all). Default: "
                    f"{TABLE_LIMIT} in the table, all in CSV and JSON.")
 @db_option
-@reported
+@reports_errors
 def results(provider: str | None, variant: str | None, host: str | None,
             since: dt.datetime | None, sweep: str | None, stack: str | None, summary: bool,
             as_csv: bool,
@@ -411,7 +384,7 @@ def results(provider: str | None, variant: str | None, host: str | None,
     if limit is None and not machine:
         limit = TABLE_LIMIT
     with Store(db) as store:
-        _note(store.created, store.location)
+        note_created(store.created, store.location)
         where = store.result_filter(provider=provider, variant=variant, host=host,
                                     since=_since(since), sweep=sweep, stack=stack)
         rows: Sequence[ResultRow | VariantSummary]

@@ -7,7 +7,7 @@ user, key, password or trust decision crosses the broker. `fleet worker --queue 
 INVENTORY --db URL` runs where that queue's hosts can be reached, takes the host's
 connection settings and its host-key policy (`--accept-new-host-keys`) from its own
 command line and inventory, probes the host with the same per-host step as a local probe
-(`fleet.probe.HostProber`) and stores the document in the shared PostgreSQL store.
+(`fleet.probe.run.HostProber`) and stores the document in the shared PostgreSQL store.
 
 A worker hands back (Reject, requeue) a task it cannot serve: one for another store, or
 for a host its inventory lacks, so that a worker that can takes it. It first gives the
@@ -41,7 +41,7 @@ rabbitmq.conf). Storage is idempotent by (run, host) through run_host (`Ingest`)
 host delivered twice is stored once.
 
 The broker: `fleet sweep --via celery` checks that it answers before the run is created
-(`check_broker`, called by `fleet.sweep`); a broker lost while tasks are sent or followed
+(`check_broker`, called by `fleet.sweep.run`); a broker lost while tasks are sent or followed
 ends the sweep with a StoreError naming it (password hidden), the run left open for
 `fleet sweep --resume`.
 
@@ -71,8 +71,8 @@ from agent import __version__ as agent_version
 from fleet import __version__
 from fleet.errors import FleetError, InputError, StoreError
 from fleet.inventory import LoadedInventory, Target, load_inventory
-from fleet.local_agent import BenchOptions
-from fleet.probe import HostProber, Observer, ProbeOptions, _sigterm_as_interrupt
+from fleet.probe.local import BenchOptions
+from fleet.probe.run import HostProber, Observer, ProbeOptions, _sigterm_as_interrupt
 from fleet.runtime.provision import RUNTIME_BUDGET_S
 from fleet.store.database import Location, hide_passwords, redact, resolve
 from fleet.store.ingest import Ingest, RunInfo

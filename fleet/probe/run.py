@@ -25,13 +25,13 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agent import __version__ as agent_version
 from fleet.analysis.duplicates import SharedGpus, shared_gpus
+from fleet.analysis.expectation import Verdict, check_expectation
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events
-from fleet.expectation import Verdict, check_expectation
 from fleet.inventory import LoadedInventory, Target
-from fleet.local_agent import FINGERPRINT_TIMEOUT_S, BenchOptions
 from fleet.payload import Launched, NoPython, Payload, build_payload, launch_agent
+from fleet.probe.local import FINGERPRINT_TIMEOUT_S, BenchOptions
 from fleet.runtime.pin import RuntimeFailure
 from fleet.runtime.provision import INSTALL_TIMEOUT_S, RuntimeReady, prepare_runtime
 from fleet.store.database import Location, database_failure

@@ -1,37 +1,41 @@
 """`fleet sweep`, `fleet schedule` and `fleet worker`: parse, call the core, print.
 
-fleet.cli registers these through `add_commands`, handing over its harness options: this
-module must not import fleet.cli at load time (`python -m fleet.cli` runs that file as
-__main__, and importing it by name from here would run it twice).
+The sweep takes the harness's options as `fleet probe` and `fleet bench` spell them
+(fleet/cli/options.py).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import click
 from rich.console import Console
 from rich.text import Text
 
-from fleet.history import FAIL_KINDS, Findings
-from fleet.local_agent import BenchOptions
-from fleet.probe import DEFAULT_PARALLEL, ProbeOptions
+from fleet.cli.options import (
+    HarnessArgs,
+    db_option,
+    err_console,
+    gathered,
+    harness_options,
+    probe_options,
+    reports_errors,
+)
+from fleet.probe.run import ProbeOptions
 from fleet.sanitize import safe
-from fleet.store.commands import db_option, reported
+from fleet.sweep.history import FAIL_KINDS, Findings
 
 if TYPE_CHECKING:
-    from fleet.schedule import Crontab
-    from fleet.sweep import Via
+    from fleet.sweep.run import Via
+    from fleet.sweep.schedule import Crontab
 
 EXIT_SOME_FAILED = 3
 EXIT_FAIL_ON = 6
 EXIT_INTERRUPTED = 130
-err_console = Console(stderr=True, highlight=False)
-_bench_options: Callable[..., BenchOptions] | None = None
 
 
 def print_findings(console: Console, findings: Findings, nights: int) -> None:
@@ -55,6 +59,29 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
         console.print("  nothing changed", markup=False)
 
 
+@dataclass(frozen=True)
+class SweepArgs:
+    """`fleet sweep`'s options, by their names."""
+
+    inventory_file: Path
+    name: str
+    resume: bool
+    via: str
+    broker: str | None
+    fail_on: str
+    db: str | None
+    parallel: int
+    fingerprint_only: bool
+    accept_new_host_keys: bool
+    timeout: float | None
+    queue_timeout: float
+    visibility_timeout: float | None
+    as_json: bool
+    report_path: str | None
+    no_report: bool
+    harness: HarnessArgs
+
+
 @click.command("sweep")
 @click.argument("inventory_file", metavar="INVENTORY",
                 type=click.Path(path_type=Path, dir_okay=False))
@@ -73,15 +100,7 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
                    "(a regression counts the night it begins), or gap, cooling, duplicate, "
                    "straggler, drift in tonight's report.")
 @db_option
-@click.option("--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL,
-              show_default=True, help="How many hosts to probe at once (--via local).")
-@click.option("--fingerprint-only", is_flag=True,
-              help="Only fingerprint; do not run the benchmark.")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust the key of a host seen for the first time (--via local; under "
-                   "--via celery each `fleet worker` decides with its own flag).")
-@click.option("--timeout", type=click.FloatRange(1, 7 * 86400), metavar="S",
-              help="Stop a host's agent after S seconds (default as `fleet probe`).")
+@probe_options(via_local=" (--via local)")
 @click.option("--queue-timeout", type=click.FloatRange(1, 86400), default=60.0,
               show_default=True, metavar="S",
               help="--via celery: give up on a host whose queue has had no worker for S s.")
@@ -96,12 +115,10 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
               help="Where to write the night's report (as `fleet report --sweep NAME`, with "
                    "the sweep's history): .html, .md or .json. Default: fleet-sweep-NAME.html.")
 @click.option("--no-report", is_flag=True, help="Write no report.")
-@reported
-def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
-                  broker: str | None, fail_on: str, db: str | None, parallel: int,
-                  fingerprint_only: bool, accept_new_host_keys: bool, timeout: float | None,
-                  queue_timeout: float, visibility_timeout: float | None, as_json: bool,
-                  report_path: str | None, no_report: bool, **harness: Any) -> None:
+@harness_options
+@reports_errors
+@gathered(SweepArgs)
+def sweep_command(args: SweepArgs) -> None:
     """Probe every host of INVENTORY as the nightly sweep NAME, and compare with its past.
 
     Reports, against the sweep's earlier nights: GPUs slower than their own past beyond
@@ -119,24 +136,25 @@ def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
       fleet sweep inventory.yaml --via celery --broker redis://10.0.0.5:6379/0 \\
           --db postgresql://fleet@db.internal/fleet
     """
+    from fleet.cli.probe_display import ProbeProgress, print_summary
     from fleet.inventory import load_inventory
-    from fleet.probe_display import ProbeProgress, print_summary
-    from fleet.sweep import SweepOptions, check_fail_on, sweep
+    from fleet.sweep.run import SweepOptions, check_fail_on, sweep
 
-    kinds = check_fail_on(fail_on, report=not no_report)
-    assert _bench_options is not None
-    inventory = load_inventory(inventory_file)
+    kinds = check_fail_on(args.fail_on, report=not args.no_report)
+    inventory = load_inventory(args.inventory_file)
     probe = ProbeOptions(
-        parallel=parallel, bench=None if fingerprint_only else _bench_options(**harness),
-        timeout_s=timeout, accept_new_host_keys=accept_new_host_keys)
-    options = SweepOptions(name=name, resume=resume, via=cast("Via", via), broker=broker,
-                           probe=probe,
-                           queue_timeout_s=queue_timeout,
-                           visibility_timeout_s=visibility_timeout,
-                           report=None if no_report else report_path or f"fleet-sweep-{name}.html")
+        parallel=args.parallel,
+        bench=None if args.fingerprint_only else args.harness.bench_options(),
+        timeout_s=args.timeout, accept_new_host_keys=args.accept_new_host_keys)
+    report_path = args.report_path or f"fleet-sweep-{args.name}.html"
+    options = SweepOptions(name=args.name, resume=args.resume, via=cast("Via", args.via),
+                           broker=args.broker, probe=probe,
+                           queue_timeout_s=args.queue_timeout,
+                           visibility_timeout_s=args.visibility_timeout,
+                           report=None if args.no_report else report_path)
     with ProbeProgress(err_console, len(inventory.targets)) as progress:
-        report = sweep(inventory, options, db, progress)
-    if as_json:
+        report = sweep(inventory, options, args.db, progress)
+    if args.as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, default=str))
     else:
         console = Console()
@@ -180,7 +198,7 @@ def sweep_command(inventory_file: Path, name: str, resume: bool, via: str,
               help="Trust the key of a host this worker sees for the first time (the "
                    "worker's own decision: a task never carries it).")
 @click.option("--name", help="Worker name shown in progress (default fleet-QUEUES-PID@HOST).")
-@reported
+@reports_errors
 def worker_command(inventory_file: Path, queues: tuple[str, ...], broker: str,
                    db: str | None, concurrency: int, visibility_timeout: float | None,
                    accept_new_host_keys: bool, name: str | None) -> None:
@@ -196,7 +214,7 @@ def worker_command(inventory_file: Path, queues: tuple[str, ...], broker: str,
       fleet worker --queue lambda --broker redis://10.0.0.5:6379/0 \\
           inventory.yaml --db postgresql://fleet@db.internal/fleet
     """
-    from fleet.distributed import WorkerOptions, run_worker
+    from fleet.sweep.distributed import WorkerOptions, run_worker
 
     options = WorkerOptions(queues, broker, concurrency, visibility_timeout, name,
                             accept_new_host_keys)
@@ -216,7 +234,7 @@ def schedule_group() -> None:
 
 
 def _crontab(crontab_file: Path | None) -> Crontab:
-    from fleet.schedule import Crontab
+    from fleet.sweep.schedule import Crontab
 
     return Crontab(crontab_file)
 
@@ -248,7 +266,7 @@ UNIT_DIR = click.option(
                    "a --broker URL goes to the environment file (FLEET_BROKER).")
 @CRONTAB_FILE
 @UNIT_DIR
-@reported
+@reports_errors
 def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar: str | None,
                      name: str, db: str | None, log: Path | None, keep_samples_days: int,
                      sweep_args: str, crontab_file: Path | None, unit_dir: Path | None
@@ -267,7 +285,8 @@ def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar
     """
     import shlex
 
-    from fleet.schedule import (
+    from fleet.sweep.run import check_name
+    from fleet.sweep.schedule import (
         Schedule,
         check_systemd_name,
         default_unit_dir,
@@ -276,8 +295,7 @@ def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar
         redacted,
         store_url,
     )
-    from fleet.schedule import on_calendar as calendar_of
-    from fleet.sweep import check_name
+    from fleet.sweep.schedule import on_calendar as calendar_of
 
     check_name(name)
     if systemd:
@@ -306,7 +324,7 @@ def schedule_install(inventory_file: Path, cron: str, systemd: bool, on_calendar
 @schedule_group.command("show")
 @CRONTAB_FILE
 @UNIT_DIR
-@reported
+@reports_errors
 def schedule_show(crontab_file: Path | None, unit_dir: Path | None) -> None:
     """Show fleet's scheduled sweeps (crontab entries and systemd units).
 
@@ -314,7 +332,7 @@ def schedule_show(crontab_file: Path | None, unit_dir: Path | None) -> None:
     Example:
       fleet schedule show
     """
-    from fleet.schedule import (
+    from fleet.sweep.schedule import (
         cron_entries,
         cron_env_file,
         default_unit_dir,
@@ -340,7 +358,7 @@ def schedule_show(crontab_file: Path | None, unit_dir: Path | None) -> None:
 @click.option("--name", default="nightly", show_default=True, help="The sweep's name.")
 @CRONTAB_FILE
 @UNIT_DIR
-@reported
+@reports_errors
 def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None) -> None:
     """Remove the scheduled sweep NAME (its crontab entry, systemd units, environment files).
 
@@ -349,7 +367,7 @@ def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None)
       fleet schedule remove --name nightly
     """
     from fleet.errors import InputError
-    from fleet.schedule import (
+    from fleet.sweep.schedule import (
         default_unit_dir,
         removal_note,
         remove_cron,
@@ -381,11 +399,4 @@ def schedule_remove(name: str, crontab_file: Path | None, unit_dir: Path | None)
                          "them")
 
 
-def add_commands(main: click.Group, harness_options: Callable[[Any], Any],
-                 bench_options: Callable[..., BenchOptions]) -> None:
-    """Register sweep, schedule and worker on `main`, with fleet.cli's harness options."""
-    global _bench_options
-    _bench_options = bench_options
-    main.add_command(harness_options(sweep_command))
-    main.add_command(schedule_group)
-    main.add_command(worker_command)
+COMMANDS = (sweep_command, schedule_group, worker_command)

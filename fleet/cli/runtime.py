@@ -131,3 +131,6 @@ def remove_command(inventory_file: Path, hosts: tuple[str, ...], wait: float,
 def _fail(exc: FleetError) -> NoReturn:
     Console(stderr=True).print(f"[red]Error:[/red] {exc}", highlight=False, soft_wrap=True)
     sys.exit(exc.exit_code)
+
+
+COMMANDS = (runtime_group,)

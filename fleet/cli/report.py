@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from fleet.api import Store
+from fleet.cli.options import db_option, err_console, gathered, reports_errors
 from fleet.errors import InputError
 from fleet.report.build import FINDING_KINDS, Report
-from fleet.report.render import FORMATS, render
-from fleet.store.commands import db_option, reported
+from fleet.report.render import FORMATS, write_report
 from fleet.words import counted
 
 EXIT_FINDINGS = 1
 TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
-err_console = Console(stderr=True, highlight=False)
 
 
 def _utc(value: dt.datetime | None, end_of_day: bool = False) -> dt.datetime | None:
@@ -48,38 +47,31 @@ def failing(report: Report, kinds: tuple[str, ...]) -> dict[str, int]:
     return {kind: counts[kind] for kind in kinds if counts[kind]}
 
 
-def write_report(report: Report, fmt: str, output: str) -> str:
-    """Write to `output` ("-" for stdout); returns where it went."""
-    text = render(report, fmt)
-    if output == "-":
-        sys.stdout.write(text)
-        return "standard output"
-    path = Path(output)
-    if path.is_dir():
-        raise InputError(f"--output {output}: is a directory; give a file name such as "
-                         f"{path / ('fleet-report.' + fmt)}")
-    try:
-        if path.exists() and not path.is_file():  # /dev/null, a pipe: write straight in
-            path.write_text(text, encoding="utf-8")
-            return str(path)
-        # Written beside and renamed, so a reader never sees half a report.
-        partial = path.with_name(f".{path.name}.partial")
-        try:
-            partial.write_text(text, encoding="utf-8")
-            partial.replace(path)
-        finally:
-            partial.unlink(missing_ok=True)
-    except OSError as exc:
-        raise InputError(f"--output {output}: cannot write the report ({exc.strerror})"
-                         ) from None
-    return str(path)
-
-
 def _format_for(fmt: str | None, output: str | None) -> str:
     if fmt is not None:
         return fmt
     suffix = Path(output).suffix.lower() if output and output != "-" else ""
     return {".md": "md", ".markdown": "md", ".json": "json"}.get(suffix, "html")
+
+
+@dataclass(frozen=True)
+class ReportArgs:
+    """`fleet report`'s options, by their names."""
+
+    db: str | None
+    output: str | None
+    fmt: str | None
+    sweep: str | None
+    since: dt.datetime | None
+    until: dt.datetime | None
+    runs: tuple[int, ...]
+    providers: tuple[str, ...]
+    variants: tuple[str, ...]
+    anonymize: bool
+    gap_threshold: float
+    straggler_threshold: float
+    across_stacks: bool
+    fail_on: str | None
 
 
 @click.command("report")
@@ -119,13 +111,9 @@ def _format_for(fmt: str | None, output: str | None) -> str:
 @click.option("--fail-on", metavar="KINDS",
               help="Exit with status 1 when findings of these kinds exist: a comma-separated "
                    f"list of {', '.join(FINDING_KINDS)}.")
-@reported
-def report_command(db: str | None, output: str | None, fmt: str | None, sweep: str | None,
-                   since: dt.datetime | None, until: dt.datetime | None,
-                   runs: tuple[int, ...], providers: tuple[str, ...],
-                   variants: tuple[str, ...], anonymize: bool,
-                   gap_threshold: float, straggler_threshold: float,
-                   across_stacks: bool, fail_on: str | None) -> None:
+@reports_errors
+@gathered(ReportArgs)
+def report_command(args: ReportArgs) -> None:
     """Write the procurement report from everything stored (or the part you filter).
 
     It finds hosts that differ from their listing (the inventory's `expect`), listings
@@ -157,18 +145,18 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
       fleet report --across-stacks --provider lambda --provider aws -o stacks.html
       fleet report --fail-on mismatch,gap,cooling -o /dev/null || echo "dispute something"
     """
-    kinds = parse_fail_on(fail_on)
-    fmt = _format_for(fmt, output)
-    output = output or f"fleet-report.{fmt}"
-    if since and until and _utc(since) > _utc(until, True):  # type: ignore[operator]
+    kinds = parse_fail_on(args.fail_on)
+    fmt = _format_for(args.fmt, args.output)
+    output = args.output or f"fleet-report.{fmt}"
+    since, until = _utc(args.since), _utc(args.until, end_of_day=True)
+    if since and until and since > until:
         raise InputError("--since is after --until: nothing can be in between")
-    with Store(db) as store:
-        report = store.report(sweep=sweep, since=_utc(since),
-                              until=_utc(until, end_of_day=True), runs=runs,
-                              providers=providers, variants=variants, anonymize=anonymize,
-                              gap_threshold=gap_threshold,
-                              straggler_threshold=straggler_threshold,
-                              across_stacks=across_stacks)
+    with Store(args.db) as store:
+        report = store.report(sweep=args.sweep, since=since, until=until, runs=args.runs,
+                              providers=args.providers, variants=args.variants,
+                              anonymize=args.anonymize, gap_threshold=args.gap_threshold,
+                              straggler_threshold=args.straggler_threshold,
+                              across_stacks=args.across_stacks)
     where = write_report(report, fmt, output)
     err_console.print(f"Report ({fmt}) written to {where}: {counted(report.hosts, 'host')}, "
                       f"{counted(report.gpus_measured, 'GPU')} measured; findings: "
@@ -182,3 +170,6 @@ def report_command(db: str | None, output: str | None, fmt: str | None, sweep: s
         err_console.print("--fail-on: " + ", ".join(f"{n} {kind}" for kind, n in failed.items())
                           + " found", markup=False)
         sys.exit(EXIT_FINDINGS)
+
+
+COMMANDS = (report_command,)

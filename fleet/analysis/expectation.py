@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from pydantic import ValidationError
 
 from fleet.document import AgentDocument, Gpu
 from fleet.inventory import Expect
-from fleet.words import counted
+from fleet.words import counted, normal_label
 
 # A card sold as "80GB" shows 79.6 GiB to NVML (81559 MiB); a 40GB card would be half.
 MEMORY_TOLERANCE = 0.10
@@ -36,11 +35,6 @@ class Verdict:
         if self.problems:
             return "MISMATCH: " + "; ".join(self.problems)
         return "match" + (f" ({'; '.join(self.unchecked)})" if self.unchecked else "")
-
-
-def normal_label(label: str) -> str:
-    """"H100 SXM5 80GB", "h100-sxm5-80gb" and "H100_SXM5_80GB" are one label."""
-    return re.sub(r"[\s_\-]+", "", label).lower()
 
 
 # The fingerprint table's columns a FoundGpu is made of (besides the GPU's index).
