@@ -137,7 +137,8 @@ def _replicate(engine: Engine, nights: int) -> None:
         first_docs = d.c.probe_run_id == run_id
         docs = select(d.c.id).where(first_docs).scalar_subquery()
         _copy(engine, f, {"id": f.c.id + shift[Fingerprint],
-                          "document_id": f.c.document_id + doc_shift},
+                          "document_id": f.c.document_id + doc_shift,
+                          "probe_run_id": literal(new_run)},
               f.c.document_id.in_(docs))
         _copy(engine, r, {"id": r.c.id + shift[BenchmarkResult],
                           "document_id": r.c.document_id + doc_shift,

@@ -17,3 +17,7 @@ CONFIG_COLUMNS = ("harness_version", "dtype", "m", "n", "k", "mode", "cache", "t
 
 # The columns the software stack is read from (see query.software_stack).
 STACK_COLUMNS = ("torch_version", "cuda_runtime_version", "cublas_version")
+
+# The throttle reasons that mean the card was held at its power cap: a result's
+# `power_cap_share` is the share of its telemetry samples under either.
+POWER_CAP_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")

@@ -37,6 +37,7 @@ from fleet.document import AgentDocument, BenchmarkResult, Gpu, parse_document
 from fleet.errors import AgentError, InputError
 from fleet.events import MAX_LINE, read_events
 from fleet.store import models
+from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
 from fleet.store.statements import Statements, to_json
@@ -111,7 +112,7 @@ class Prepared:
     collected_at: dt.datetime
     document_row: dict[str, Any]  # without ids and times
     gpu_uuids: tuple[tuple[int, str | None], ...]  # every GPU fingerprinted or benchmarked
-    fingerprints: tuple[dict[str, Any], ...]  # without document_id and gpu_id
+    fingerprints: tuple[dict[str, Any], ...]  # without document_id, gpu_id, run and host
     benchmarks: tuple[dict[str, Any], ...]  # without the ids and collected_at
     errors: tuple[dict[str, Any], ...]  # stage, gpu_index, message
 
@@ -503,7 +504,8 @@ class Ingest:
             document_id = int(document_id)
             gpu_ids = self._upsert_gpus(cursor, prepared, host_id, collected_at)
             fingerprint_ids = {int(index): int(fp_id) for index, fp_id in fast.fingerprints.rows(
-                cursor, [dict(row, document_id=document_id, gpu_id=gpu_ids[row["gpu_index"]])
+                cursor, [dict(row, document_id=document_id, gpu_id=gpu_ids[row["gpu_index"]],
+                              probe_run_id=run_id, host_id=host_id)
                          for row in prepared.fingerprints])}
             if prepared.benchmarks:
                 fast.benchmark.many(cursor, [dict(
@@ -651,6 +653,8 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "power_w_median": telemetry.power_w_median,
         "temperature_c_max": telemetry.temperature_c_max,
         "reason_shares": to_json(telemetry.reason_shares),
+        "power_cap_share": sum(telemetry.reason_shares.get(name) or 0.0
+                               for name in POWER_CAP_REASONS),
         **_soak_columns(result),
         "torch_version": result.provenance.torch_version,
         "cuda_runtime_version": result.provenance.cuda_runtime_version,

@@ -232,6 +232,7 @@ class Fingerprint(Base):
     __table_args__ = (
         UniqueConstraint("document_id", "gpu_index"),
         Index(None, "variant", "form_factor"),
+        Index(None, "probe_run_id", "gpu_id", "host_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -276,6 +277,11 @@ class Fingerprint(Base):
     # The MIG instances' profiles ("3g.40gb", ...), empty without MIG.
     mig_devices: Mapped[list[str] | None] = mapped_column(Json)
     vgpu_profile: Mapped[str | None] = mapped_column(String(64))
+    # The document's run and host, repeated here as benchmark_result repeats them: the
+    # report's search for GPUs that two hosts held in one run then reads one index of
+    # this table, not a document row per fingerprint (0009).
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"))
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
     # {"application_clocks": "no", "power_limit": "unknown", ...}: may the tenant change it.
     capabilities: Mapped[dict[str, Any]]
 
@@ -382,6 +388,10 @@ class BenchmarkResult(Base):
     # pack_rows: the soak's curve, SOAK_CURVE_WIDTH a row; empty when not soaked. Kept by
     # `fleet db prune`: it is the evidence for the drop, a few hundred values.
     soak_curve: Mapped[bytes]
+    # The share of telemetry samples held at the power cap (config.POWER_CAP_REASONS),
+    # from reason_shares: the report reads it for every result, and extracting it from
+    # the JSON took it seconds over millions of them (0009).
+    power_cap_share: Mapped[float] = mapped_column(Float)
 
 
 class HostError(Base):

@@ -327,3 +327,11 @@ def test_two_hosts_with_the_same_gpus_are_a_finding_and_out_of_the_statistics(
         assert "eps-" not in text and "epsilon" not in text
         assert not any(uuid.removeprefix("uuid:") in text for uuid in uuids)
     assert "duplicate" in render(hidden, "json")
+
+    # The search honours the report's scope: a time window (which reads the documents'
+    # times) and providers (the fingerprints' own hosts).
+    hour = dt.timedelta(hours=1)
+    for scope, found in ((Scope(since=WHEN - hour, until=WHEN + hour), 1),
+                         (Scope(since=WHEN + hour), 0), (Scope(until=WHEN - hour), 0),
+                         (Scope(providers=("epsilon",)), 1), (Scope(providers=("alpha",)), 0)):
+        assert len(load_dataset(engine, scope).shared) == found, scope

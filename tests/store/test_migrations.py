@@ -243,3 +243,53 @@ def test_fingerprints_stored_before_0008_are_filled_from_their_bodies(empty_url:
         assert [tuple(row) for row in filled] == expected
     finally:
         engine.dispose()
+
+
+def test_rows_stored_before_0009_get_their_power_cap_share_run_and_host(
+        empty_url: str) -> None:
+    """0009 repeats each fingerprint's run and host beside it, and gives each result the
+    share of its samples at the power cap; both are filled for rows already stored, and
+    the ingest path fills them alike."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin, RunInfo
+    from fleet.store.models import BenchmarkResult, Document, Fingerprint, Host
+    from tests.store import factory
+
+    documents = []
+    for host, shares in (("a", {"sw_power_cap": 0.625, "hw_power_brake_slowdown": 0.25}),
+                         ("b", {"sw_thermal_slowdown": 0.5})):
+        data = factory.document(host=host, gpus=2)
+        for result in data["benchmarks"]:
+            result["telemetry"]["reason_shares"] = shares
+        documents.append(AgentDocument.model_validate(data))
+    r, f, d = BenchmarkResult, Fingerprint, Document
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        for document in documents:  # two runs
+            with Ingest(engine, RunInfo(kind="probe")) as ingest:
+                ingest.store(document, Origin("lambda"))
+
+        def read() -> tuple[list[Any], list[Any]]:
+            with engine.connect() as conn:
+                shares = conn.execute(select(Host.name, r.gpu_index, r.power_cap_share)
+                                      .join(Host, Host.id == r.host_id)
+                                      .order_by(Host.name, r.gpu_index)).all()
+                owners = conn.execute(
+                    select(Host.name, f.gpu_index, f.probe_run_id == d.probe_run_id)
+                    .join(d, d.id == f.document_id).join(Host, Host.id == f.host_id)
+                    .order_by(Host.name, f.gpu_index)).all()
+            return [tuple(row) for row in shares], [tuple(row) for row in owners]
+
+        expected = ([("a", 0, 0.875), ("a", 1, 0.875), ("b", 0, 0.0), ("b", 1, 0.0)],
+                    [("a", 0, True), ("a", 1, True), ("b", 0, True), ("b", 1, True)])
+        assert read() == expected
+        downgrade(engine, "0008")
+        with engine.connect() as conn:
+            names = {c["name"] for c in inspect(conn).get_columns("fingerprint")}
+        assert "probe_run_id" not in names and "host_id" not in names
+        upgrade(engine)
+        assert _differences(engine) == []
+        assert read() == expected
+    finally:
+        engine.dispose()
