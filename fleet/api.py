@@ -196,8 +196,8 @@ FINGERPRINT_COLUMNS = _columns(
         ("compute_mode", "the compute mode"), ("ecc", "ECC"))),
 )
 # The fingerprint table's own columns among FINGERPRINT_COLUMNS, read as they are stored.
-_STORED_FINGERPRINT = FINGERPRINT_COLUMNS[8:FINGERPRINT_COLUMNS.index(
-    next(c for c in FINGERPRINT_COLUMNS if c.name == "mig_devices"))]
+_STORED_FINGERPRINT = tuple(c for c in FINGERPRINT_COLUMNS[8:] if c.name != "mig_devices"
+                            and not c.name.startswith("may_set_"))
 
 RUN_COLUMNS = _columns(
     ("run", "int64", "the run's number (`fleet report --run N`)"),

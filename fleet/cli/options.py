@@ -18,7 +18,8 @@ from fleet.probe.local import BenchOptions
 from fleet.probe.run import DEFAULT_PARALLEL
 
 F = TypeVar("F", bound=Callable[..., Any])
-err_console = Console(stderr=True)
+# Not highlighted: what hosts send is printed through it, and should read as plain text.
+err_console = Console(stderr=True, highlight=False)
 
 
 def reports_errors(func: F) -> F:
@@ -44,9 +45,9 @@ db_option = click.option(
 
 
 def note_created(store_created: bool, location: object) -> None:
+    """Say so on stderr when opening the store created it."""
     if store_created:
-        err_console.print(f"Created the fleet database at {location}", markup=False,
-                          highlight=False)
+        err_console.print(f"Created the fleet database at {location}", markup=False)
 
 
 def _gpu_list(

@@ -100,7 +100,7 @@ class SweepArgs:
                    "(a regression counts the night it begins), or gap, cooling, duplicate, "
                    "straggler, drift in tonight's report.")
 @db_option
-@probe_options(via_local=" (--via local)")
+@probe_options(via_local=" (--via local; under --via celery each `fleet worker` decides)")
 @click.option("--queue-timeout", type=click.FloatRange(1, 86400), default=60.0,
               show_default=True, metavar="S",
               help="--via celery: give up on a host whose queue has had no worker for S s.")
