@@ -216,6 +216,20 @@ def test_db_upgrade_and_current(empty_url: str) -> None:
     assert upgraded.exit_code == 0 and f"upgraded from empty to revision {HEAD}" in upgraded.stdout
     assert f"already at revision {HEAD}" in fleet("db", "upgrade", db=empty_url).stdout
     assert f"revision: {HEAD} (newest)" in fleet("db", "current", db=empty_url).stdout
+    # A stale store says before it starts that this may take minutes.
+    from fleet.store.database import open_engine, resolve
+    from fleet.store.schema import downgrade
+
+    engine = open_engine(resolve(empty_url))
+    try:
+        downgrade(engine, "0008")
+    finally:
+        engine.dispose()
+    stale = fleet("db", "upgrade", db=empty_url)
+    assert stale.exit_code == 0, stale.output
+    assert f"from revision 0008 to {HEAD}: on a store of millions of results" in stale.stderr
+    assert f"upgraded from 0008 to revision {HEAD}" in stale.stdout
+    assert "millions" not in fleet("db", "upgrade", db=empty_url).stderr
 
 
 def test_fleet_db_environment_variable(store_url: str) -> None:
