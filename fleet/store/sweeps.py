@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,27 +132,19 @@ def documents_stored(engine: Engine, run_id: int) -> dict[str, int]:
 
 
 def load_documents(engine: Engine, ids: Collection[int]) -> dict[int, AgentDocument]:
-    """The stored documents with `ids`, by id."""
-    return dict(iter_documents(engine, ids))
-
-
-# Documents validated at a time by `iter_documents`: an 8-GPU document is ~66 KiB of JSON
-# and some hundreds of KiB as a model.
-DOCUMENTS_AT_ONCE = 100
-
-
-def iter_documents(engine: Engine, ids: Collection[int]) -> Iterator[tuple[int, AgentDocument]]:
-    """The documents, validated, DOCUMENTS_AT_ONCE at a time: a caller that keeps only
-    what it concludes from each holds one chunk in memory, not a month of nights. One that
-    no longer validates is left out, with a warning naming it."""
-    for chunk in in_chunks(sorted(ids), DOCUMENTS_AT_ONCE):
-        with engine.connect() as conn:
-            # As text, validated in one pass by pydantic (fleet/analysis/dataset.py).
-            rows = conn.execute(select(Document.id, cast(Document.body, Text))
-                                .where(Document.id.in_(chunk))).all()
-        for document_id, body in rows:
-            document = read_stored(int(document_id), body)
-            if isinstance(document, str):
-                log.warning("%s", document)  # its host's night counts, unjudged
-                continue
-            yield int(document_id), document
+    """The stored documents with `ids`, validated, by id (the hosts a sweep's summary reads
+    back from the store). One that no longer validates is left out, with a warning naming
+    it: its host still counts as stored, shown without its document's details."""
+    documents: dict[int, AgentDocument] = {}
+    with engine.connect() as conn:
+        for chunk in in_chunks(sorted(ids)):
+            # As text: pydantic validates JSON text in one pass, faster than parsed values.
+            for document_id, body in conn.execute(
+                    select(Document.id, cast(Document.body, Text))
+                    .where(Document.id.in_(chunk))).all():
+                document = read_stored(int(document_id), body)
+                if isinstance(document, str):
+                    log.warning("%s", document)
+                    continue
+                documents[int(document_id)] = document
+    return documents
