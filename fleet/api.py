@@ -64,6 +64,8 @@ from fleet.store.query import (
 )
 from fleet.store.schema import SchemaState, ensure_schema, inspect_schema
 from fleet.store.schema import upgrade as upgrade_schema
+from fleet.store.series import Repair
+from fleet.store.series import repair as repair_series
 from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
 
 if TYPE_CHECKING:
@@ -416,6 +418,16 @@ class Store:
         from fleet.store.prune import prune_samples
 
         return prune_samples(self.engine, keep_days)
+
+    @_guarded
+    def repair(self, check: bool = False) -> Repair:
+        """Compare the per-GPU series the report reads (fleet/store/series.py) with the
+        stored results and, unless `check`, rebuild them where they disagree, in one
+        transaction (`fleet db repair`). Reads every result: minutes on millions.
+
+        Example: `fleet.Store().repair(check=True).problems` is empty where they agree.
+        """
+        return repair_series(self.engine, check)
 
     @_guarded
     def ingest(self, files: Sequence[str | os.PathLike[str]], *, provider: str = "unknown",

@@ -9,9 +9,11 @@ listing the inventory gave when that document was collected.
 
 Everything is read from the tables' columns into frames, never from document bodies: a
 body was validated when it was stored, and re-reading one per host cost the report most
-of its time on a large store (bench/report_scale.py). Only two things are still read from
-a body, and only from a few: the datasheet of each variant (one body per variant and agent
-version, as the agent's catalog gave it) and why a host without GPUs had none.
+of its time on a large store (bench/report_scale.py). The results come from their
+per-GPU series (fleet/store/series.py), a few rows per GPU however many nights. Only
+two things are still read from a body, and only from a few: the datasheet of each
+variant (one body per variant and agent version, as the agent's catalog gave it) and why
+a host without GPUs had none.
 
 Two hosts whose documents in one probe or sweep named the same GPUs (by UUID, else
 serial) are one machine listed twice, or were measured on the same cards at the same
@@ -23,12 +25,10 @@ statistic counts contended figures, or one card twice (fleet/analysis/duplicates
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import random
-import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from itertools import combinations
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,11 +39,9 @@ from numpy.typing import NDArray
 from pydantic import ValidationError
 from sqlalchemy import (
     JSON,
-    BigInteger,
     Boolean,
     ColumnElement,
     Engine,
-    Integer,
     Select,
     Text,
     and_,
@@ -51,7 +49,6 @@ from sqlalchemy import (
     cast,
     distinct,
     func,
-    literal,
     or_,
     select,
     tuple_,
@@ -59,9 +56,9 @@ from sqlalchemy import (
 
 from fleet.document import Datasheet
 from fleet.store import config as store_config
+from fleet.store import series
 from fleet.store.config import STACK_COLUMNS
 from fleet.store.models import (
-    BenchmarkResult,
     Document,
     Fingerprint,
     Gpu,
@@ -297,8 +294,7 @@ class Dataset:
     datasheets: dict[str, Datasheet] = field(default_factory=dict)
 
 
-FLAG_COLUMNS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended",
-                "not_steady", "clocks_locked", "not_soaked")
+FLAG_COLUMNS = series.FLAG_COLUMNS
 
 
 def _in_scope(stmt: AnySelect, scope: Scope, run_id: Any) -> AnySelect:
@@ -325,9 +321,10 @@ def _listing(row: Any) -> Listing:
 def _host_states(engine: Engine, scope: Scope
                  ) -> tuple[list[HostState], list[HostFailure], int]:
     """Each host's newest stored document in scope, and its newest attempt where that
-    failed. The newest per host is picked in SQL (a window over the hosts' run rows), so
-    that a store of many nights hands Python one or two rows per host."""
-    when = case((RunHost.status == "stored", Document.collected_at),
+    failed. The newest per host is picked in SQL (a window over the hosts' run rows, which
+    carry their document's time), so that a store of many nights hands Python one or two
+    rows per host."""
+    when = case((RunHost.status == "stored", RunHost.collected_at),
                 else_=RunHost.updated_at)
     newest = when.desc(), RunHost.id
     ranked = _in_scope(
@@ -338,7 +335,6 @@ def _host_states(engine: Engine, scope: Scope
                                       order_by=newest).label("kept"))
         .join(Host, Host.id == RunHost.host_id)
         .join(Provider, Provider.id == Host.provider_id)
-        .outerjoin(Document, Document.id == RunHost.document_id)
         .where(*_within(when, scope)), scope, RunHost.probe_run_id).subquery()
     stmt = (select(ranked.c.tried, ranked.c.kept, RunHost.status, RunHost.document_id,
                    RunHost.expect, RunHost.price_per_gpu_hour, RunHost.currency,
@@ -356,7 +352,6 @@ def _host_states(engine: Engine, scope: Scope
         select(func.count(distinct(RunHost.probe_run_id)))
         .join(Host, Host.id == RunHost.host_id)
         .join(Provider, Provider.id == Host.provider_id)
-        .outerjoin(Document, Document.id == RunHost.document_id)
         .where(*_within(when, scope)), scope, RunHost.probe_run_id)
     with engine.connect() as conn:
         rows = list(conn.execute(stmt))
@@ -390,14 +385,31 @@ def _errors(conn: Any, failed: list[Any]) -> dict[tuple[int, int], tuple[str, st
     return {(r.probe_run_id, r.host_id): (r.stage, r.message) for r in conn.execute(stmt)}
 
 
-def _gpu_frame(engine: Engine, hosts: list[HostState]) -> pd.DataFrame:
+def _document_stacks(found: series.Read, documents: list[int]
+                     ) -> dict[tuple[int, int], str]:
+    """(document id, GPU index) -> the software stack(s) its results in that document
+    were measured on, "; "-joined, from the results' series."""
+    at = [series.KEY_COLUMNS.index(name) + 1 for name in STACK_COLUMNS]
+    labels = [software_stack(*(key[i] for i in at)) for key in found.keys]
+    mine = np.isin(found.records["document_id"], documents)
+    pairs = pd.DataFrame({"document": found.records["document_id"][mine],
+                          "gpu": found.records["gpu_index"][mine],
+                          "series": found.series[mine]}).drop_duplicates()
+    stacks: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for document, gpu, index in zip(pairs["document"].tolist(), pairs["gpu"].tolist(),
+                                    pairs["series"].tolist(), strict=True):
+        stacks[(document, gpu)].add(labels[index])
+    return {key: "; ".join(sorted(names)) for key, names in stacks.items()}
+
+
+def _gpu_frame(engine: Engine, hosts: list[HostState], found: series.Read) -> pd.DataFrame:
     """The fingerprint rows of the hosts' documents, with the stack their results in that
     document were measured on."""
-    f, r = Fingerprint.__table__, BenchmarkResult
+    f = Fingerprint.__table__
     by_document = {h.document_id: h for h in hosts}
     ids = sorted(by_document)
     chunks: list[pd.DataFrame] = []
-    stacks: dict[tuple[int, int], set[str]] = defaultdict(set)
+    stacks = _document_stacks(found, ids)
     # JSON as text, each distinct text decoded once: GPUs of a fleet repeat a handful of
     # capability verdicts and MIG layouts, and decoding one per row cost more than the
     # rest of the read.
@@ -409,11 +421,6 @@ def _gpu_frame(engine: Engine, hosts: list[HostState]) -> pd.DataFrame:
             # No column needs SQLAlchemy's conversion but booleans (see below): the
             # driver's tuples, at a third of the cost of rows.
             chunks.append(pd.DataFrame(rows.cursor.fetchall(), columns=list(rows.keys())))
-            for row in conn.execute(select(r.document_id, r.gpu_index, r.torch_version,
-                                           r.cuda_runtime_version, r.cublas_version)
-                                    .where(r.document_id.in_(chunk)).distinct()):
-                stacks[(row.document_id, row.gpu_index)].add(software_stack(
-                    row.torch_version, row.cuda_runtime_version, row.cublas_version))
     if not chunks or all(c.empty for c in chunks):
         return _no_gpus()
     gpus = pd.concat([c for c in chunks if not c.empty], ignore_index=True)
@@ -431,9 +438,8 @@ def _gpu_frame(engine: Engine, hosts: list[HostState]) -> pd.DataFrame:
     gpus.insert(0, "provider", [h.provider for h in owner])
     gpus.insert(1, "host", [h.host for h in owner])
     gpus.insert(2, "collected_at", [h.collected_at for h in owner])
-    gpus["software_stack"] = [
-        "; ".join(sorted(stacks[key])) or None if key in stacks else None
-        for key in zip(gpus["document_id"], gpus["gpu_index"], strict=True)]
+    gpus["software_stack"] = [stacks.get(key) for key in zip(
+        gpus["document_id"].tolist(), gpus["gpu_index"].tolist(), strict=True)]
     gpus = gpus.sort_values(["provider", "host", "gpu_index"], ignore_index=True)
     # A fleet repeats a few providers, variants and drivers over thousands of GPUs: as
     # categories, the frame of 80,000 GPUs took a third of the memory.
@@ -517,7 +523,12 @@ def _shared_hosts(engine: Engine, scope: Scope
     if scope.providers:
         lean = lean.where(f.host_id.in_(select(Host.id).join(Provider).where(
             Provider.name.in_(scope.providers))))
-    held_twice = func.count(distinct(f.host_id)) > 1
+    # "More than one host", both ways: PostgreSQL sorts each group for a count(DISTINCT)
+    # (1.2 s over 2.4 M fingerprints, 0.5 s by min and max); SQLite's count is the
+    # faster there (0.35 s against 0.5 s).
+    held_twice = (func.min(f.host_id) != func.max(f.host_id)
+                  if engine.dialect.name == "postgresql"
+                  else func.count(distinct(f.host_id)) > 1)
     by_uuid = (lean.add_columns(f.probe_run_id, f.gpu_id)
                .group_by(f.probe_run_id, f.gpu_id).having(held_twice))
     uuid_less = select(Gpu.id).where(Gpu.uuid.is_(None))
@@ -561,127 +572,85 @@ def _shared_hosts(engine: Engine, scope: Scope
 # (fleet.store.config), in Config's field order.
 CONFIG_COLUMNS = tuple(f.name for f in fields(Config)
                        if f.name in store_config.CONFIG_COLUMNS)
-VALUE_COLUMNS = ("tflops", "sm_clock_mhz_median", "power_w_median", "capped",
-                 "first_20s_tflops", "soak_drop", "temperature_load_c")
+VALUE_COLUMNS = series.VALUE_COLUMNS
 FLAG_SPACE = 1 << len(FLAG_COLUMNS)
-ROWS_PER_FETCH = 200_000
-CSV_ROWS = 250_000  # rows per text value: PostgreSQL caps one at 1 GB
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _numbered(columns: Sequence[Any], values: Sequence[tuple[Any, ...]]) -> ColumnElement[int]:
-    """The position in `values` of each row's tuple of `columns`, computed by the database:
-    the result rows then carry one small number instead of a dozen repeated strings."""
-    if len(values) <= 1:
-        return literal(0)
-    whens = [(and_(*(column.is_(None) if value is None else column == value
-                     for column, value in zip(columns, row, strict=True))), i)
-             for i, row in enumerate(values)]
-    return case(*whens, else_=-1)
+def _series_filter(conn: Any, scope: Scope) -> series.Filter:
+    runs: set[int] | None = None
+    if scope.sweep is not None:
+        runs = set(conn.execute(select(ProbeRun.id).where(ProbeRun.sweep == scope.sweep))
+                   .scalars())
+    if scope.runs:
+        runs = set(scope.runs) if runs is None else runs & set(scope.runs)
+    providers = None if not scope.providers else frozenset(conn.execute(
+        select(Provider.id).where(Provider.name.in_(scope.providers))).scalars())
+    return series.Filter(
+        since_us=None if scope.since is None else series.epoch_us(_aware(scope.since)),
+        until_us=None if scope.until is None else series.epoch_us(_aware(scope.until)),
+        runs=None if runs is None else frozenset(runs), providers=providers)
 
 
-def _epoch_us(column: Any, dialect: str) -> ColumnElement[int]:
-    """Microseconds since 1970, exact: SQLite keeps the time as text ("2026-11-01
-    03:00:00.000000", see models.UtcDateTime), PostgreSQL as a timestamp."""
-    if dialect == "postgresql":
-        return cast(func.extract("epoch", column) * 1_000_000, BigInteger)
-    # unixepoch() (SQLite 3.38) took half strftime's time over 2.4 M rows.
-    seconds = (func.unixepoch(column) if sqlite3.sqlite_version_info >= (3, 38)
-               else cast(func.strftime("%s", column), Integer))
-    return seconds * 1_000_000 + cast(func.substr(column, 21, 6), Integer)
+def _aware(when: dt.datetime) -> dt.datetime:
+    # As the store compares a naive time: taken as UTC (models.UtcDateTime).
+    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when
 
 
-def _result_rows(engine: Engine, scope: Scope, contended: bool
+def _result_rows(found: series.Read, variants_wanted: tuple[str, ...]
                  ) -> tuple[dict[str, NDArray[Any]], list[tuple[Any, ...]],
                             list[tuple[Any, ...]], list[str]]:
-    """One row per benchmark result in scope, as arrays of numbers, and what the codes in
-    `kind` stand for: (configurations, software stacks, variants).
+    """One row per benchmark result in scope (of `variants_wanted`, or any), as arrays of
+    numbers, and what the codes in `kind` stand for: (configurations, software stacks,
+    variants).
 
-    Reading the rows into Python is most of the cost at millions of results (six columns
-    of 2.4 M rows took 2.3 s to fetch from SQLite, twelve 8.5 s), so each row carries
-    only what differs between results of one GPU: `kind` packs its configuration, stack,
-    correctness, variant and flags into one integer (see `_unpacked`); its host and
-    fingerprint are read for the newest result of each GPU only. With `contended`, the
-    run, host, provider and GPU index come too, to leave out and count the results of
-    hosts that shared GPUs.
+    Read from the results' series (fleet/store/series.py), not the results: at 2.4 M
+    results the drivers spent 8-12 s building Python objects of the rows. `kind` packs a
+    result's configuration, stack, correctness, variant and flags into one integer (see
+    `_measures`); the fingerprint is read for the newest result of each GPU only. Its
+    document, run, host, provider and GPU index come too: the newest result of a GPU
+    names its host, and those of hosts that shared GPUs are left out and counted.
     """
-    r = BenchmarkResult
-    where: list[ColumnElement[bool]] = _within(r.collected_at, scope)
-    if scope.sweep is not None:
-        where.append(r.probe_run_id.in_(select(ProbeRun.id)
-                                        .where(ProbeRun.sweep == scope.sweep)))
-    if scope.providers:
-        where.append(r.provider_id.in_(select(Provider.id)
-                                       .where(Provider.name.in_(scope.providers))))
-    if scope.runs:
-        where.append(r.probe_run_id.in_(scope.runs))
-    if scope.variants:
-        where.append(r.variant.in_(scope.variants))
-    config_cols = [getattr(r, name) for name in CONFIG_COLUMNS]
-    stack_cols = [getattr(r, name) for name in STACK_COLUMNS]
-    with engine.connect() as conn:
-        kinds = [tuple(row) for row in conn.execute(
-            select(*config_cols, *stack_cols, r.variant).where(*where).distinct())]
-        configs = sorted({kind[:len(CONFIG_COLUMNS)] for kind in kinds})
-        stacks = sorted({kind[len(CONFIG_COLUMNS):-1] for kind in kinds},
-                        key=lambda s: tuple(v or "" for v in s))
-        variants = sorted({kind[-1] for kind in kinds})
-        flags = sum((cast(getattr(r, flag), Integer) * (1 << i)
-                     for i, flag in enumerate(FLAG_COLUMNS)), start=literal(0))
-        kind = ((((_numbered(config_cols, configs) * max(1, len(stacks))
-                   + _numbered(stack_cols, stacks)) * 2
-                  + cast(r.correctness_failed, Integer)) * max(1, len(variants))
-                 + _numbered([r.variant], [(v,) for v in variants])) * FLAG_SPACE + flags)
-        columns = [kind.label("kind"), r.gpu_id,
-                   _epoch_us(r.collected_at, engine.dialect.name).label("at"), r.id,
-                   r.tflops, r.sm_clock_mhz_median, r.power_w_median,
-                   r.power_cap_share.label("capped"), r.first_20s_tflops, r.soak_drop,
-                   r.temperature_load_c]
-        if contended:
-            columns += [r.probe_run_id, r.host_id, r.provider_id, r.gpu_index]
-        stmt = select(*columns).where(*where)
-        table = _numbers(conn, stmt)
-    names = list(stmt.selected_columns.keys())
-    arrays: dict[str, NDArray[Any]] = {}
-    for i, name in enumerate(names):
-        arrays[name] = table[:, i] if name in VALUE_COLUMNS else table[:, i].astype(np.int64)
+    at = {name: i for i, name in enumerate(series.KEY_COLUMNS, start=1)}
+    wanted = np.array([not variants_wanted or key[at["variant"]] in variants_wanted
+                       for key in found.keys], dtype=bool)
+    used = np.zeros(len(found.keys), dtype=bool)
+    used[found.series] = True
+    used &= wanted
+    keys = [key for key, kept in zip(found.keys, used.tolist(), strict=True) if kept]
+    configs = sorted({tuple(key[at[name]] for name in CONFIG_COLUMNS) for key in keys})
+    stacks = sorted({tuple(key[at[name]] for name in STACK_COLUMNS) for key in keys},
+                    key=lambda s: tuple(v or "" for v in s))
+    variants = sorted({key[at["variant"]] for key in keys})
+    config_code = {c: i for i, c in enumerate(configs)}
+    stack_code = {c: i for i, c in enumerate(stacks)}
+    variant_code = {v: i for i, v in enumerate(variants)}
+    stack_count, variant_count = max(1, len(stacks)), max(1, len(variants))
+    # Per series, its kind less the flags (0 for series that no result in scope is of).
+    base = np.array([
+        (((config_code[tuple(key[at[name]] for name in CONFIG_COLUMNS)] * stack_count
+           + stack_code[tuple(key[at[name]] for name in STACK_COLUMNS)]) * 2
+          + int(bool(key[at["correctness_failed"]]))) * variant_count
+         + variant_code[key[at["variant"]]]) if kept else 0
+        for key, kept in zip(found.keys, used.tolist(), strict=True)], dtype=np.int64)
+    gpu = np.array([key[0] for key in found.keys], dtype=np.int64)
+    records, index = found.records, found.series
+    if variants_wanted:
+        keep = wanted[index]
+        records, index = records[keep], index[keep]
+    arrays: dict[str, NDArray[Any]] = {
+        "kind": base[index] * FLAG_SPACE + records["flags"].astype(np.int64),
+        "gpu_id": gpu[index], "at": records["at"],
+        **{name: records[name] for name in VALUE_COLUMNS}}
+    arrays.update({name: records[name] for name in
+                   ("document_id", "probe_run_id", "host_id", "provider_id", "gpu_index")})
     return arrays, configs, stacks, variants
 
 
-def _numbers(conn: Any, stmt: AnySelect) -> NDArray[np.float64]:
-    """A statement whose columns are all numbers, as one float64 array (NULL is NaN; every
-    integer it carries is below 2**53, so exact).
-
-    PostgreSQL sends it as CSV text, a few hundred thousand rows to a value, parsed by
-    pandas' C reader: fetching 2.4 M rows of eleven columns as Python tuples took 15 s
-    there, and COPY hands psycopg one message per row. Its text form of a float is the
-    shortest that reads back as the same double (extra_float_digits, PostgreSQL 12+).
-    SQLite has no such path: the driver's own tuples go straight into numpy, without
-    SQLAlchemy's rows.
-    """
-    width = len(stmt.selected_columns)
-    if conn.dialect.name == "postgresql":
-        rows = stmt.subquery()
-        line = func.concat_ws(",", *(func.coalesce(cast(column, Text), "")
-                                     for column in rows.c))
-        chunks = (select(func.string_agg(line, literal("\n")))
-                  .group_by(rows.c.id - rows.c.id % CSV_ROWS))
-        text = "\n".join(chunk for (chunk,) in conn.execute(chunks))
-        if not text:
-            return np.empty((0, width))
-        frame = pd.read_csv(io.StringIO(text), header=None, dtype=np.float64)
-        return frame.to_numpy(dtype=np.float64)
-    cursor = conn.execute(stmt).cursor
-    parts = []
-    while part := cursor.fetchmany(ROWS_PER_FETCH):
-        parts.append(np.array(part, dtype=np.float64))
-    return np.concatenate(parts) if parts else np.empty((0, width))
-
-
-def _measures(engine: Engine, scope: Scope, across_stacks: bool,
-              contended: set[tuple[int, int]]
+def _measures(engine: Engine, found: series.Read, gpus: pd.DataFrame, scope: Scope,
+              across_stacks: bool, contended: set[tuple[int, int]]
               ) -> tuple[list[GpuMeasure], list[Excluded]]:
-    rows, configs, stacks, variants = _result_rows(engine, scope, bool(contended))
+    rows, configs, stacks, variants = _result_rows(found, scope.variants)
     with engine.connect() as conn:
         providers = dict(conn.execute(select(Provider.id, Provider.name)).all())
         host_names = dict(conn.execute(select(Host.id, Host.name)).all())
@@ -712,27 +681,35 @@ def _measures(engine: Engine, scope: Scope, across_stacks: bool,
     if not len(rows["kind"]):
         return [], excluded
     stack_key = np.zeros_like(stack) if across_stacks else stack
-    keys = (rows["gpu_id"], config, stack_key, failed)
-    # Grouped by (GPU, configuration, correctness), each group oldest result first.
-    order = np.lexsort((rows["id"], rows["at"], *reversed(keys)))
-    changed = np.zeros(len(order), dtype=bool)
-    changed[0] = True
-    for key in keys:
-        ordered = key[order]
-        changed[1:] |= ordered[1:] != ordered[:-1]
+    # One number per group (GPU, configuration, stack, correctness), in the keys' order.
+    group_key = ((rows["gpu_id"] * max(1, len(configs)) + config) * max(1, len(stacks))
+                 + stack_key) * 2 + failed
+    # Each group oldest result first (of one moment, by document: the order they were
+    # stored in). A series (fleet/store/series.py) holds a group's results in the order
+    # they were stored, so a stable sort by group alone finds runs already in order and
+    # mostly leaves nothing to sort by time.
+    order = np.argsort(group_key, kind="stable")
+    if not _oldest_first(group_key[order], rows["at"][order], rows["document_id"][order]):
+        order = np.lexsort((rows["document_id"], rows["at"], group_key))
+    ordered = group_key[order]
+    changed = np.ones(len(order), dtype=bool)
+    changed[1:] = ordered[1:] != ordered[:-1]
     starts = np.flatnonzero(changed)
     ends = np.append(starts[1:], len(order))
     group = np.repeat(np.arange(len(starts)), ends - starts)
-    medians = pd.DataFrame({name: rows[name][order] for name in VALUE_COLUMNS}).groupby(
-        group, sort=True).median()
+    medians = _medians({name: rows[name] for name in VALUE_COLUMNS}, order, starts,
+                       ends - starts)
     flags = np.bitwise_or.reduceat(flag_bits[order], starts).tolist()
     stack_sets = _stacks_by_group(group, stack[order], stacks)
     last = order[ends - 1]
-    newest = _newest_results(engine, rows["id"][last].tolist())
-    value = {name: medians[name].to_numpy().tolist() for name in VALUE_COLUMNS}
+    newest = _fingerprint_facts(engine, gpus, rows["document_id"][last].tolist(),
+                                rows["gpu_index"][last].tolist())
+    value = {name: medians[name].tolist() for name in VALUE_COLUMNS}
     first_at, last_at = rows["at"][order[starts]].tolist(), rows["at"][last].tolist()
     last_variant, last_config = variant[last].tolist(), config[last].tolist()
     gpu_ids, last_failed = rows["gpu_id"][last].tolist(), failed[last].tolist()
+    last_provider, last_host = rows["provider_id"][last].tolist(), rows["host_id"][last].tolist()
+    last_index = rows["gpu_index"][last].tolist()
     # One Config per configuration and stack, ranked once: sorting measures by comparing
     # Config dataclasses field by field cost more than building them.
     kinds = {(c, stack_sets[g]) for g, c in enumerate(last_config)}
@@ -740,27 +717,30 @@ def _measures(engine: Engine, scope: Scope, across_stacks: bool,
                                stack=ACROSS_STACKS if across_stacks else label)
             for c, label in kinds}
     rank = {config: i for i, config in enumerate(sorted(set(made.values())))}
+    # A fleet's GPUs share a few flag sets and, a document's GPUs, their times.
+    flag_names = {bits: tuple(flag for i, flag in enumerate(FLAG_COLUMNS) if bits & (1 << i))
+                  for bits in set(flags)}
+    times = {us: _EPOCH + dt.timedelta(microseconds=us) for us in {*first_at, *last_at}}
     measures: list[GpuMeasure] = []
     for g, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        provider_id, host_id, gpu_index, limit, driver, virtualization = newest[g]
-        provider, host = providers[provider_id], host_names[host_id]
+        limit, driver, virtualization = newest[g]
+        provider, host = providers[last_provider[g]], host_names[last_host[g]]
         if last_failed[g]:
             # A result that failed the correctness gate timed a wrong answer.
-            excluded.append(Excluded(provider, host, gpu_index, variants[last_variant[g]],
-                                     end - start, "failed the correctness check"))
+            excluded.append(Excluded(provider, host, last_index[g],
+                                     variants[last_variant[g]], end - start,
+                                     "failed the correctness check"))
             continue
         measures.append(GpuMeasure(
-            provider=provider, host=host, gpu=str(gpu_ids[g]), gpu_index=gpu_index,
+            provider=provider, host=host, gpu=str(gpu_ids[g]), gpu_index=last_index[g],
             variant=variants[last_variant[g]],
             config=made[(last_config[g], stack_sets[g])],
             tflops=value["tflops"][g], results=end - start,
             sm_clock_mhz=_present(value["sm_clock_mhz_median"][g]),
             power_w=_present(value["power_w_median"][g]),
-            power_capped_share=_present(value["capped"][g]),
+            power_capped_share=_present(value["power_cap_share"][g]),
             power_limit_w=limit, driver_version=driver, virtualization_mode=virtualization,
-            flags=tuple(flag for i, flag in enumerate(FLAG_COLUMNS) if flags[g] & (1 << i)),
-            first=_EPOCH + dt.timedelta(microseconds=first_at[g]),
-            last=_EPOCH + dt.timedelta(microseconds=last_at[g]),
+            flags=flag_names[flags[g]], first=times[first_at[g]], last=times[last_at[g]],
             first_20s_tflops=_present(value["first_20s_tflops"][g]),
             drop=_present(value["soak_drop"][g]),
             temperature_c=_present(value["temperature_load_c"][g]), stack=stack_sets[g]))
@@ -768,20 +748,62 @@ def _measures(engine: Engine, scope: Scope, across_stacks: bool,
     return measures, excluded
 
 
-def _newest_results(engine: Engine, ids: list[int]
-                    ) -> list[tuple[int, int, int, float | None, str | None, str | None]]:
-    """For each result id: (provider id, host id, GPU index, and the power limit, driver
-    and virtualization of the fingerprint it was measured under)."""
-    r, f = BenchmarkResult, Fingerprint
-    found: dict[int, tuple[int, int, int, float | None, str | None, str | None]] = {}
+def _oldest_first(group: NDArray[np.int64], at: NDArray[np.int64],
+                  ids: NDArray[Any]) -> bool:
+    """Whether, within each run of equal `group`, (at, ids) never decrease."""
+    same = group[1:] == group[:-1]
+    later = at[1:] - at[:-1]
+    return not (same & ((later < 0) | ((later == 0) & (ids[1:] < ids[:-1])))).any()
+
+
+def _medians(columns: dict[str, NDArray[np.float64]], order: NDArray[np.int64],
+             starts: NDArray[np.int64], sizes: NDArray[np.int64]
+             ) -> dict[str, NDArray[np.float64]]:
+    """Each group's median of each column, NaN left out (NaN where all are): the groups are
+    `order[start:start + size]`. Groups of one size are one matrix, sorted row by row,
+    where a pandas groupby over 2.4 M results took a second; the median is the mean of
+    the two middle values, (a + b) / 2 as pandas and numpy take it, to the bit (and for
+    an odd count (a + a) / 2, which is a)."""
+    found = {name: np.empty(len(starts)) for name in columns}
+    for size in np.unique(sizes).tolist():
+        which = np.flatnonzero(sizes == size)
+        cells = order[starts[which, None] + np.arange(size)]
+        for name, values in columns.items():
+            block = np.sort(values[cells], axis=1)  # NaN sorts last
+            counted = size - np.isnan(block).sum(axis=1)
+            rows = np.arange(len(which))
+            low = block[rows, np.maximum(counted - 1, 0) // 2]
+            high = block[rows, counted // 2]
+            middle = (low + high) / 2
+            middle[counted == 0] = np.nan
+            found[name][which] = middle
+    return found
+
+
+def _fingerprint_facts(engine: Engine, gpus: pd.DataFrame, documents: list[int],
+                       indexes: list[int]
+                       ) -> list[tuple[float | None, str | None, str | None]]:
+    """For each (document, GPU index): the power limit, driver and virtualization its
+    fingerprint gave (None for a GPU benchmarked but not fingerprinted). Read from the
+    fleet as found where it holds the document (most GPUs' newest result is of their
+    host's newest document), else from the store."""
+    facts: dict[tuple[int, int], tuple[float | None, str | None, str | None]] = {}
+    if len(gpus):
+        columns = [gpus[name].astype(object).where(gpus[name].notna(), None).tolist()
+                   for name in ("power_limit_w", "driver_version", "virtualization_mode")]
+        facts.update(zip(zip(gpus["document_id"].tolist(), gpus["gpu_index"].tolist(),
+                             strict=True), zip(*columns, strict=True), strict=True))
+    wanted = sorted({d for d, i in zip(documents, indexes, strict=True)
+                     if (d, i) not in facts})
+    f = Fingerprint
     with engine.connect() as conn:
-        for chunk in in_chunks(sorted(ids)):
-            for row in conn.execute(
-                    select(r.id, r.provider_id, r.host_id, r.gpu_index, f.power_limit_w,
-                           f.driver_version, f.virtualization_mode)
-                    .outerjoin(f, f.id == r.fingerprint_id).where(r.id.in_(chunk))):
-                found[row.id] = tuple(row)[1:]  # type: ignore[assignment]
-    return [found[i] for i in ids]
+        for chunk in in_chunks(wanted):
+            for row in conn.execute(select(f.document_id, f.gpu_index, f.power_limit_w,
+                                           f.driver_version, f.virtualization_mode)
+                                    .where(f.document_id.in_(chunk))):
+                facts[(row[0], row[1])] = (row[2], row[3], row[4])
+    return [facts.get(pair, (None, None, None))
+            for pair in zip(documents, indexes, strict=True)]
 
 
 def _present(value: float) -> float | None:
@@ -809,7 +831,9 @@ def load_dataset(engine: Engine, scope: Scope, across_stacks: bool = False) -> D
     """What the report rests on; `across_stacks` compares results of different software
     stacks as one configuration (each GPU's stack stays on its measure)."""
     hosts, failures, runs = _host_states(engine, scope)
-    gpus = _gpu_frame(engine, hosts)
+    with engine.connect() as conn:
+        found = series.read(conn, _series_filter(conn, scope))
+    gpus = _gpu_frame(engine, hosts, found)
     if scope.variants and len(gpus):
         carrying = set(gpus.loc[gpus["variant"].isin(scope.variants), "document_id"])
         hosts = [h for h in hosts if h.document_id in carrying]
@@ -818,7 +842,7 @@ def load_dataset(engine: Engine, scope: Scope, across_stacks: bool = False) -> D
         hosts = []
     datasheets = _datasheets(engine, gpus) if len(gpus) else {}
     shared, contended = _shared_hosts(engine, scope)
-    measures, excluded = _measures(engine, scope, across_stacks, contended)
+    measures, excluded = _measures(engine, found, gpus, scope, across_stacks, contended)
     times = [h.collected_at for h in hosts] + [m.last for m in measures] + \
         [m.first for m in measures]
     return Dataset(scope, tuple(hosts), tuple(failures), tuple(measures), tuple(excluded),

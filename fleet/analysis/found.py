@@ -241,7 +241,6 @@ def _setups(gpus: pd.DataFrame) -> dict[str, list[Any]]:
     frame: dict[str, list[Any]] = {
         "provider": gpus["provider"].astype(str).tolist(),
         "host": gpus["host"].astype(str).tolist(),
-        "collected_at": gpus["collected_at"].tolist(),
         "gpu_index": gpus["gpu_index"].astype(int).tolist(),
         "gpu_id": gpus["gpu_id"].astype(str).tolist()}
     for name, column, kind in _DIRECT:
@@ -265,6 +264,8 @@ def _clocks(setup: GpuSetup, clocks: Sequence[float]) -> GpuSetup:
 
 def _differs(first: GpuSetup, others: Iterable[GpuSetup]) -> tuple[str, ...]:
     others = list(others)
+    if not others:
+        return ()
     return tuple(what for what, names in COMPARED
                  if any(getattr(o, n) != getattr(first, n) for o in others for n in names))
 
@@ -275,7 +276,9 @@ def load_clocks(measures: Iterable[GpuMeasure]) -> dict[str, float]:
     for m in measures:
         if m.sm_clock_mhz is not None:
             per_gpu[m.gpu].append(m.sm_clock_mhz)
-    return {gpu: statistics.median(values) for gpu, values in per_gpu.items()}
+    # Most GPUs ran one configuration: their clock is their one value.
+    return {gpu: values[0] if len(values) == 1 else statistics.median(values)
+            for gpu, values in per_gpu.items()}
 
 
 def fleet_as_found(gpus: pd.DataFrame, measures: Iterable[GpuMeasure] = ()
@@ -291,14 +294,15 @@ def fleet_as_found(gpus: pd.DataFrame, measures: Iterable[GpuMeasure] = ()
     # are plain values (None where not said), so equal setups are equal keys.
     hosts: dict[tuple[str, str], dict[tuple[Any, ...], list[tuple[int, str]]]] = \
         defaultdict(lambda: defaultdict(list))
-    when: dict[tuple[str, str], Any] = {}
-    columns = [frame[name] for name in _KEY_FIELDS]
-    for i, (provider, host, collected, index, gpu) in enumerate(zip(
-            frame["provider"], frame["host"], frame["collected_at"], frame["gpu_index"],
-            frame["gpu_id"], strict=True)):
-        key = tuple(column[i] for column in columns)
-        hosts[(provider, host)][key].append((int(index), gpu))
-        when[(provider, host)] = max(when.get((provider, host), collected), collected)
+    keys = zip(*(frame[name] for name in _KEY_FIELDS), strict=True)
+    for provider, host, index, gpu, key in zip(frame["provider"], frame["host"],
+                                               frame["gpu_index"], frame["gpu_id"], keys,
+                                               strict=True):
+        hosts[(provider, host)][key].append((index, gpu))
+    newest = gpus.groupby(["provider", "host"], observed=True)["collected_at"].max()
+    when = {(str(provider), str(host)): pd.Timestamp(at).to_pydatetime()
+            for (provider, host), at in zip(newest.index.tolist(), newest.tolist(),
+                                            strict=True)}
     found: list[FoundHost] = []
     for (provider, host), groups in sorted(hosts.items()):
         setups = []
@@ -309,7 +313,7 @@ def fleet_as_found(gpus: pd.DataFrame, measures: Iterable[GpuMeasure] = ()
             setups.append(_clocks(setup, [clocks[g] for _, g in members if g in clocks]))
         # The node's own setup is the one most of its GPUs share; ties go to the lowest index.
         setups.sort(key=lambda s: (-len(s.gpus), s.gpus[0]))
-        found.append(FoundHost(provider, host, pd.Timestamp(when[(provider, host)])
-                               .to_pydatetime(), sum(len(s.gpus) for s in setups),
+        found.append(FoundHost(provider, host, when[(provider, host)],
+                               sum(len(s.gpus) for s in setups),
                                tuple(setups), _differs(setups[0], setups[1:])))
     return found

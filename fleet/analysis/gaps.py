@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -227,13 +228,6 @@ def cluster_ratio_interval(slower: Sequence[Sequence[float]], faster: Sequence[S
     return float(low), float(high)
 
 
-def _by_host(gpus: list[GpuMeasure]) -> list[list[float]]:
-    hosts: dict[str, list[float]] = defaultdict(list)
-    for g in gpus:
-        hosts[g.host].append(g.tflops)
-    return [values for _, values in sorted(hosts.items())]
-
-
 def host_test(slower: Sequence[Sequence[float]], faster: Sequence[Sequence[float]]) -> float:
     """Two-sided Welch t-test on the log of each host's median: the node as the unit, so a
     gap must stand out from the differences between one provider's own nodes."""
@@ -264,16 +258,44 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _median_of(gpus: list[GpuMeasure], read: Callable[[GpuMeasure], float | None]
-               ) -> float | None:
-    values = [v for v in map(read, gpus) if v is not None]
-    return statistics.median(values) if values else None
+# The measures' figures whose medians the two sides compare, and their texts.
+NUMERIC = ("power_limit_w", "sm_clock_mhz", "power_w", "temperature_c", "drop",
+           "power_capped_share")
+CATEGORICAL = ("driver_version", "variant", "virtualization_mode", "stack")
+FLAGS_COMPARED = ("thermal_throttled", "hw_slowdown", "contended", "not_steady", "not_soaked")
 
 
-def _common(gpus: list[GpuMeasure], read: Callable[[GpuMeasure], str | None]) -> str:
-    counts = Counter(read(g) or "unknown" for g in gpus)
-    return ", ".join(value if n == len(gpus) else f"{value} ({n})"
-                     for value, n in counts.most_common())
+@dataclass(frozen=True)
+class Side:
+    """One provider's GPUs of a group, summarised once for every comparison it enters (a
+    provider of 20,000 GPUs meets three others: reading its measures once per pair cost
+    the report a second)."""
+
+    gpus: list[GpuMeasure]
+    tflops: list[float]
+    hosts: list[list[float]]  # each host's GPUs' figures, hosts by name
+    medians: dict[str, float | None]  # of NUMERIC, None where no GPU has one
+    common: dict[str, str]  # of CATEGORICAL, each value with its count where they differ
+    flags: Counter[str]  # GPUs carrying each flag
+
+    @classmethod
+    def of(cls, gpus: list[GpuMeasure]) -> Side:
+        """The summary of `gpus`."""
+        hosts: dict[str, list[float]] = defaultdict(list)
+        for g in gpus:
+            hosts[g.host].append(g.tflops)
+        medians = {}
+        for name in NUMERIC:
+            values = [v for v in map(attrgetter(name), gpus) if v is not None]
+            medians[name] = statistics.median(values) if values else None
+        common = {}
+        for name in CATEGORICAL:
+            counts = Counter(value or "unknown" for value in map(attrgetter(name), gpus))
+            common[name] = ", ".join(value if n == len(gpus) else f"{value} ({n})"
+                                     for value, n in counts.most_common())
+        return cls(gpus, [g.tflops for g in gpus],
+                   [values for _, values in sorted(hosts.items())], medians, common,
+                   Counter(flag for g in gpus for flag in g.flags))
 
 
 # Absolute differences worth naming: a die 3 degrees hotter under the same power cap
@@ -285,48 +307,44 @@ DROP_DIFFERS = 0.005
 
 def explain(faster: list[GpuMeasure], slower: list[GpuMeasure]) -> tuple[Difference, ...]:
     """What differs between the two sides' GPUs, among what can slow a matmul."""
+    return _explain(Side.of(faster), Side.of(slower))
+
+
+def _explain(faster: Side, slower: Side) -> tuple[Difference, ...]:
     found: list[Difference] = []
-    numeric: tuple[tuple[str, Callable[[GpuMeasure], float | None], str, float], ...] = (
-        ("power limit", lambda g: g.power_limit_w, "{:.0f} W", 0.02),
-        ("SM clock under load", lambda g: g.sm_clock_mhz, "{:.0f} MHz", 0.02),
-        ("power drawn under load", lambda g: g.power_w, "{:.0f} W", 0.03),
-    )
-    for what, read, shown, tolerance in numeric:
-        fast, slow = _median_of(faster, read), _median_of(slower, read)
+    numeric = (("power limit", "power_limit_w", "{:.0f} W", 0.02),
+               ("SM clock under load", "sm_clock_mhz", "{:.0f} MHz", 0.02),
+               ("power drawn under load", "power_w", "{:.0f} W", 0.03))
+    for what, name, shown, tolerance in numeric:
+        fast, slow = faster.medians[name], slower.medians[name]
         if fast is not None and slow is not None and abs(fast - slow) > tolerance * max(
                 abs(fast), abs(slow), 1e-9):
             found.append(Difference(what, shown.format(fast), shown.format(slow)))
-    absolute: tuple[tuple[str, Callable[[GpuMeasure], float | None], str, float], ...] = (
-        ("temperature under load", lambda g: g.temperature_c, "{:.0f} °C",
-         TEMPERATURE_DIFFERS_C),
-        ("drop from the first 20 s to soaked", lambda g: g.drop, "{:.1%}", DROP_DIFFERS),
-    )
-    for what, read, shown, least in absolute:
-        fast, slow = _median_of(faster, read), _median_of(slower, read)
+    absolute = (("temperature under load", "temperature_c", "{:.0f} °C",
+                 TEMPERATURE_DIFFERS_C),
+                ("drop from the first 20 s to soaked", "drop", "{:.1%}", DROP_DIFFERS))
+    for what, name, shown, least in absolute:
+        fast, slow = faster.medians[name], slower.medians[name]
         if fast is not None and slow is not None and abs(fast - slow) >= least:
             found.append(Difference(what, shown.format(fast), shown.format(slow)))
-    fast_cap = _median_of(faster, lambda g: g.power_capped_share)
-    slow_cap = _median_of(slower, lambda g: g.power_capped_share)
+    fast_cap = faster.medians["power_capped_share"]
+    slow_cap = slower.medians["power_capped_share"]
     if fast_cap is not None and slow_cap is not None and abs(fast_cap - slow_cap) >= 0.10:
         found.append(Difference("time power-capped", f"{fast_cap:.0%}", f"{slow_cap:.0%}"))
-    categorical: tuple[tuple[str, Callable[[GpuMeasure], str | None]], ...] = (
-        ("driver", lambda g: g.driver_version),
-        ("variant", lambda g: g.variant),
-        ("virtualization", lambda g: g.virtualization_mode),
-        # Only ever differs when the report compares across stacks (--across-stacks).
-        ("software stack", lambda g: g.stack or None),
-    )
-    for what, text in categorical:
-        fast_text, slow_text = _common(faster, text), _common(slower, text)
+    categorical = (("driver", "driver_version"), ("variant", "variant"),
+                   ("virtualization", "virtualization_mode"),
+                   # Only ever differs when the report compares across stacks.
+                   ("software stack", "stack"))
+    for what, name in categorical:
+        fast_text, slow_text = faster.common[name], slower.common[name]
         if fast_text != slow_text:
             found.append(Difference(what, fast_text, slow_text))
-    for flag in ("thermal_throttled", "hw_slowdown", "contended", "not_steady", "not_soaked"):
-        fast_n = sum(flag in g.flags for g in faster)
-        slow_n = sum(flag in g.flags for g in slower)
+    for flag in FLAGS_COMPARED:
+        fast_n, slow_n = faster.flags[flag], slower.flags[flag]
         if slow_n > fast_n:
             found.append(Difference(flag.replace("_", " "),
-                                    f"{fast_n} of {counted(len(faster), 'GPU')}",
-                                    f"{slow_n} of {counted(len(slower), 'GPU')}"))
+                                    f"{fast_n} of {counted(len(faster.gpus), 'GPU')}",
+                                    f"{slow_n} of {counted(len(slower.gpus), 'GPU')}"))
     return tuple(found)
 
 
@@ -349,53 +367,48 @@ def _groups(data: Dataset) -> dict[tuple[Config, str, str], dict[str, list[GpuMe
 def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[Comparison]:
     """Every pair of providers with enough GPUs in a group, systematic or not."""
     options = options or GapOptions()
-    pending: list[tuple[tuple[Config, str, str], list[GpuMeasure], list[GpuMeasure]]] = []
+    pending: list[tuple[tuple[Config, str, str], Side, Side]] = []
     for key, providers in sorted(_groups(data).items()):
-        enough = {p: gpus for p, gpus in sorted(providers.items())
+        enough = {p: Side.of(gpus) for p, gpus in sorted(providers.items())
                   if len(gpus) >= options.min_gpus}
         for a, b in combinations(sorted(enough), 2):
             first, second = enough[a], enough[b]
-            if key[1] == "listing" and len({m.variant for m in first + second}) == 1:
+            if key[1] == "listing" and len({m.variant for m in first.gpus + second.gpus}) == 1:
                 continue  # the same as comparing within the variant
-            if statistics.median(g.tflops for g in first) < statistics.median(
-                    g.tflops for g in second):
+            if statistics.median(first.tflops) < statistics.median(second.tflops):
                 first, second = second, first
             pending.append((key, first, second))
-    raw = [rank_test([g.tflops for g in fast], [g.tflops for g in slow])
-           for _, fast, slow in pending]
+    raw = [rank_test(fast.tflops, slow.tflops) for _, fast, slow in pending]
     adjusted = holm(raw)
     # The family for Holm is the comparisons the node-level test can judge (two hosts
     # a side or more): the others are never called, so they take no share of the 5%.
     testable = [i for i, (_, fast, slow) in enumerate(pending)
-                if min(len(_by_host(fast)), len(_by_host(slow))) >= 2]
+                if min(len(fast.hosts), len(slow.hosts)) >= 2]
     host_adjusted: list[float | None] = [None] * len(pending)
-    for i, value in zip(testable, holm([host_test(_by_host(pending[i][2]),
-                                                  _by_host(pending[i][1]))
+    for i, value in zip(testable, holm([host_test(pending[i][2].hosts, pending[i][1].hosts)
                                         for i in testable]), strict=True):
         host_adjusted[i] = value
     found = []
     for (key, fast, slow), p, p_adj, host_p in zip(pending, raw, adjusted, host_adjusted,
                                                    strict=True):
-        fast_values = [g.tflops for g in fast]
-        slow_values = [g.tflops for g in slow]
-        fast_median, slow_median = statistics.median(fast_values), statistics.median(
-            slow_values)
+        fast_median = statistics.median(fast.tflops)
+        slow_median = statistics.median(slow.tflops)
         ratio = slow_median / fast_median
-        fast_hosts, slow_hosts = _by_host(fast), _by_host(slow)
-        nodes = min(len(fast_hosts), len(slow_hosts))
+        nodes = min(len(fast.hosts), len(slow.hosts))
         if nodes >= 2:
-            low, high = cluster_ratio_interval(slow_hosts, fast_hosts, options)
+            low, high = cluster_ratio_interval(slow.hosts, fast.hosts, options)
         else:  # shown for what it is worth; never called systematic
-            low, high = ratio_interval(slow_values, fast_values, options)
+            low, high = ratio_interval(slow.tflops, fast.tflops, options)
         systematic = (nodes >= options.min_hosts and high < 1.0
                       and 1.0 - ratio >= options.threshold and p_adj < options.significance
                       and host_p is not None and host_p < options.significance)
         found.append(Comparison(
-            config=key[0], within=key[1], group=key[2], faster=fast[0].provider,
-            slower=slow[0].provider, faster_gpus=len(fast), slower_gpus=len(slow),
-            faster_hosts=len(fast_hosts), slower_hosts=len(slow_hosts),
-            faster_median=fast_median, slower_median=slow_median, ratio=ratio, ci_low=low,
-            ci_high=high, p_value=p, p_adjusted=p_adj, host_p_adjusted=host_p,
-            ranges_separate=max(slow_values) < min(fast_values), systematic=systematic,
-            differences=explain(fast, slow)))
+            config=key[0], within=key[1], group=key[2], faster=fast.gpus[0].provider,
+            slower=slow.gpus[0].provider, faster_gpus=len(fast.gpus),
+            slower_gpus=len(slow.gpus), faster_hosts=len(fast.hosts),
+            slower_hosts=len(slow.hosts), faster_median=fast_median,
+            slower_median=slow_median, ratio=ratio, ci_low=low, ci_high=high, p_value=p,
+            p_adjusted=p_adj, host_p_adjusted=host_p,
+            ranges_separate=max(slow.tflops) < min(fast.tflops), systematic=systematic,
+            differences=_explain(fast, slow)))
     return found

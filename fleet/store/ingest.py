@@ -40,6 +40,7 @@ from fleet.store import models
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
+from fleet.store.series import epoch_us
 from fleet.store.statements import Statements, to_json
 
 DEFAULT_PROVIDER = "unknown"
@@ -396,7 +397,8 @@ class Ingest:
                     existing = conn.execute(self._sql.document_id, {
                         "hash": prepared.content_hash, "host_id": host_id}).scalar_one()
                 return Stored(Outcome.ALREADY_STORED, existing, prepared.content_hash)
-            if not self._settle_host(run_id, host_id, "stored", document_id, origin.listing):
+            if not self._settle_host(run_id, host_id, "stored", document_id, origin.listing,
+                                     prepared.collected_at):
                 transaction.rollback()
                 with conn.begin():
                     existing = conn.execute(self._sql.run_host_document,
@@ -456,7 +458,8 @@ class Ingest:
                                          prepared.content_hash))
                     continue
                 assert run_id is not None  # set just before the document was written
-                self._settle_host(run_id, host_id, "stored", document_id, origin.listing)
+                self._settle_host(run_id, host_id, "stored", document_id, origin.listing,
+                                  prepared.collected_at)
                 stored.append(Stored(Outcome.STORED, document_id, prepared.content_hash))
             transaction.commit()
         except BaseException:
@@ -508,12 +511,15 @@ class Ingest:
                               probe_run_id=run_id, host_id=host_id)
                          for row in prepared.fingerprints])}
             if prepared.benchmarks:
-                fast.benchmark.many(cursor, [dict(
+                results = [dict(
                     row, document_id=document_id, provider_id=provider_id, host_id=host_id,
                     probe_run_id=run_id, collected_at=collected_at,
                     gpu_id=gpu_ids[row["gpu_index"]],
                     fingerprint_id=fingerprint_ids.get(row["gpu_index"]))
-                    for row in prepared.benchmarks])
+                    for row in prepared.benchmarks]
+                fast.benchmark.many(cursor, results)
+                fast.series.many(cursor, fast.series.rows(results,
+                                                          epoch_us(prepared.collected_at)))
             if prepared.errors:
                 fast.error.many(cursor, [dict(
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,
@@ -538,7 +544,7 @@ class Ingest:
             cursor.close()
 
     def _settle_host(self, run_id: int, host_id: int, status: str, document_id: int | None,
-                     listing: Listing) -> bool:
+                     listing: Listing, collected_at: dt.datetime | None = None) -> bool:
         """Record the host's end in this run; False when the run already stored it."""
         fast = self._fast
         statement = (fast.run_host_replace if status == "stored"
@@ -550,7 +556,8 @@ class Ingest:
                 "expect": None if listing.expect is None else to_json(listing.expect),
                 "price_per_gpu_hour": listing.price_per_gpu_hour,
                 "currency": listing.currency, "tags": to_json(list(listing.tags)),
-                "updated_at": fast.time(_now())})
+                "updated_at": fast.time(_now()),
+                "collected_at": None if collected_at is None else fast.time(collected_at)})
         return settled is not None
 
     def _host_ids(self, names: tuple[str, str]) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
 from fleet.errors import StoreError
+from fleet.store import series
 from fleet.store.database import WRITES, Location, database_errors, engine_for
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -96,6 +97,7 @@ def _run(engine: Engine, target: str, downgrade: bool = False) -> None:
                     command.downgrade(config, target)
                 else:
                     command.upgrade(config, target)
+                    _derive(conn)
                 if sqlite:
                     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").first()
                     if broken is not None:
@@ -104,6 +106,16 @@ def _run(engine: Engine, target: str, downgrade: bool = False) -> None:
         finally:
             if sqlite and driver is not None:
                 driver.execute("PRAGMA foreign_keys=ON")
+
+
+def _derive(conn: Connection) -> None:
+    """Build what the store derives from its results where a migration left it to be
+    built (0010: the results' series), once the schema is at head: with the code of
+    the newest revision, whose tables these are."""
+    if MigrationContext.configure(conn).get_current_revision() != head_revision():
+        return
+    if series.missing(conn):
+        series.rebuild(conn)
 
 
 def upgrade(engine: Engine, target: str = "head") -> SchemaState:

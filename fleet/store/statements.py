@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from fleet.store.models import Base
+from fleet.store.series import Appender
 
 # SQLAlchemy's storage format for DateTime on SQLite: what its reads parse and its
 # comparisons (text order) rely on.
@@ -138,6 +139,7 @@ class Statements:
         self.fingerprints = MultiRow(fingerprints(0), fingerprints, {},
                                      pipelined=not self.sqlite)
         self.benchmark = build(insert(tables["benchmark_result"]))
+        self.series = Appender.for_dialect(dialect, target)
         self.error = build(insert(tables["host_error"]))
         # A run's host is settled once stored: a later document or failure for it (a
         # task delivered twice) changes nothing, and RETURNING no row says so. Hand
