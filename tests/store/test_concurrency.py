@@ -2,7 +2,8 @@
 
 Four processes (spawned, as separate controllers would be) each store the same 50
 documents, in their own shuffled order, plus 25 of their own. The documents share hosts,
-so the processes also race on the same provider, host and GPU rows.
+so the processes also race on the same provider, host and GPU rows, and append to the
+same GPUs' result series.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 
+from fleet.store import series
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo, parse_text, prepare
 from fleet.store.models import BenchmarkResult, Document, Gpu
@@ -69,9 +71,12 @@ def test_concurrent_ingest_loses_nothing(store_url: str, engine: Engine) -> None
         hashes = conn.execute(select(Document.content_hash)).scalars().all()
         results_stored = conn.execute(select(func.count(BenchmarkResult.id))).scalar_one()
         gpus = conn.execute(select(func.count(Gpu.id))).scalar_one()
+        # Four writers appended to the same GPUs' series at once: none lost another's.
+        problems = series.compare(conn)
     assert sorted(hashes) == sorted(every_hash)
     assert results_stored == 2 * len(every_hash)
     assert gpus == 2 * HOSTS
+    assert problems == []
 
 
 def test_concurrent_fleet_ingest_commands_lose_nothing(store_url: str, engine: Engine,
@@ -108,6 +113,8 @@ def test_concurrent_fleet_ingest_commands_lose_nothing(store_url: str, engine: E
     assert all(len(said[path]) == WORKERS for path in shared)
     assert all(outcomes.count("stored") == 1 and set(outcomes) <= {"stored", "already"}
                for outcomes in said.values()), "each file stored by exactly one command"
+    with engine.connect() as conn:
+        assert series.compare(conn) == []
     with engine.connect() as conn:
         documents = conn.execute(select(func.count(Document.id))).scalar_one()
         results_stored = conn.execute(select(func.count(BenchmarkResult.id))).scalar_one()
