@@ -589,7 +589,9 @@ def _series_filter(conn: Any, scope: Scope) -> series.Filter:
     return series.Filter(
         since_us=None if scope.since is None else series.epoch_us(_aware(scope.since)),
         until_us=None if scope.until is None else series.epoch_us(_aware(scope.until)),
-        runs=None if runs is None else frozenset(runs), providers=providers)
+        runs=None if runs is None else frozenset(runs), providers=providers,
+        # A probe's own report names its runs: its GPUs' series are a few of the store's.
+        only_gpus_of_runs=bool(scope.runs))
 
 
 def _aware(when: dt.datetime) -> dt.datetime:

@@ -427,8 +427,8 @@ class ResultSeries(Base):
     torch_version: Mapped[str | None] = mapped_column(String(128))
     cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
     cublas_version: Mapped[str | None] = mapped_column(String(128))
-    results: Mapped[int] = mapped_column(Integer)
-    # series.ELEMENT records, one per result, in the order they were stored.
+    # series.ELEMENT records, one per result, in the order they were stored (its count:
+    # length(packed) / series.ELEMENT.itemsize).
     packed: Mapped[bytes]
 
 

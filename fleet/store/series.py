@@ -43,11 +43,12 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.exc import DBAPIError
 
 from fleet.errors import StoreError
 from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
 from fleet.store.database import WRITES
-from fleet.store.models import BenchmarkResult, ResultSeries
+from fleet.store.models import BenchmarkResult, Gpu, Host, ResultSeries
 
 # What makes results one series besides their GPU, in the key's order.
 KEY_COLUMNS = ("variant", "correctness_failed", *CONFIG_COLUMNS, *STACK_COLUMNS)
@@ -135,7 +136,7 @@ class Appender:
             joined = cast(joined, table.c.packed.type)
         stmt = stmt.on_conflict_do_update(
             index_elements=["gpu_id", "key"],
-            set_={"results": table.c.results + stmt.excluded.results, "packed": joined})
+            set_={"packed": joined})
         columns = [c.key for c in table.columns if c.key != "id"]
         return cls(stmt.compile(dialect=target, column_keys=columns).string)
 
@@ -160,7 +161,7 @@ class Appender:
                 *(row[name] for name in VALUE_COLUMNS)))
         return [{"gpu_id": gpu_id, "key": key,
                  **{name: first[(gpu_id, key)][name] for name in KEY_COLUMNS},
-                 "results": len(records), "packed": pack(records)}
+                 "packed": pack(records)}
                 for (gpu_id, key), records in sorted(grouped.items())]
 
 
@@ -190,7 +191,7 @@ def _series_of(rows: Iterable[Sequence[Any]]) -> Iterator[dict[str, Any]]:
         row = first[(gpu_id, key)]
         yield {"gpu_id": gpu_id, "key": key,
                **dict(zip(KEY_COLUMNS, row[1:1 + keys], strict=True)),
-               "results": len(records), "packed": pack(records)}
+               "packed": pack(records)}
 
 
 # GPUs rebuilt at once: at 30 results a GPU, 60,000 result rows in memory.
@@ -201,11 +202,7 @@ def rebuild(conn: Connection) -> int:
     """Every series built again from the stored results, in `conn`'s transaction; how
     many series there are."""
     r = BenchmarkResult
-    if conn.dialect.name == "postgresql":
-        # Ingest's appends wait until the rebuild commits (reports read on): one landing
-        # between two chunks would be lost, or collide with a series the rebuild writes.
-        # On SQLite the write transaction already keeps every other writer out.
-        conn.execute(text("LOCK TABLE result_series IN EXCLUSIVE MODE"))
+    _lock(conn)
     conn.execute(delete(ResultSeries))
     gpu_ids = [gpu_id for (gpu_id,) in conn.execute(
         select(r.gpu_id).distinct().order_by(r.gpu_id))]
@@ -239,11 +236,30 @@ class Repair:
 
 def repair(engine: Engine, check: bool = False) -> Repair:
     """Compare the series with the stored results and, unless `check`, rebuild them all
-    where they disagree, in one transaction (`fleet db repair`)."""
-    with engine.connect().execution_options(**{WRITES: True}) as conn, conn.begin():
+    where they disagree, in one transaction (`fleet db repair`).
+
+    A check reads one snapshot (SQLite's read transaction, PostgreSQL's REPEATABLE READ),
+    in which every document's results and series were committed together, so an ingest
+    landing meanwhile is no disagreement. A repair holds ingest off from its first read
+    (SQLite's write lock, a lock on the series on PostgreSQL), so that what it rebuilds
+    from is what stays."""
+    options: dict[str, Any] = {WRITES: not check}
+    if check and engine.dialect.name == "postgresql":
+        options["isolation_level"] = "REPEATABLE READ"
+    with engine.connect().execution_options(**options) as conn, conn.begin():
+        if not check:
+            _lock(conn)
         problems = tuple(compare(conn))
         rebuilt = rebuild(conn) if problems and not check else None
     return Repair(problems, rebuilt)
+
+
+def _lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        # Ingest's appends wait until this transaction commits (reports read on): one
+        # landing between two chunks of a rebuild would be lost, or collide with a series
+        # it writes. On SQLite the write transaction already keeps other writers out.
+        conn.execute(text("LOCK TABLE result_series IN EXCLUSIVE MODE"))
 
 
 def compare(conn: Connection) -> list[str]:
@@ -253,39 +269,71 @@ def compare(conn: Connection) -> list[str]:
     gpu_ids = [gpu_id for (gpu_id,) in conn.execute(
         select(r.gpu_id).distinct().order_by(r.gpu_id))]
     columns = _result_columns(conn.dialect.name)
-    problems: list[str] = []
+    differing: list[tuple[int, str, str]] = []
     for start in range(0, len(gpu_ids), GPUS_AT_ONCE):
         chunk = gpu_ids[start:start + GPUS_AT_ONCE]
         rows = conn.execute(select(*columns)
                             .where(r.gpu_id.between(chunk[0], chunk[-1]))
                             .order_by(r.gpu_id, r.id))
         expected = {(row["gpu_id"], row["key"]): row["packed"] for row in _series_of(rows)}
-        found = dict(((gpu_id, key), packed) for gpu_id, key, packed in conn.execute(
-            select(s.gpu_id, s.key, s.packed).where(s.gpu_id.between(chunk[0], chunk[-1]))))
-        problems += _differences(expected, found)
+        found = {(gpu_id, key): packed for gpu_id, key, packed in conn.execute(
+            select(s.gpu_id, s.key, s.packed).where(s.gpu_id.between(chunk[0], chunk[-1])))}
+        differing += _differences(expected, found)
     strays = conn.execute(select(s.gpu_id, s.key, s.packed).where(
         s.gpu_id.not_in(select(r.gpu_id).distinct())))
-    problems += _differences({}, {(gpu_id, key): packed for gpu_id, key, packed in strays})
-    return problems
+    differing += _differences({}, {(gpu_id, key): packed for gpu_id, key, packed in strays})
+    names = gpu_names(conn, {gpu_id for gpu_id, _, _ in differing})
+    return [f"{names[gpu_id]}, {key_words(key)}: {problem}"
+            for gpu_id, key, problem in differing]
 
 
 def _differences(expected: dict[tuple[int, str], bytes], found: dict[tuple[int, str], bytes]
-                 ) -> list[str]:
-    problems = [f"GPU {gpu_id}, {key}: {len(expected[(gpu_id, key)]) // ELEMENT.itemsize} "
-                "results stored, no series" for gpu_id, key in sorted(expected.keys()
-                                                                      - found.keys())]
-    problems += [f"GPU {gpu_id}, {key}: a series that no stored result has"
+                 ) -> list[tuple[int, str, str]]:
+    """(GPU id, key, what is wrong) of each series that differs."""
+    size = ELEMENT.itemsize
+    problems = [(gpu_id, key, f"{len(expected[(gpu_id, key)]) // size} results stored, "
+                              "no series")
+                for gpu_id, key in sorted(expected.keys() - found.keys())]
+    problems += [(gpu_id, key, "a series that no stored result has")
                  for gpu_id, key in sorted(found.keys() - expected.keys())]
-    for both in sorted(expected.keys() & found.keys()):
-        want, have = expected[both], found[both]
-        if len(have) % ELEMENT.itemsize:
-            problems.append(f"GPU {both[0]}, {both[1]}: the series is not whole records "
-                            "(damaged, or written by another fleet)")
+    for gpu_id, key in sorted(expected.keys() & found.keys()):
+        want, have = expected[(gpu_id, key)], found[(gpu_id, key)]
+        if len(have) % size:
+            problems.append((gpu_id, key, "the series is not whole records (damaged, or "
+                                          "written by another fleet)"))
         elif _sorted(unpack(want)).tobytes() != _sorted(unpack(have)).tobytes():
-            problems.append(f"GPU {both[0]}, {both[1]}: {len(have) // ELEMENT.itemsize} "
-                            f"results in the series, {len(want) // ELEMENT.itemsize} "
-                            "stored, or their figures differ")
+            problems.append((gpu_id, key, f"{len(have) // size} results in the series, "
+                                          f"{len(want) // size} stored, or their figures "
+                                          "differ"))
     return problems
+
+
+def gpu_names(conn: Connection, gpu_ids: Iterable[int]) -> dict[int, str]:
+    """How a message names each GPU: "GPU-<UUID>", else its host and index."""
+    wanted = sorted(set(gpu_ids))
+    names = {gpu_id: f"GPU #{gpu_id}" for gpu_id in wanted}
+    for start in range(0, len(wanted), 500):
+        for gpu_id, uuid, host, index in conn.execute(
+                select(Gpu.id, Gpu.uuid, Host.name, Gpu.gpu_index)
+                .outerjoin(Host, Host.id == Gpu.host_id)
+                .where(Gpu.id.in_(wanted[start:start + 500]))):
+            names[gpu_id] = uuid or f"{host} GPU {index}"
+    return names
+
+
+def key_words(key: str) -> str:
+    """A series' key in words: "H100 SXM5 80GB, bf16 8192x8192x8192 sustained soaked,
+    harness 1.3.0, torch 2.9.0 / CUDA 12.8 / cuBLAS 12.8.4"."""
+    try:
+        values = dict(zip(KEY_COLUMNS, orjson.loads(key), strict=True))
+    except (ValueError, TypeError):
+        return key
+    text = (f"{values['variant']}, {values['dtype']} {values['m']}x{values['n']}x"
+            f"{values['k']} {values['mode']} {values['thermal']}, harness "
+            f"{values['harness_version']}, torch {values['torch_version'] or '?'} / CUDA "
+            f"{values['cuda_runtime_version'] or '?'} / cuBLAS "
+            f"{values['cublas_version'] or '?'}")
+    return text + (", failed its check" if values["correctness_failed"] else "")
 
 
 def _sorted(records: NDArray[Any]) -> NDArray[Any]:
@@ -302,6 +350,9 @@ class Filter:
     until_us: int | None = None
     runs: frozenset[int] | None = None
     providers: frozenset[int] | None = None
+    # Read only the series of GPUs with results in `runs`, found through the results'
+    # index on their run: a probe's own report reads its GPUs, not the whole store's.
+    only_gpus_of_runs: bool = False
 
 
 @dataclass(frozen=True)
@@ -320,10 +371,17 @@ def _fetch(conn: Connection, stmt: Select[Any]) -> list[Any]:
     two hex digits, and decoding them took 1.3 s of 1.7 at 10,000 hosts."""
     driver = conn.connection.dbapi_connection
     if conn.dialect.name == "postgresql" and driver is not None:
+        compiled = stmt.compile(dialect=conn.dialect,
+                                compile_kwargs={"render_postcompile": True})
         cursor = driver.cursor(binary=True)
+        driver_error = conn.dialect.loaded_dbapi.Error
         try:
-            cursor.execute(str(stmt.compile(dialect=conn.dialect)))
+            cursor.execute(compiled.string, compiled.params)
             return list(cursor.fetchall())
+        except driver_error as exc:
+            # As SQLAlchemy would raise it, for the CLI's database_errors to word.
+            raise DBAPIError.instance(compiled.string, None, exc, driver_error,
+                                      hide_parameters=True, dialect=conn.dialect) from exc
         finally:
             cursor.close()
     result = conn.execute(stmt)
@@ -332,19 +390,27 @@ def _fetch(conn: Connection, stmt: Select[Any]) -> list[Any]:
 
 def read(conn: Connection, where: Filter) -> Read:
     """The records of every series `where` selects, filtered record by record."""
-    s = ResultSeries
+    s, r = ResultSeries, BenchmarkResult
     stmt = select(s.gpu_id, *(getattr(s, name) for name in KEY_COLUMNS), s.packed)
+    if where.only_gpus_of_runs and where.runs is not None:
+        stmt = stmt.where(s.gpu_id.in_(select(r.gpu_id).distinct()
+                                       .where(r.probe_run_id.in_(sorted(where.runs)))))
     keys: list[tuple[Any, ...]] = []
     parts: list[bytes] = []
     counts: list[int] = []
     for row in _fetch(conn, stmt):
         if len(row[-1]) % ELEMENT.itemsize:
-            raise StoreError(f"the results' series of GPU {row[0]} ({row[1]}) is not whole "
+            name = gpu_names(conn, [row[0]])[row[0]]
+            raise StoreError(f"the results' series of {name} ({row[1]}) is not whole "
                              "records: damaged, or written by another fleet. Run `fleet db "
                              "repair` on this database")
         keys.append(tuple(row[:-1]))
         parts.append(row[-1])
         counts.append(len(row[-1]) // ELEMENT.itemsize)
+    if not keys and missing(conn):
+        raise StoreError("this database has results but not their per-GPU series, which "
+                         "reports read (upgraded by other means than `fleet db upgrade`?). "
+                         "Run `fleet db repair` on it")
     records = np.frombuffer(b"".join(parts), dtype=ELEMENT)
     series = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
     keep = np.ones(len(records), dtype=bool)
@@ -359,4 +425,3 @@ def read(conn: Connection, where: Filter) -> Read:
     if not keep.all():
         records, series = records[keep], series[keep]
     return Read(records, series, keys)
-

@@ -55,7 +55,6 @@ def upgrade() -> None:
         sa.Column("torch_version", sa.String(length=128), nullable=True),
         sa.Column("cuda_runtime_version", sa.String(length=128), nullable=True),
         sa.Column("cublas_version", sa.String(length=128), nullable=True),
-        sa.Column("results", sa.Integer(), nullable=False),
         sa.Column("packed", sa.LargeBinary(), nullable=False),
         sa.ForeignKeyConstraint(["gpu_id"], ["gpu.id"],
                                 name="fk_result_series_gpu_id_gpu"),
