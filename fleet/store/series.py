@@ -12,8 +12,9 @@ The series are a second copy of figures the results hold, so they are kept exact
 - ingest appends a document's records in the transaction that stores its results
   (`Appender`), as one upsert that concatenates on the database, so two writers of one
   series (two hosts answering with the same GPU) cannot lose each other's records;
-- migration 0010 builds them from the stored results, and `fleet db repair` rebuilds them
-  (`rebuild`) should they ever disagree; `compare` says whether they do.
+- upgrading a store to 0010 builds them from its stored results (schema._derive), and
+  `fleet db repair` rebuilds them (`rebuild`) should they ever disagree; `compare` says
+  whether they do, and a report refuses a store with results but no series.
 """
 
 from __future__ import annotations
