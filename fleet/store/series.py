@@ -202,23 +202,28 @@ GPUS_AT_ONCE = 2000
 def rebuild(conn: Connection) -> int:
     """Every series built again from the stored results, in `conn`'s transaction; how
     many series there are."""
-    r = BenchmarkResult
     _lock(conn)
     conn.execute(delete(ResultSeries))
+    written = 0
+    for _, _, built in _built(conn):
+        if built:
+            conn.execute(insert(ResultSeries), built)
+            written += len(built)
+    return written
+
+
+def _built(conn: Connection) -> Iterator[tuple[int, int, list[dict[str, Any]]]]:
+    """The series the stored results make, GPUS_AT_ONCE GPUs at a time: (the first and
+    last GPU id of the chunk, its series rows)."""
+    r = BenchmarkResult
     gpu_ids = [gpu_id for (gpu_id,) in conn.execute(
         select(r.gpu_id).distinct().order_by(r.gpu_id))]
     columns = _result_columns(conn.dialect.name)
-    written = 0
     for start in range(0, len(gpu_ids), GPUS_AT_ONCE):
-        chunk = gpu_ids[start:start + GPUS_AT_ONCE]
-        rows = conn.execute(select(*columns)
-                            .where(r.gpu_id.between(chunk[0], chunk[-1]))
+        low, high = gpu_ids[start], gpu_ids[min(start + GPUS_AT_ONCE, len(gpu_ids)) - 1]
+        rows = conn.execute(select(*columns).where(r.gpu_id.between(low, high))
                             .order_by(r.gpu_id, r.id))
-        series = list(_series_of(rows))
-        if series:
-            conn.execute(insert(ResultSeries), series)
-            written += len(series)
-    return written
+        yield low, high, list(_series_of(rows))
 
 
 def missing(conn: Connection) -> bool:
@@ -267,18 +272,11 @@ def compare(conn: Connection) -> list[str]:
     """Where the series disagree with the stored results, in words (empty: they agree).
     Reads every result: about a minute for 2.4 M (bench/report_scale.py)."""
     r, s = BenchmarkResult, ResultSeries
-    gpu_ids = [gpu_id for (gpu_id,) in conn.execute(
-        select(r.gpu_id).distinct().order_by(r.gpu_id))]
-    columns = _result_columns(conn.dialect.name)
     differing: list[tuple[int, str, str]] = []
-    for start in range(0, len(gpu_ids), GPUS_AT_ONCE):
-        chunk = gpu_ids[start:start + GPUS_AT_ONCE]
-        rows = conn.execute(select(*columns)
-                            .where(r.gpu_id.between(chunk[0], chunk[-1]))
-                            .order_by(r.gpu_id, r.id))
-        expected = {(row["gpu_id"], row["key"]): row["packed"] for row in _series_of(rows)}
+    for low, high, built in _built(conn):
+        expected = {(row["gpu_id"], row["key"]): row["packed"] for row in built}
         found = {(gpu_id, key): packed for gpu_id, key, packed in conn.execute(
-            select(s.gpu_id, s.key, s.packed).where(s.gpu_id.between(chunk[0], chunk[-1])))}
+            select(s.gpu_id, s.key, s.packed).where(s.gpu_id.between(low, high)))}
         differing += _differences(expected, found)
     strays = conn.execute(select(s.gpu_id, s.key, s.packed).where(
         s.gpu_id.not_in(select(r.gpu_id).distinct())))
