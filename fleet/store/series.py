@@ -44,6 +44,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
 from fleet.errors import StoreError
@@ -125,8 +126,6 @@ class Appender:
     @classmethod
     def for_dialect(cls, dialect: Any, target: Any) -> Appender:
         """The upsert, compiled for `dialect`'s driver by `target` (statements.py)."""
-        from sqlalchemy.dialects import postgresql, sqlite
-
         upsert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
         table = ResultSeries.__table__
         stmt = upsert(table)  # type: ignore[arg-type]

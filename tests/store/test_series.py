@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, delete, func, literal_column, select, update
+from sqlalchemy.exc import DBAPIError
 
 from fleet.analysis.dataset import Scope, load_dataset
 from fleet.cli import main
 from fleet.document import AgentDocument
 from fleet.errors import StoreError
 from fleet.store import series
-from fleet.store.database import WRITES
+from fleet.store.database import WRITES, open_engine, resolve
 from fleet.store.ingest import Ingest, Origin, RunInfo
-from fleet.store.models import BenchmarkResult, ResultSeries
+from fleet.store.models import BenchmarkResult, Document, ResultSeries, RunHost
 from fleet.store.schema import downgrade, upgrade
 from tests.store import factory
 
@@ -139,8 +140,6 @@ def test_compare_and_repair_find_and_mend_a_series_out_of_step(engine: Engine) -
 
 
 def test_fleet_db_repair(store_url: str) -> None:
-    from fleet.store.database import open_engine, resolve
-
     engine = open_engine(resolve(store_url))
     _fill(engine)
     with engine.begin() as conn:
@@ -170,8 +169,6 @@ def test_an_upgrade_to_0010_builds_the_series_of_stored_results(engine: Engine) 
     assert _records(engine) == kept
     with engine.connect() as conn:
         # run_host.collected_at was filled from the documents.
-        from fleet.store.models import Document, RunHost
-
         pairs = conn.execute(select(RunHost.collected_at, Document.collected_at)
                              .join(Document, Document.id == RunHost.document_id)).all()
     assert pairs and all(ours == theirs for ours, theirs in pairs)
@@ -271,7 +268,5 @@ def test_a_runs_report_reads_only_its_gpus_series(engine: Engine) -> None:
 
 def test_a_database_error_while_reading_is_sqlalchemys(engine: Engine) -> None:
     """So that the CLI words it (database_errors), on PostgreSQL's binary path too."""
-    from sqlalchemy.exc import DBAPIError
-
     with engine.connect() as conn, pytest.raises(DBAPIError):
         series._fetch(conn, select(literal_column("no_such_column")))
