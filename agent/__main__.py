@@ -15,6 +15,7 @@ from agent import __version__
 from agent.collect import SourceError, collect
 from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from agent.harness import Config as HarnessConfig
+from agent.node import Config as NodeConfig
 from agent.soak import MEASURE_S as SOAK_MEASURE_S
 
 
@@ -40,7 +41,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="write each setting's current value back and record the driver's answer")
     fp.add_argument("--no-torch", action="store_true",
                     help="do not look for torch and the CUDA runtime")
-    bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness")
+    bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness "
+                                         "and the node suite")
+    bench.add_argument("--suite", choices=("all", "gemm", "node"), default="all",
+                       help="all: the matmul, then the node suite (memory, host links, GPU "
+                            "pairs, all-reduce); gemm: the matmul alone; node: the node "
+                            "suite alone (default %(default)s)")
     bench.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
     bench.add_argument("--size", type=int, default=DEFAULT_SIZE,
                        help=f"M = N = K (default {DEFAULT_SIZE})")
@@ -91,7 +97,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="run the harness on the CPU with torch (for tests; use small sizes)")
     args = parser.parse_args(argv)
     config: Optional[HarnessConfig] = None
-    if args.command == "bench":
+    node: Optional[NodeConfig] = None
+    if args.command == "bench" and args.suite != "gemm":
+        node = NodeConfig.for_cpu() if args.cpu else NodeConfig()
+        node.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+    if args.command == "bench" and args.suite != "node":
         config = HarnessConfig(
             dtype=args.dtype,
             m=args.m or args.size, n=args.n or args.size, k=args.k or args.size,
@@ -119,6 +129,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             probe_torch=not getattr(args, "no_torch", False),
             emit=_emit,
             bench=config,
+            node=node,
         )
     except SourceError as exc:
         sys.stderr.write(f"fleet-agent: {exc}\n")

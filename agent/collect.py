@@ -15,8 +15,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent import DOCUMENT_FORMAT, __version__, host, smi
-from agent.fingerprint import fingerprint_gpu, read_system
+from agent.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
 from agent.harness import Config as HarnessConfig
+from agent.node import Config as NodeConfig
 from agent.nvml import (
     REPLAY_ENV,
     LiveNvml,
@@ -68,8 +69,8 @@ def open_source(path: Optional[str]) -> Tuple[Optional[Nvml], Dict[str, Any]]:
     if xml is None:
         return None, {"kind": "none", "path": None, "context": {},
                       "note": f"{nvml_reason}; no nvidia-smi on PATH"}
-    recording = smi.recording_from_xml(xml, origin="nvidia-smi -q -x")
-    return ReplayNvml(recording, origin="nvidia-smi -q -x"), {
+    recording = smi.recording_from_xml(xml, origin=LIVE_SMI_ORIGIN)
+    return ReplayNvml(recording, origin=LIVE_SMI_ORIGIN), {
         "kind": "nvidia-smi-xml", "path": None, "context": {},
         "note": f"NVML unavailable ({nvml_reason}); read nvidia-smi -q -x instead"}
 
@@ -87,6 +88,39 @@ def _benchmark(
         return [], [{"stage": "benchmark", "message": f"{exc}; fingerprinted only"}]
 
 
+def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
+                progress: Callable[..., None]) -> Tuple[List[Dict[str, Any]],
+                                                        List[Dict[str, Any]]]:
+    from agent import node
+
+    progress("node", "measuring memory, host links, GPU pairs and the all-reduce")
+    started = time.monotonic()
+    outcome = node.run_or_fail(cfg, gpus, nvml, lambda message: progress("node", message))
+    progress("node", f"node suite: {len(outcome.results)} figures, {len(outcome.errors)} "
+             f"failed, in {time.monotonic() - started:.1f} s")
+    if nvml is not None:
+        _health_after_load(gpus, nvml, outcome.links)
+    return outcome.results, outcome.errors
+
+
+def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,
+                       links: Dict[int, Dict[str, Optional[int]]]) -> None:
+    """Judge each GPU's health again with what only the load shows: the replays counted
+    during the run and the host link as it ran (links drop a generation at idle)."""
+    from agent import health
+
+    for gpu in gpus:
+        if not gpu.get("health"):
+            continue
+        link = links.get(int(gpu["index"]), {})
+        try:
+            handle = nvml.device(int(gpu["index"]))
+        except NvmlError:
+            continue
+        gpu["health"] = health.update_after_load(gpu["health"], nvml, handle,
+                                                 link.get("gen"), link.get("width"))
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -98,8 +132,10 @@ def collect(
     probe_torch: bool = True,
     emit: Optional[Emit] = None,
     bench: Optional[HarnessConfig] = None,
+    node: Optional[NodeConfig] = None,
 ) -> Dict[str, Any]:
-    """Fingerprint every GPU of this host (and benchmark them when `bench` asks): the document."""
+    """Fingerprint every GPU of this host, benchmark them when `bench` asks and measure the
+    node (memory, links, all-reduce) when `node` does: the document."""
     started = time.monotonic()
 
     def progress(stage: str, message: str, **extra: Any) -> None:
@@ -109,6 +145,7 @@ def collect(
 
     errors: List[Dict[str, Any]] = []
     benchmarks: List[Dict[str, Any]] = []
+    node_results: List[Dict[str, Any]] = []
     progress("gpu", "opening the GPU source")
     nvml, source = open_source(source_path)
     progress("host", "reading host facts")
@@ -143,6 +180,10 @@ def collect(
                 live = recorder.inner if recorder is not None else nvml
                 benchmarks, failures = _benchmark(bench, gpus, live, progress)
                 errors += failures
+            if node is not None:
+                live = recorder.inner if recorder is not None else nvml
+                node_results, failures = _node_suite(node, gpus, live, progress)
+                errors += failures
         finally:
             nvml.close()
         if recorder is not None:
@@ -156,6 +197,12 @@ def collect(
             errors += failures
         else:
             errors.append({"stage": "benchmark", "message": "no NVIDIA GPU: nothing to benchmark"})
+    if nvml is None and node is not None:
+        if node.device == "cpu":
+            node_results, failures = _node_suite(node, [], None, progress)
+            errors += failures
+        else:
+            errors.append({"stage": "node", "message": "no NVIDIA GPU: no node to measure"})
     return {
         "format": DOCUMENT_FORMAT,
         "agent_version": __version__,
@@ -168,4 +215,5 @@ def collect(
         "gpus": gpus,
         "benchmarks": benchmarks,
         "errors": errors,
+        "node": node_results,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from agent import capabilities, variants
+from agent import capabilities, health, variants
 from agent.nvml import Arg, Handle, Nvml, NvmlError, call_key
 
 # NVML_GPU_VIRTUALIZATION_MODE_*: pass-through is an ordinary VM with the whole card.
@@ -337,8 +337,23 @@ def fingerprint_gpu(
     gpu["capabilities"] = capabilities.assess(gpu, r.unavailable, api_restriction, euid)
     if probe_writes:
         capabilities.probe_writes(gpu, _setter(nvml, handle))
+    gpu["health"] = health.read_and_judge(nvml, handle, r.unavailable, arch, pci.get("busId"),
+                                          _kernel_log(nvml))
     gpu["unavailable"] = dict(sorted(r.unavailable.items()))
     return gpu
+
+
+# The origin collect.open_source gives the `nvidia-smi -q -x` it ran on this very host: its
+# answers are this host's, so its kernel log is the one to read.
+LIVE_SMI_ORIGIN = "nvidia-smi -q -x"
+
+
+def _kernel_log(nvml: Nvml) -> health.KernelLog:
+    """This host's kernel log, unless the answers are a recording of another machine."""
+    if nvml.source == "replay" and getattr(nvml, "origin", "") != LIVE_SMI_ORIGIN:
+        return health.KernelLog(False, "not read: the GPU answers are replayed from a "
+                                "recording of another machine", [])
+    return health.read_kernel_log()
 
 
 def _setter(nvml: Nvml, handle: Handle) -> Callable[..., Optional[str]]:

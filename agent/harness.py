@@ -20,7 +20,7 @@ Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
   why), with a 95% interval from the measurement's ~1 s sub-windows; provenance of
   everything that changes the kernel.
 
-torch is imported here and nowhere else in the agent.
+torch is imported here and by the node suite (agent/node.py), nowhere else in the agent.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ class SoakCoordinator:
             return self._all(self._finished)
 
 
-def _import_torch() -> Any:
+def import_torch() -> Any:
     try:
         import torch
     except Exception as exc:  # a broken install raises more than ImportError
@@ -901,8 +901,8 @@ def _configure_precision(torch: Any, dtype: str) -> None:
     torch.set_float32_matmul_precision("high" if allow else "highest")
 
 
-def _match_targets(torch: Any, cfg: Config, gpus: Sequence[Dict[str, Any]],
-                   nvml: Optional[Nvml]) -> List[GpuTarget]:
+def match_targets(torch: Any, cfg: Config, gpus: Sequence[Dict[str, Any]],
+                  nvml: Optional[Nvml]) -> List[GpuTarget]:
     """Torch's device order may differ from NVML's (CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES):
     match them by UUID, then PCI bus id."""
     if cfg.device != "cuda":
@@ -942,9 +942,9 @@ def run(
 ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """Benchmark the selected GPUs; returns (results, errors)."""
     cfg.validate()
-    torch = _import_torch()
+    torch = import_torch()
     _configure_precision(torch, cfg.dtype)
-    targets = _match_targets(torch, cfg, gpus, nvml)
+    targets = match_targets(torch, cfg, gpus, nvml)
     results: List[Dict[str, Any]] = []
     errors: List[Dict[str, Any]] = []
     lock = threading.Lock()

@@ -43,6 +43,11 @@ def call_key(fn: str, args: "tuple[Arg, ...]") -> str:
     return fn + "(" + ",".join(str(a) for a in args) + ")"
 
 
+def pair_arg(other: Handle) -> str:
+    """How a call on two GPUs names the second in a recording's key: `GPU1`."""
+    return f"GPU{other.label}"
+
+
 def to_plain(value: Any) -> Any:
     """pynvml's answer as JSON data: ctypes structs become objects of their fields."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -102,6 +107,11 @@ class Nvml:
 
     def call(self, handle: Handle, fn: str, *args: Arg) -> Any:
         """The answer of `fn` on `handle`; raises NvmlError when NVML gives none."""
+        raise NotImplementedError
+
+    def pair(self, handle: Handle, other: Handle, fn: str, *args: Arg) -> Any:
+        """The answer of `fn` on two GPUs (topology, peer-to-peer status). Recorded under
+        the first GPU as `fn(GPU<other>,args...)`: a handle has no name of its own."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -174,6 +184,18 @@ class LiveNvml(Nvml):
         """The answer of `fn` on `handle`, as plain Python values."""
         return to_plain(self._invoke(handle.native, fn, args))
 
+    def pair(self, handle: Handle, other: Handle, fn: str, *args: Arg) -> Any:
+        """The answer of `fn` on `handle` and `other`, as plain Python values."""
+        func = getattr(self._p, fn, None)
+        key = call_key(fn, (pair_arg(other), *args))
+        if func is None:
+            raise NvmlError("NVML_ERROR_FUNCTION_NOT_FOUND", key)
+        try:
+            return to_plain(func(handle.native, other.native,
+                                 *[self._resolve(a) for a in args]))
+        except self._p.NVMLError as exc:
+            raise NvmlError(self._errors.get(exc.value, f"NVML_ERROR_{exc.value}"), key) from None
+
     def close(self) -> None:
         """Shut NVML down; an error on the way out changes nothing."""
         with contextlib.suppress(self._p.NVMLError):
@@ -245,6 +267,10 @@ class ReplayNvml(Nvml):
         """The recorded answer of `fn` on `handle`."""
         return _answer(handle.native, call_key(fn, args))
 
+    def pair(self, handle: Handle, other: Handle, fn: str, *args: Arg) -> Any:
+        """The recorded answer of `fn` on `handle` and `other`."""
+        return _answer(handle.native, call_key(fn, (pair_arg(other), *args)))
+
 
 class RecordingNvml(Nvml):
     """Passes calls to another backend and writes down every answer it got."""
@@ -301,6 +327,13 @@ class RecordingNvml(Nvml):
         return self._note(
             handle.store, call_key(fn, args), lambda: self.inner.call(handle.native, fn, *args)
         )
+
+    def pair(self, handle: Handle, other: Handle, fn: str, *args: Arg) -> Any:
+        """The inner backend's answer of `fn` on two GPUs, recorded under the first."""
+        assert handle.store is not None
+        key = call_key(fn, (pair_arg(other), *args))
+        return self._note(handle.store, key,
+                          lambda: self.inner.pair(handle.native, other.native, fn, *args))
 
     def close(self) -> None:
         """Close the inner backend."""

@@ -30,6 +30,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
+from agent import smi_health
 from agent.nvml import RECORDING_FORMAT
 
 ACCEPTED_FORMS = (
@@ -337,9 +338,10 @@ _SIMPLE: Sequence[Tuple[str, Tuple[str, ...], Parse]] = (
                                        "max link width|max"), _quantity("x")),
     ("nvmlDeviceGetCurrPcieLinkWidth", (*_LINK, "link widths|link width",
                                         "current link width|current"), _quantity("x")),
+    # Drivers before R450 print the flag as plain "Pending".
     ("nvmlDeviceGetRetiredPagesPendingStatus",
      ("retired pages", "pending blacklist|pending retirement|pending page blacklist"
-                       "|pending page retirement"), _choice(_YES_NO)),
+                       "|pending page retirement|pending"), _choice(_YES_NO)),
     # Since driver 535: "Requested" is what software set, "Current" the limit in force.
     ("nvmlDeviceGetPowerManagementLimit", (_POWER, "requested power limit|power limit"),
      _MILLIWATTS),
@@ -434,9 +436,9 @@ _UNUSED_GPU = (
     "|vgpu software licensed product|vgpu device capability|vgpus|vgpu instances"
     "|active vgpus"
     # configuration and readings fleet does not use
-    "|clocks event reasons counters|sparse operation mode|voltage|dram encryption mode"
+    "|sparse operation mode|voltage|dram encryption mode"
     "|conf compute protected memory usage|cc protected memory usage|conf compute"
-    "|encoder stats|fbc stats|ecc errors"
+    "|encoder stats|fbc stats"
     "|gpu memory power readings|module power readings|power smoothing"
     "|workload power profiles|power profiles|supported gpu target temp|deferred clocks"
     "|fabric|capabilities|accounted processes"
@@ -452,7 +454,9 @@ _KNOWN_GPU = _section_names([
     *(path[0] for _, path, _ in _SIMPLE), *(section for _, section, _, _ in _LISTS),
     *(section for section, _ in _CLOCK_SECTIONS), _POWER,
     "pci|fb memory usage|bar1 memory usage|utilization|remapped rows|supported clocks"
-    "|clocks event reasons|clocks throttle reasons|processes|mig devices",
+    "|clocks event reasons|clocks throttle reasons|processes|mig devices"
+    # agent/smi_health.py's sections
+    "|ecc errors|retired pages|clocks event reasons counters",
     _UNUSED_GPU,
 ])
 _KNOWN_TOP = _section_names([
@@ -478,7 +482,8 @@ def _reads_instant_power(arch: Optional[int], device_id: Optional[int]) -> Optio
     return False
 
 
-_VALUE, _ERROR, _ABSENT = "value", "error", "absent"
+# Shared with smi_health, whose readers take `_Converter.read`.
+_VALUE, _ERROR, _ABSENT = smi_health.VALUE, smi_health.ERROR, smi_health.ABSENT
 
 
 class _Converter:
@@ -633,6 +638,7 @@ class _Converter:
                       ("remapped row pending|pending", _choice(_YES_NO)),
                       ("remapped row failure|remapping failure occurred", _choice(_YES_NO))],
                      list)
+        store.update(smi_health.health_keys(self.read, gpu))
         self.power_usage(store, gpu)
         self.clocks(store, gpu)
         self.event_reasons(store, gpu)

@@ -131,6 +131,77 @@ class GpuProcess(Strict):
     kind: Literal["compute", "graphics"]
 
 
+HealthVerdict = Literal["healthy", "degraded", "failing", "unknown"]
+
+
+class EccCounts(Strict):
+    """ECC error counts as the driver keeps them: volatile (since the driver loaded) and
+    aggregate (over the card's life, kept in its InfoROM), corrected and uncorrected; per
+    memory location where the driver gives them ({"DRAM": {"uncorrected_aggregate": 0}})."""
+
+    corrected_volatile: Count | None
+    uncorrected_volatile: Count | None
+    corrected_aggregate: Count | None
+    uncorrected_aggregate: Count | None
+    by_location: dict[Name, dict[Name, Count | None]] = Field(default_factory=dict,
+                                                             max_length=16)
+
+
+class RemappedRows(Strict):
+    """Ampere and later: HBM rows the card has remapped, and whether a remap is pending
+    (applied at the next reset) or has failed (no spare row left)."""
+
+    correctable: Count
+    uncorrectable: Count
+    pending: bool
+    failure: bool
+
+
+class RetiredPages(Strict):
+    """Before Ampere: pages retired for repeated single-bit or any double-bit error, and
+    whether a retirement waits for the next reset."""
+
+    single_bit: Count | None
+    double_bit: Count | None
+    pending: bool | None
+
+
+class Xid(Strict):
+    """Xid errors the kernel logged for NVIDIA GPUs, where the tenant may read the log."""
+
+    readable: bool
+    # Where it was read ("/dev/kmsg", "dmesg") or why not ("dmesg: Operation not permitted").
+    note: Text
+    # The newest lines that carry an Xid, as the kernel printed them.
+    events: list[Text] = Field(default_factory=list, max_length=64)
+
+
+class Health(Strict):
+    """Whether a card is failing, or has been: the counters the driver keeps, and the
+    verdict drawn from them by the rule in agent/health.py (`rule` says it in words).
+    `unknown` when the driver cannot tell: never healthy by default."""
+
+    verdict: HealthVerdict
+    # The counters that decided the verdict, in words ("2 uncorrectable ECC errors since
+    # the driver loaded"); empty for a healthy card.
+    reasons: list[Text] = Field(max_length=32)
+    rule: LongText
+    ecc: EccCounts | None
+    remapped_rows: RemappedRows | None
+    retired_pages: RetiredPages | None
+    pcie_replays: Count | None
+    # How far the replay counter rose between the agent's first and last read.
+    pcie_replays_during_run: Count | None = None
+    # The host link as it ran under load (links drop to a lower generation at idle).
+    pcie_gen_load: Count | None = None
+    pcie_width_load: Count | None = None
+    # Time the clocks were held down since the driver loaded, by reason ("power",
+    # "thermal", "reliability", ...), in nanoseconds.
+    throttle_ns: dict[Name, Count] = Field(default_factory=dict, max_length=16)
+    energy_mj: Count | None
+    xid: Xid | None
+
+
 class Gpu(Strict):
     """One GPU's fingerprint, as `agent.fingerprint.fingerprint_gpu` builds it."""
 
@@ -194,6 +265,8 @@ class Gpu(Strict):
     variant: Variant
     capabilities: Capabilities
     unavailable: dict[Text, Name] = Field(max_length=1024)
+    # Absent from documents of agents before the health counters.
+    health: Health | None = None
 
 
 class Source(Strict):
@@ -491,6 +564,104 @@ class BenchmarkResult(Strict):
         return self
 
 
+GBps = Annotated[float, Field(ge=0, le=1e7)]
+
+
+class Bandwidth(Strict):
+    """Repeated timings of one copy or collective, each as GB/s (10^9 bytes a second)."""
+
+    runs: Annotated[int, Field(ge=1, le=1_000_000)]
+    median_gbs: GBps
+    min_gbs: GBps
+    max_gbs: GBps
+    cv: Annotated[float, Field(ge=0, le=100)]
+    # The 95% interval of the median (agent/stats.py's order-statistic interval).
+    ci95_gbs: Annotated[list[GBps], Field(min_length=2, max_length=2)] | None
+    samples_gbs: list[GBps] = Field(max_length=10_000)
+
+
+class HostLinkState(Strict):
+    """The PCIe link as NVML read it while the copy ran, and the most the card supports."""
+
+    gen: Count | None
+    width: Count | None
+    gen_max: Count | None
+    width_max: Count | None
+
+
+NodeKind = Literal["memory_copy", "host_to_device", "device_to_host", "peer_copy",
+                   "allreduce"]
+
+
+class NodeResult(Strict):
+    """One figure of the node suite (agent/node.py): a GPU's memory or host link, a pair's
+    copy, or the node's all-reduce, with what it counts and its datasheet figure."""
+
+    suite_version: Name
+    kind: NodeKind
+    # Per-GPU kinds: the GPU; peer_copy: the source; allreduce: None (the whole node).
+    gpu_index: Annotated[int, Field(ge=0, le=1024)] | None
+    gpu_uuid: Name | None
+    # peer_copy: the destination.
+    peer_index: Annotated[int, Field(ge=0, le=1024)] | None = None
+    peer_uuid: Name | None = None
+    # peer_copy: "one_way" (source to destination) or "both_ways" (each way at once).
+    direction: Literal["one_way", "both_ways"] | None = None
+    # host_to_device and device_to_host: the host buffer's kind.
+    memory: Literal["pinned", "pageable"] | None = None
+    size_bytes: Annotated[int, Field(ge=1, le=1 << 44)]
+    # allreduce: the ranks (one process per GPU); otherwise 1.
+    gpus_in_run: Annotated[int, Field(ge=1, le=1024)]
+    # "cuda" for copies on a GPU, "nccl" or "gloo" for the all-reduce, "cpu" on the CPU
+    # path. Bounded as node_result's columns are.
+    backend: Annotated[str, StringConstraints(max_length=32)]
+    dtype: Annotated[str, StringConstraints(max_length=16)] | None = None
+    # The figure: the median of the repeats in GB/s; for allreduce, the bus bandwidth
+    # (nccl-tests: algbw x 2(n-1)/n).
+    gbs: GBps
+    algbw_gbs: GBps | None = None
+    # What the bytes are ("read + written", "copied", "each way, summed", ...).
+    counted: Text
+    stats: Bandwidth
+    # peer_copy: whether CUDA peer access works between the two, and NVML's topology
+    # path between them ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS").
+    peer_access: bool | None = None
+    topology: Annotated[str, StringConstraints(max_length=32)] | None = None
+    link: HostLinkState | None = None
+    # What NVIDIA publishes for this figure, and where that comes from.
+    datasheet_gbs: GBps | None
+    datasheet_source: Text | None
+    timing_method: Name
+    torch_version: Name | None
+    cuda_runtime_version: Name | None
+    nccl_version: Name | None = None
+    wall_s: Seconds
+
+    @model_validator(mode="after")
+    def _says_what_it_measured(self) -> NodeResult:
+        # A figure whose fields do not fit its kind could not be compared with its own
+        # configuration, and one that contradicts its samples would be ranked as measured.
+        needs = {"memory_copy": ("gpu_index",), "host_to_device": ("gpu_index", "memory"),
+                 "device_to_host": ("gpu_index", "memory"),
+                 "peer_copy": ("gpu_index", "peer_index", "direction"),
+                 "allreduce": ("algbw_gbs",)}[self.kind]
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} figure must say its {', '.join(missing)}")
+        if self.kind != "peer_copy" and (self.peer_index is not None
+                                         or self.direction is not None):
+            raise ValueError(f"a {self.kind} figure has no peer or direction")
+        if self.kind == "allreduce" and (self.gpu_index is not None or self.gpus_in_run < 2):
+            raise ValueError("an allreduce figure is the node's: no gpu_index, and at least "
+                             "two ranks in gpus_in_run")
+        if not math.isclose(self.gbs, self.stats.median_gbs, rel_tol=1e-6, abs_tol=1e-3):
+            raise ValueError(f"gbs {self.gbs:.6g} is not the median of its repeats "
+                             f"(stats.median_gbs {self.stats.median_gbs:.6g})")
+        if not self.stats.min_gbs <= self.stats.median_gbs <= self.stats.max_gbs:
+            raise ValueError("stats must hold min_gbs <= median_gbs <= max_gbs")
+        return self
+
+
 def _version(text: str) -> tuple[int, ...]:
     """"1.2.0" -> (1, 2, 0); what does not parse sorts first."""
     parts = []
@@ -515,6 +686,8 @@ class AgentDocument(Strict):
     gpus: list[Gpu] = Field(max_length=256)
     benchmarks: list[BenchmarkResult] = Field(max_length=4096)
     errors: list[AgentFailure] = Field(max_length=1024)
+    # The node suite's figures (agent/node.py); absent from agents before it.
+    node: list[NodeResult] = Field(default_factory=list, max_length=16_384)
 
 
 def parse_document(data: Any, origin: str) -> AgentDocument:

@@ -52,6 +52,21 @@ def test_table_shows_variant_and_verdicts() -> None:
     assert "May the tenant change it?" in proc.stdout
 
 
+def test_health_verdicts_and_their_reasons_read_in_80_columns() -> None:
+    proc = fleet("fingerprint", str(GPU_CASES / "v100-sxm2-retired-pages/nvidia-smi-q.txt"),
+                 env=dict(os.environ, COLUMNS="80"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if "degraded" in line and "pages 2+1" in line)
+    assert row.split("│")[3].strip() == "0/1"  # uncorrectable since boot / in its life
+    # The reasons go under the table, one line (wrapped at 80) each.
+    text = " ".join(line.strip() for line in lines)
+    assert ("GPU 0 degraded: 1 uncorrectable ECC error in the card's life, none since the "
+            "driver loaded") in text
+    assert "GPU 0 degraded: 1 page retired for double-bit errors" in text
+
+
 def test_replay_through_the_environment_variable() -> None:
     env = dict(os.environ, FLEET_NVML_REPLAY=str(GPU_CASES / "old-driver-v100/nvml-recording.json"))
     proc = fleet("fingerprint", "--json", "--no-torch", env=env)

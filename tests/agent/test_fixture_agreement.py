@@ -47,6 +47,12 @@ COMPARED = (
 # - mig_devices: compared apart below; the text names no MIG device and prints no UUID.
 MIG_FIELDS = ("index", "memory_total_mib", "sm_count", "gpu_instance_id",
               "compute_instance_id")
+# The health verdict and the counters behind it (agent/health.py), which nvidia-smi -q
+# prints in both forms. Left out: throttle_ns (time that grows between captures, and
+# nvidia-smi prints two of NVML's eight policies), energy_mj (not in nvidia-smi -q), xid
+# (the kernel log is in no form) and the under-load fields (set after a benchmark).
+HEALTH_COMPARED = ("verdict", "reasons", "ecc", "remapped_rows", "retired_pages",
+                   "pcie_replays")
 
 
 def _forms(folder: Path) -> list[str]:
@@ -73,6 +79,10 @@ def disagreements(documents: dict[str, dict[str, Any]]) -> list[str]:
             values = {form: gpu.get(field) for form, gpu in gpus.items()}
             if len({repr(v) for v in values.values()}) > 1:
                 problems.append(f"gpu[{i}].{field}: {values}")
+        for field in HEALTH_COMPARED:
+            values = {form: (gpu.get("health") or {}).get(field) for form, gpu in gpus.items()}
+            if len({repr(v) for v in values.values()}) > 1:
+                problems.append(f"gpu[{i}].health.{field}: {values}")
         migs = {form: [{k: d.get(k) for k in MIG_FIELDS} for d in gpu["mig_devices"]]
                 for form, gpu in gpus.items()}
         if len({repr(v) for v in migs.values()}) > 1:
@@ -83,7 +93,9 @@ def disagreements(documents: dict[str, dict[str, Any]]) -> list[str]:
 def test_there_are_folders_to_compare() -> None:
     # The real captures and the vGPU cases of issue #20 at least.
     assert {"h100-sxm5-lent-device", "h200-sxm-x2-passthrough", "h100-sxm5-passthrough",
-            "vgpu-guest-rtxa6000-24q", "vgpu-host-a40"} <= set(CASES)
+            "vgpu-guest-rtxa6000-24q", "vgpu-host-a40", "a100-sxm4-remap-pending",
+            "a100-sxm4-remapped-after-reset", "h100-sxm5-sram-uncorrectable",
+            "v100-sxm2-retired-pages"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -91,11 +103,15 @@ def test_every_form_of_a_fixture_gives_the_same_fingerprint(case: str) -> None:
     folder = GPU_CASES / case
     documents = {form: _fingerprint(folder / form) for form in _forms(folder)}
     assert disagreements(documents) == []
-    # The comparison is not vacuous: the identity is there in every form.
+    # The comparison is not vacuous: the identity and a health verdict are there in every
+    # form, with the counters that decide it wherever the verdict is not "unknown".
     for form, doc in documents.items():
         for gpu in doc["gpus"]:
             assert gpu["name"] and gpu["pci_device_id"] and gpu["uuid"], form
             assert gpu["variant"]["form_factor"] != "unknown", form
+            assert gpu["health"]["verdict"] in ("healthy", "degraded", "failing", "unknown")
+            if gpu["health"]["verdict"] != "unknown":
+                assert gpu["health"]["ecc"] is not None, form
 
 
 def test_a_folder_whose_forms_disagree_fails(tmp_path: Path) -> None:
@@ -111,6 +127,21 @@ def test_a_folder_whose_forms_disagree_fails(tmp_path: Path) -> None:
     assert any(p.startswith("gpu[0].pci_device_id:") for p in problems), problems
     assert any(p.startswith("gpu[0].variant:") for p in problems), problems
     assert not any(p.startswith("gpu[1].") for p in problems), problems
+
+
+def test_a_health_counter_that_differs_between_forms_fails(tmp_path: Path) -> None:
+    """Clear the pending remap in the text of a failing card: verdict and rows disagree."""
+    folder = GPU_CASES / "a100-sxm4-remap-pending"
+    text = (folder / "nvidia-smi-q.txt").read_text()
+    line = "        Pending                           : Yes\n"
+    assert text.count(line) == 1
+    edited = tmp_path / "nvidia-smi-q.txt"
+    edited.write_text(text.replace(line, line.replace("Yes", "No")))
+    problems = disagreements({"recording": _fingerprint(folder / "nvml-recording.json"),
+                              "text": _fingerprint(edited)})
+    assert any(p.startswith("gpu[0].health.verdict:") for p in problems), problems
+    assert any(p.startswith("gpu[0].health.remapped_rows:") for p in problems), problems
+    assert not any(".health.ecc" in p for p in problems), problems
 
 
 def test_a_missing_gpu_is_a_disagreement() -> None:

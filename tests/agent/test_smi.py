@@ -962,3 +962,99 @@ def test_python38_converts_the_same(python38: str) -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [smi.recording_from_file(p) for p in cases]
+
+
+# --- health sections (issue #30, agent/smi_health.py) ---------------------------------
+
+def _with_sections(sections: str) -> dict[str, Any]:
+    """OLD_TEXT's V100 with `sections` printed where nvidia-smi prints them, converted."""
+    report = OLD_TEXT.replace("    Remapped Rows                         : N/A\n",
+                              textwrap.indent(textwrap.dedent(sections), "    ")
+                              + "    Remapped Rows                         : N/A\n")
+    recording = smi.recording_from_text(report)
+    assert "not understood" not in recording["source"], recording["source"]
+    assert "ECC Errors" not in recording["source"]  # read, not skipped
+    device: dict[str, Any] = recording["devices"][0]
+    return device
+
+
+TOTAL = "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_{},NVML_{}_ECC)"
+AT = ("nvmlDeviceGetMemoryErrorCounter(NVML_MEMORY_ERROR_TYPE_{},NVML_{}_ECC,"
+      "NVML_MEMORY_LOCATION_{})")
+
+
+def test_hopper_sram_uncorrectable_is_parity_plus_sec_ded_and_totals_add_locations() -> None:
+    device = _with_sections("""\
+        ECC Errors
+            Volatile
+                SRAM Correctable                  : 3
+                SRAM Uncorrectable Parity         : 1
+                SRAM Uncorrectable SEC-DED        : 2
+                DRAM Correctable                  : 40
+                DRAM Uncorrectable                : 0
+            Aggregate
+                SRAM Correctable                  : 3
+                SRAM Uncorrectable Parity         : 1
+                SRAM Uncorrectable SEC-DED        : N/A
+                DRAM Correctable                  : 41
+                DRAM Uncorrectable                : 5
+                SRAM Threshold Exceeded           : No
+    """)
+    assert device[AT.format("UNCORRECTED", "VOLATILE", "SRAM")] == 3
+    assert device[TOTAL.format("CORRECTED", "VOLATILE")] == 43
+    assert device[TOTAL.format("UNCORRECTED", "VOLATILE")] == 3
+    assert device[TOTAL.format("CORRECTED", "AGGREGATE")] == 44
+    # A number beside "N/A" matches no single NVML answer: that location and the total
+    # it feeds are left out, the others kept.
+    assert AT.format("UNCORRECTED", "AGGREGATE", "SRAM") not in device
+    assert TOTAL.format("UNCORRECTED", "AGGREGATE") not in device
+    assert device[AT.format("UNCORRECTED", "AGGREGATE", "DRAM")] == 5
+
+
+def test_pre_ampere_ecc_counts_by_cache_retired_pages_and_the_old_pending_label() -> None:
+    device = _with_sections("""\
+        ECC Errors
+            Volatile
+                Single Bit
+                    Device Memory             : 0
+                    L2 Cache                  : 2
+                    Texture Memory            : N/A
+                    Total                     : 2
+                Double Bit
+                    Device Memory             : 1
+                    Total                     : 1
+        Retired Pages
+            Single Bit ECC                    : 3
+            Double Bit ECC                    : 0
+            Pending                           : Yes
+    """)
+    assert device[TOTAL.format("CORRECTED", "VOLATILE")] == 2
+    assert device[TOTAL.format("UNCORRECTED", "VOLATILE")] == 1
+    assert device[AT.format("CORRECTED", "VOLATILE", "L2_CACHE")] == 2
+    assert device[AT.format("CORRECTED", "VOLATILE", "TEXTURE_MEMORY")] == NS
+    assert device[AT.format("UNCORRECTED", "VOLATILE", "DRAM")] == 1
+    assert TOTAL.format("CORRECTED", "AGGREGATE") not in device  # not printed
+    # The text counts the pages without their addresses: one None per page.
+    assert device["nvmlDeviceGetRetiredPages("
+                  "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)"] == [None] * 3
+    assert device["nvmlDeviceGetRetiredPages("
+                  "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)"] == []
+    assert device["nvmlDeviceGetRetiredPagesPendingStatus"] == 1
+
+
+def test_a_whole_ecc_section_not_supported_and_clock_event_counters_in_nanoseconds() -> None:
+    device = _with_sections("""\
+        ECC Errors                            : N/A
+        Clocks Event Reasons Counters
+            SW Power Capping                  : 1500 us
+            Sync Boost                        : N/A
+            SW Thermal Slowdown               : 7 us
+    """)
+    for error in ("CORRECTED", "UNCORRECTED"):
+        for counter in ("VOLATILE", "AGGREGATE"):
+            assert device[TOTAL.format(error, counter)] == NS
+    assert device["nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER)"] == {
+        "violationTime": 1_500_000}
+    assert device["nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_SYNC_BOOST)"] == NS
+    # Thermal slowdown time is a field value with no violation policy: not read.
+    assert "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_THERMAL)" not in device

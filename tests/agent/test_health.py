@@ -1,0 +1,396 @@
+"""The health counters and the verdict drawn from them (agent/health.py, issue #30).
+
+Every expected figure and sentence is written out by hand from the rule in
+agent/health.py's RULE, never recomputed with the code under test. NVML answers come from
+`ReplayNvml` over recordings written here, the backend every fixture replays through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import health
+from agent.nvml import Handle, ReplayNvml
+from fleet.document import Health
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = {"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}
+ZERO_ECC = {"corrected_volatile": 0, "uncorrected_volatile": 0, "corrected_aggregate": 0,
+            "uncorrected_aggregate": 0, "by_location": {}}
+CLEAN_ROWS = {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+
+
+def counters(**changes: Any) -> dict[str, Any]:
+    """An Ampere-or-later card with nothing wrong, with `changes` made."""
+    base: dict[str, Any] = {
+        "ecc": dict(ZERO_ECC), "remapped_rows": dict(CLEAN_ROWS), "retired_pages": None,
+        "pcie_replays": 0, "pcie_replays_during_run": None, "pcie_gen_load": None,
+        "pcie_width_load": None, "throttle_ns": {}, "energy_mj": None, "xid": None,
+    }
+    base.update(changes)
+    return base
+
+
+def rows(**changes: Any) -> dict[str, Any]:
+    return {**CLEAN_ROWS, **changes}
+
+
+def ecc(**changes: Any) -> dict[str, Any]:
+    return {**ZERO_ECC, **changes}
+
+
+def pages(single: int | None, double: int | None, pending: bool | None) -> dict[str, Any]:
+    return {"single_bit": single, "double_bit": double, "pending": pending}
+
+
+# --- the rule, counter by counter ------------------------------------------------------
+
+@pytest.mark.parametrize(("health", "verdict", "reasons"), [
+    (counters(), "healthy", []),
+    (counters(remapped_rows=rows(pending=True)), "failing",
+     ["a row remap is pending: it takes effect only when the GPU is reset"]),
+    (counters(remapped_rows=rows(failure=True)), "failing",
+     ["a row remapping failed: no spare row was left"]),
+    (counters(ecc=ecc(uncorrected_volatile=2, uncorrected_aggregate=2)), "failing",
+     ["2 uncorrectable ECC errors since the driver loaded"]),
+    (counters(ecc=ecc(uncorrected_volatile=1, uncorrected_aggregate=1)), "failing",
+     ["1 uncorrectable ECC error since the driver loaded"]),
+    # Corrected errors alone are ECC doing its work.
+    (counters(ecc=ecc(corrected_volatile=177, corrected_aggregate=177)), "healthy", []),
+    (counters(ecc=ecc(uncorrected_aggregate=3)), "degraded",
+     ["3 uncorrectable ECC errors in the card's life, none since the driver loaded"]),
+    (counters(remapped_rows=rows(uncorrectable=1)), "degraded",
+     ["1 row remapped for uncorrectable errors"]),
+    (counters(remapped_rows=rows(correctable=127)), "healthy", []),
+    (counters(remapped_rows=rows(correctable=128)), "degraded",
+     ["128 remapped rows of 512 spares"]),
+    (counters(remapped_rows=rows(correctable=100, uncorrectable=30)), "degraded",
+     ["30 rows remapped for uncorrectable errors", "130 remapped rows of 512 spares"]),
+    # A pending remap after an uncorrectable error: failing first, the history after it.
+    (counters(remapped_rows=rows(uncorrectable=1, pending=True)), "failing",
+     ["a row remap is pending: it takes effect only when the GPU is reset",
+      "1 row remapped for uncorrectable errors"]),
+], ids=["clean", "remap-pending", "remap-failure", "uncorrectable-2", "uncorrectable-1",
+        "corrected-only", "aggregate-only", "uncorrectable-remap", "127-remaps", "128-remaps",
+        "130-remaps", "pending-after-uncorrectable"])
+def test_ampere_and_later(health: dict[str, Any], verdict: str, reasons: list[str]) -> None:
+    assert health_verdict(health) == (verdict, reasons)
+
+
+@pytest.mark.parametrize(("retired", "verdict", "reasons"), [
+    (pages(2, 0, False), "healthy", []),
+    (pages(15, 0, False), "healthy", []),
+    (pages(16, 0, False), "degraded", ["16 retired pages of 64"]),
+    (pages(2, 1, False), "degraded", ["1 page retired for double-bit errors"]),
+    (pages(0, 1, True), "failing", ["a page retirement is pending until the GPU is reset",
+                                    "1 page retired for double-bit errors"]),
+    (pages(60, 4, False), "failing", ["64 retired pages: the table of 64 is full",
+                                      "4 pages retired for double-bit errors"]),
+], ids=["two-single-bit", "15-pages", "16-pages", "one-double-bit", "pending", "table-full"])
+def test_before_ampere(retired: dict[str, Any], verdict: str, reasons: list[str]) -> None:
+    health = counters(remapped_rows=None, retired_pages=retired)
+    assert health_verdict(health) == (verdict, reasons)
+
+
+def health_verdict(counts: dict[str, Any]) -> tuple[str, list[str]]:
+    return health.judge(counts)
+
+
+NO_ECC = "the driver did not answer the uncorrectable ECC count since it loaded"
+NO_REPAIRS = "the driver answered neither remapped rows nor retired pages"
+
+
+@pytest.mark.parametrize(("health", "reasons"), [
+    (counters(ecc=None, remapped_rows=None, pcie_replays=None), [NO_ECC, NO_REPAIRS]),
+    # A vGPU guest: replays readable, nothing of the memory.
+    (counters(ecc=None, remapped_rows=None, pcie_replays=0), [NO_ECC, NO_REPAIRS]),
+    (counters(ecc=None), [NO_ECC]),
+    (counters(remapped_rows=None), [NO_REPAIRS]),
+    # Retired pages with a pending flag but no counts prove nothing.
+    (counters(remapped_rows=None, retired_pages=pages(None, None, False)), [NO_REPAIRS]),
+    (counters(ecc=ecc(uncorrected_volatile=None)), [NO_ECC]),
+], ids=["nothing", "vgpu-guest", "no-ecc", "no-repairs", "pending-flag-only",
+        "aggregate-only-read"])
+def test_what_the_driver_did_not_tell_is_unknown_never_healthy(
+        health: dict[str, Any], reasons: list[str]) -> None:
+    assert health_verdict(health) == ("unknown", reasons)
+
+
+def test_a_decisive_counter_decides_even_when_others_are_not_known() -> None:
+    assert health_verdict(counters(ecc=None, remapped_rows=rows(failure=True))) == (
+        "failing", ["a row remapping failed: no spare row was left"])
+    assert health_verdict(counters(ecc=None, remapped_rows=rows(uncorrectable=2))) == (
+        "degraded", ["2 rows remapped for uncorrectable errors"])
+
+
+def test_throttle_energy_xid_and_replays_at_rest_are_reported_not_judged() -> None:
+    noisy = counters(pcie_replays=4000, throttle_ns={"power": 29_259_889_000, "thermal": 10**12},
+                     energy_mj=913_377_120,
+                     xid={"readable": True, "note": "dmesg", "events": ["NVRM: Xid (PCI:...)"]})
+    assert health_verdict(noisy) == ("healthy", [])
+
+
+@pytest.mark.parametrize(("changes", "maxima", "verdict", "reasons"), [
+    ({"pcie_replays_during_run": 0}, (5, 16), "healthy", []),
+    ({"pcie_replays_during_run": 12}, (5, 16), "degraded",
+     ["the PCIe replay counter rose by 12 during the run"]),
+    ({"pcie_gen_load": 5, "pcie_width_load": 16}, (5, 16), "healthy", []),
+    ({"pcie_gen_load": 4, "pcie_width_load": 16}, (5, 16), "degraded",
+     ["the host link ran at Gen4 under load; the card and slot support Gen5"]),
+    ({"pcie_gen_load": 5, "pcie_width_load": 8}, (5, 16), "degraded",
+     ["the host link ran at x8 under load; the card and slot support x16"]),
+    # Without the maxima, or without a reading under load, the link is not judged.
+    ({"pcie_gen_load": 1, "pcie_width_load": 1}, (None, None), "healthy", []),
+    ({"pcie_gen_load": None, "pcie_width_load": None}, (5, 16), "healthy", []),
+], ids=["no-replays", "replays", "full-link", "gen4-of-5", "x8-of-16", "no-maxima",
+        "not-under-load"])
+def test_what_only_load_shows(changes: dict[str, Any], maxima: tuple[Any, Any], verdict: str,
+                              reasons: list[str]) -> None:
+    assert health.judge(counters(**changes), *maxima) == (verdict, reasons)
+
+
+# --- reading through NVML ---------------------------------------------------------------
+
+def replay(device: dict[str, Any]) -> tuple[ReplayNvml, Handle]:
+    nvml = ReplayNvml({"format": "nvml-recording/1", "source": "test", "system": {},
+                       "devices": [device]})
+    return nvml, nvml.device(0)
+
+
+TOTAL = "nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_{},NVML_{}_ECC)"
+AT = ("nvmlDeviceGetMemoryErrorCounter(NVML_MEMORY_ERROR_TYPE_{},NVML_{}_ECC,"
+      "NVML_MEMORY_LOCATION_{})")
+
+
+def test_an_old_recording_without_the_calls_is_unknown_and_says_so() -> None:
+    nvml, handle = replay({"nvmlDeviceGetName": "NVIDIA H100 80GB HBM3"})
+    unavailable: dict[str, str] = {}
+    judged = health.read_and_judge(nvml, handle, unavailable, architecture=9)
+    assert judged["verdict"] == "unknown"
+    assert judged["reasons"] == [NO_ECC, NO_REPAIRS]
+    assert judged["rule"] == health.RULE
+    assert unavailable[TOTAL.format("UNCORRECTED", "VOLATILE")] == "NVML_ERROR_FUNCTION_NOT_FOUND"
+    assert unavailable["nvmlDeviceGetRemappedRows"] == "NVML_ERROR_FUNCTION_NOT_FOUND"
+    assert unavailable["nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_RELIABILITY)"] == (
+        "NVML_ERROR_FUNCTION_NOT_FOUND")
+    # No totals, no locations asked: 4 totals, rows, 2 page lists, pending, replays,
+    # 8 policies and energy.
+    assert not any(k.startswith("nvmlDeviceGetMemoryErrorCounter") for k in unavailable)
+    assert len(unavailable) == 18
+    Health.model_validate(judged)
+
+
+def hopper_device() -> dict[str, Any]:
+    device: dict[str, Any] = {
+        "nvmlDeviceGetRemappedRows": [0, 2, 0, 0],
+        "nvmlDeviceGetRetiredPages(NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)": NS,
+        "nvmlDeviceGetRetiredPages(NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)": NS,
+        "nvmlDeviceGetRetiredPagesPendingStatus": NS,
+        "nvmlDeviceGetPcieReplayCounter": 3,
+        "nvmlDeviceGetTotalEnergyConsumption": 2_979_033,
+        "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER)": {
+            "referenceTime": 1_700_000_000_000_000, "violationTime": 29_259_889_000},
+        # NVML's "no value" (ULLONG_MAX) is no figure.
+        "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_THERMAL)": {
+            "referenceTime": 1, "violationTime": 18446744073709551615},
+        "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_RELIABILITY)": NS,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 5,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+    }
+    for error, volatile, aggregate in (("CORRECTED", 7, 9), ("UNCORRECTED", 0, 2)):
+        device[TOTAL.format(error, "VOLATILE")] = volatile
+        device[TOTAL.format(error, "AGGREGATE")] = aggregate
+        device[AT.format(error, "VOLATILE", "DRAM")] = volatile
+        device[AT.format(error, "AGGREGATE", "DRAM")] = aggregate
+        device[AT.format(error, "VOLATILE", "SRAM")] = 0
+        device[AT.format(error, "AGGREGATE", "SRAM")] = 0
+    return device
+
+
+def test_a_hopper_card_read_through_nvml() -> None:
+    nvml, handle = replay(hopper_device())
+    unavailable: dict[str, str] = {}
+    judged = health.read_and_judge(nvml, handle, unavailable, architecture=9)
+    assert judged["verdict"] == "degraded"
+    assert judged["reasons"] == [
+        "2 rows remapped for uncorrectable errors",
+        "2 uncorrectable ECC errors in the card's life, none since the driver loaded"]
+    assert judged["ecc"] == {
+        "corrected_volatile": 7, "corrected_aggregate": 9, "uncorrected_volatile": 0,
+        "uncorrected_aggregate": 2,
+        "by_location": {
+            "DRAM": {"corrected_volatile": 7, "corrected_aggregate": 9,
+                     "uncorrected_volatile": 0, "uncorrected_aggregate": 2},
+            "SRAM": {"corrected_volatile": 0, "corrected_aggregate": 0,
+                     "uncorrected_volatile": 0, "uncorrected_aggregate": 0}}}
+    assert judged["remapped_rows"] == {"correctable": 0, "uncorrectable": 2, "pending": False,
+                                       "failure": False}
+    assert judged["retired_pages"] is None
+    assert judged["pcie_replays"] == 3
+    assert judged["throttle_ns"] == {"power": 29_259_889_000}
+    assert judged["energy_mj"] == 2_979_033
+    assert judged["xid"] is None  # no log handed in
+    # Hopper keeps no per-cache counts: those are not asked, so not missing either.
+    assert not any("L1_CACHE" in k for k in unavailable)
+    assert unavailable["nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_RELIABILITY)"] == (
+        "NVML_ERROR_NOT_SUPPORTED")
+    Health.model_validate(judged)
+
+
+def test_a_volta_card_is_asked_for_its_caches_and_counts_its_retired_pages() -> None:
+    nvml, handle = replay({
+        TOTAL.format("UNCORRECTED", "VOLATILE"): 0,
+        AT.format("CORRECTED", "AGGREGATE", "L2_CACHE"): 4,
+        "nvmlDeviceGetRetiredPages(NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)":
+            [0xF2A1C, 0xF2A1D],
+        "nvmlDeviceGetRetiredPages(NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)": [],
+        "nvmlDeviceGetRetiredPagesPendingStatus": 0,
+        "nvmlDeviceGetRemappedRows": NS,
+    })
+    unavailable: dict[str, str] = {}
+    judged = health.read_and_judge(nvml, handle, unavailable, architecture=5)
+    assert judged["verdict"] == "healthy"
+    assert judged["retired_pages"] == {"single_bit": 2, "double_bit": 0, "pending": False}
+    assert judged["ecc"]["by_location"] == {"L2": {
+        "corrected_volatile": None, "corrected_aggregate": 4, "uncorrected_volatile": None,
+        "uncorrected_aggregate": None}}
+    assert AT.format("CORRECTED", "VOLATILE", "REGISTER_FILE") in unavailable
+    assert AT.format("CORRECTED", "VOLATILE", "SRAM") not in unavailable  # not asked
+
+
+# --- after the load ---------------------------------------------------------------------
+
+def test_update_after_load_counts_the_replays_and_judges_the_link() -> None:
+    device = hopper_device()
+    device["nvmlDeviceGetRemappedRows"] = [0, 0, 0, 0]
+    device[TOTAL.format("UNCORRECTED", "AGGREGATE")] = 0
+    nvml, handle = replay(device)
+    before = health.read_and_judge(nvml, handle, architecture=9)
+    assert before["verdict"] == "healthy"
+
+    device["nvmlDeviceGetPcieReplayCounter"] = 8  # 5 more than the fingerprint read
+    after = health.update_after_load(before, nvml, handle, 4, 16)
+    assert after["pcie_replays"] == 3
+    assert after["pcie_replays_during_run"] == 5
+    assert (after["pcie_gen_load"], after["pcie_width_load"]) == (4, 16)
+    assert after["verdict"] == "degraded"
+    assert after["reasons"] == [
+        "the PCIe replay counter rose by 5 during the run",
+        "the host link ran at Gen4 under load; the card and slot support Gen5"]
+    assert before["verdict"] == "healthy" and before["pcie_gen_load"] is None  # untouched
+    Health.model_validate(after)
+
+
+def test_a_replay_counter_that_went_down_was_reset_and_proves_nothing() -> None:
+    device = hopper_device()
+    device["nvmlDeviceGetRemappedRows"] = [0, 0, 0, 0]
+    device[TOTAL.format("UNCORRECTED", "AGGREGATE")] = 0
+    nvml, handle = replay(device)
+    before = health.read_and_judge(nvml, handle, architecture=9)
+    device["nvmlDeviceGetPcieReplayCounter"] = 1
+    after = health.update_after_load(before, nvml, handle, 5, 16)
+    assert after["pcie_replays_during_run"] is None
+    assert (after["verdict"], after["reasons"]) == ("healthy", [])
+
+
+def test_update_after_load_without_the_link_maxima_does_not_judge_the_link() -> None:
+    device = hopper_device()
+    device["nvmlDeviceGetRemappedRows"] = [0, 0, 0, 0]
+    device[TOTAL.format("UNCORRECTED", "AGGREGATE")] = 0
+    del device["nvmlDeviceGetMaxPcieLinkGeneration"], device["nvmlDeviceGetMaxPcieLinkWidth"]
+    nvml, handle = replay(device)
+    after = health.update_after_load(health.read_and_judge(nvml, handle), nvml, handle, 1, 1)
+    assert (after["verdict"], after["reasons"]) == ("healthy", [])
+
+
+# --- the kernel log -----------------------------------------------------------------------
+
+# Real lines: stas00/ml-engineering (compute/accelerator/nvidia/debug.md), an A100 at
+# 10:1c; leptonai/gpud (components/accelerator/nvidia/error/xid/README.md), a GPU at cb:00.
+A100_XID = ("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for "
+            "remapping, reset gpu to activate.")
+OTHER_XID = ("[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, "
+             "name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005")
+NOT_XID = ("[Fri Aug 30 11:11:22 2024] nvidia-peermem nv_get_p2p_free_callback:127 ERROR "
+           "detected invalid context, skipping further processing")
+
+
+def test_xid_lines_are_kept_for_their_gpu() -> None:
+    lines = health.xid_lines([NOT_XID, A100_XID, OTHER_XID])
+    assert lines == [A100_XID, OTHER_XID]
+    log = health.KernelLog(True, "dmesg", lines)
+    assert health.xid(log, "00000000:10:1C.0") == {
+        "readable": True, "note": "dmesg", "events": [A100_XID]}
+    assert health.xid(log, "00000000:CB:00.0")["events"] == [OTHER_XID]
+    assert health.xid(log, "00000000:52:00.0")["events"] == []
+    assert health.xid(log, None)["events"] == [A100_XID, OTHER_XID]
+
+
+def test_only_the_newest_xid_lines_are_kept_and_each_is_bounded() -> None:
+    lines = [f"[{i}.0] NVRM: Xid (PCI:0000:10:1c): 13, {'x' * 600}" for i in range(100)]
+    events = health.xid(health.KernelLog(True, "/dev/kmsg", lines), "00000000:10:1C.0")["events"]
+    assert len(events) == 64
+    assert events[0].startswith("[36.0] ") and events[-1].startswith("[99.0] ")
+    assert all(len(e) == 512 for e in events)
+
+
+def test_an_unreadable_log_says_why() -> None:
+    log = health.KernelLog(False, "/dev/kmsg: Operation not permitted; dmesg: read kernel "
+                                  "buffer failed: Operation not permitted", [])
+    assert health.xid(log, "00000000:10:1C.0") == {
+        "readable": False, "note": "/dev/kmsg: Operation not permitted; dmesg: read kernel "
+                                   "buffer failed: Operation not permitted", "events": []}
+
+
+def test_kmsg_records_read_as_dmesg_prints_them() -> None:
+    record = ("4,1234,430954509105,-;NVRM: Xid (PCI:0000:52:00): 48, pid='<unknown>', "
+              "name=<unknown>, An uncorrectable double bit error (DBE) has been detected\n"
+              " SUBSYSTEM=pci\n DEVICE=+pci:0000:52:00.0\n")
+    assert health._kmsg_line(record) == (
+        "[430954.509105] NVRM: Xid (PCI:0000:52:00): 48, pid='<unknown>', name=<unknown>, "
+        "An uncorrectable double bit error (DBE) has been detected")
+    assert health._kmsg_line("no header") is None
+
+
+def test_this_machines_kernel_log_is_read_or_said_unreadable_within_the_bound() -> None:
+    started = time.monotonic()
+    log = health.read_kernel_log.__wrapped__()
+    assert time.monotonic() - started < health.KMSG_SECONDS + health.DMESG_SECONDS + 1
+    if log.readable:
+        assert log.note.startswith(("/dev/kmsg", "dmesg"))
+        assert all(health.XID_MARK in line for line in log.lines)
+    else:
+        assert "/dev/kmsg" in log.note and "dmesg" in log.note
+        assert log.lines == []
+
+
+def test_a_replayed_recording_does_not_read_this_machines_log() -> None:
+    from agent.collect import collect
+
+    gpu = collect(str(ROOT / "tests/fixtures/gpus/a100-sxm4-remap-pending/nvml-recording.json"),
+                  probe_torch=False)["gpus"][0]
+    assert gpu["health"]["xid"] == {
+        "readable": False, "events": [],
+        "note": "not read: the GPU answers are replayed from a recording of another machine"}
+
+
+# --- the host's Python ----------------------------------------------------------------------
+
+def test_python38_judges_the_same(python38: str) -> None:
+    cases = [counters(), counters(remapped_rows=rows(pending=True)),
+             counters(ecc=None, remapped_rows=None), counters(remapped_rows=None,
+                                                              retired_pages=pages(60, 4, False))]
+    program = ("import json, sys\nfrom agent import health\n"
+               "print(json.dumps([health.judge(c) for c in json.load(sys.stdin)]))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run([python38, "-c", program], input=json.dumps(cases), cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [list(health.judge(c)) for c in cases]
