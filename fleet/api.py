@@ -9,9 +9,9 @@ as pandas DataFrames (or the report's typed findings), for notebooks and spreads
 `Store()` opens the store the CLI would: `--db`'s URL when given, else `$FLEET_DB`, else
 SQLite at `~/.local/share/fleet/fleet.db`; its repr hides any password in the URL. Every
 frame's columns are described in its method's docstring (and in RESULT_COLUMNS,
-FINGERPRINT_COLUMNS, RUN_COLUMNS, NIGHT_COLUMNS, FINDING_COLUMNS): times are tz-aware UTC,
-`provider` and `variant` are categoricals, TFLOP/s, times and prices float64, counts that
-may be missing nullable Int64.
+FINGERPRINT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, NIGHT_COLUMNS, FINDING_COLUMNS): times are
+tz-aware UTC, `provider` and `variant` are categoricals, TFLOP/s, GB/s, times and prices
+float64, counts that may be missing nullable Int64.
 
 pandas is imported when the first frame is built, not with this module: the CLI's
 commands go through `Store` too, and most of them never build a frame.
@@ -23,19 +23,23 @@ import datetime as dt
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, and_, case, func, select
 
 from fleet.analysis.dataset import Scope
 from fleet.analysis.gaps import GapOptions
+from fleet.analysis.health import NOT_READ
 from fleet.analysis.stragglers import StragglerOptions
 from fleet.errors import InputError
+from fleet.frames import Column
+from fleet.frames import columns as _columns
+from fleet.frames import frame as _frame
 from fleet.inventory import LoadedInventory, load_inventory
 from fleet.probe.local import BenchOptions
 from fleet.probe.run import Observer, ProbeOptions, ProbeReport
@@ -51,6 +55,7 @@ from fleet.store.models import (
     Provider,
     RunHost,
 )
+from fleet.store.node import NODE_COLUMNS, read_node_results
 from fleet.store.query import (
     FLAGS,
     ResultFilter,
@@ -74,29 +79,13 @@ if TYPE_CHECKING:
     from fleet.store.intake import Item
     from fleet.store.prune import Pruned
 
-__all__ = ["FINDING_COLUMNS", "FINGERPRINT_COLUMNS", "NIGHT_COLUMNS", "RESULT_COLUMNS",
+__all__ = ["FINDING_COLUMNS", "FINGERPRINT_COLUMNS", "NIGHT_COLUMNS", "NODE_COLUMNS",
+           "RESULT_COLUMNS",
            "RUN_COLUMNS", "BenchOptions", "Column", "ProbeOptions", "ProbeReport", "Store"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 When = dt.datetime | dt.date | str
-
-
-@dataclass(frozen=True)
-class Column:
-    """One documented column of a frame: its name, pandas dtype and meaning."""
-
-    name: str
-    dtype: str  # a pandas dtype's name
-    description: str
-
-
-UTC_TIME: Final = "datetime64[us, UTC]"
-
-
-def _columns(*rows: tuple[str, str, str]) -> tuple[Column, ...]:
-    return tuple(Column(name, UTC_TIME if dtype == "datetime" else dtype, meaning)
-                 for name, dtype, meaning in rows)
 
 
 _FLAG_MEANINGS = {
@@ -196,10 +185,16 @@ FINGERPRINT_COLUMNS = _columns(
         ("locked_memory_clocks", "locked memory clocks"),
         ("power_limit", "the power limit"), ("persistence_mode", "persistence mode"),
         ("compute_mode", "the compute mode"), ("ecc", "ECC"))),
+    ("health", "category", 'the card\'s health as the agent judged it from the driver\'s '
+                           'counters (agent/health.py): "healthy", "degraded", "failing", '
+                           '"unknown" (the driver could not tell), or "not read" (an agent '
+                           "older than the health counters fingerprinted it)"),
+    ("health_reasons", "object", "the counters that decided the verdict, in words, a list; "
+                                 "empty for a healthy card and for one not read"),
 )
 # The fingerprint table's own columns among FINGERPRINT_COLUMNS, read as they are stored.
-_STORED_FINGERPRINT = tuple(c for c in FINGERPRINT_COLUMNS[8:] if c.name != "mig_devices"
-                            and not c.name.startswith("may_set_"))
+_STORED_FINGERPRINT = tuple(c for c in FINGERPRINT_COLUMNS[8:] if c.name not in (
+    "mig_devices", "health", "health_reasons") and not c.name.startswith("may_set_"))
 
 RUN_COLUMNS = _columns(
     ("run", "int64", "the run's number (`fleet report --run N`)"),
@@ -237,7 +232,8 @@ NIGHT_COLUMNS = _columns(
 )
 
 FINDING_COLUMNS = _columns(
-    ("kind", "category", "mismatch, gap, cooling, drift, straggler or duplicate"),
+    ("kind", "category", "mismatch, gap, cooling, drift, straggler, duplicate, health, "
+                         "hostlink or peer"),
     ("provider", "category", "the provider the finding is about"),
     ("title", "string", "what to act on, in one line"),
     ("evidence", "string", "what it rests on: GPUs, hosts, intervals, what differs"),
@@ -247,30 +243,6 @@ FINDING_COLUMNS = _columns(
 def _describe(columns: Sequence[Column]) -> str:
     # Indented as the docstrings' examples are, so that help() shows them under "Columns:".
     return "\n".join(f"            {c.name} ({c.dtype}): {c.description}" for c in columns)
-
-
-def _frame(columns: Sequence[Column], rows: Iterable[Sequence[Any]]) -> pd.DataFrame:
-    """A frame of `rows` (values in `columns`' order), each column cast to its dtype."""
-    import pandas as pd
-
-    records = list(rows)
-    data: dict[str, Any] = {}
-    for i, column in enumerate(columns):
-        values = [record[i] for record in records]
-        if column.dtype == UTC_TIME:
-            # Microseconds, Python's own resolution, whether or not there are rows (pandas
-            # would pick seconds for none).
-            data[column.name] = pd.to_datetime(pd.Series(values, dtype=object), utc=True
-                                               ).astype(UTC_TIME)
-        elif column.dtype == "category":
-            data[column.name] = pd.Categorical(values)
-        elif column.dtype == "float64":
-            data[column.name] = pd.Series([float("nan") if v is None else float(v)
-                                           for v in values], dtype="float64")
-        else:
-            data[column.name] = pd.Series(values, dtype=object).astype(
-                pd.api.types.pandas_dtype(column.dtype))
-    return pd.DataFrame(data, columns=[c.name for c in columns])
 
 
 def _utc(value: When | None, what: str, end_of_day: bool = False) -> dt.datetime | None:
@@ -540,6 +512,46 @@ class Store:
                     found[int(row[0])] = (int(row[1]), row[2], row[3], row[4])
         return found
 
+    @_guarded
+    def node_results(self, *, provider: str | None = None, variant: str | None = None,
+                     host: str | None = None, since: When | None = None,
+                     until: When | None = None, sweep: str | None = None,
+                     stack: str | None = None, latest: bool = False,
+                     kind: str | Sequence[str] | None = None,
+                     run: int | None = None) -> pd.DataFrame:
+        """The node suite's figures, one row each: every GPU's memory copy and host link
+        (pinned and pageable, each way), every pair's copy one way and both ways at once,
+        and the node's all-reduce by size; the newest document first.
+
+        Filters as `results`, and `kind` (one or several of "memory_copy",
+        "host_to_device", "device_to_host", "peer_copy", "allreduce") and `run`; `stack`
+        is a part of the stack's label ("NCCL 2.28"); `latest` keeps only each host's
+        newest document with node figures. A figure compares only with figures of its
+        own configuration: kind, size_bytes, direction, memory, gpus_in_run, dtype and
+        stack (and suite_version) are its columns, to group by.
+
+        Example (each provider's pinned host-to-device GB/s, per GPU, against the
+        datasheet):
+
+            node = fleet.Store().node_results(kind="host_to_device", latest=True)
+            pinned = node[node.memory == "pinned"]
+            (pinned.gbs / pinned.datasheet_gbs).groupby(pinned.provider, observed=True).median()
+
+        Columns:
+        """
+        variants = stored_variants(self.engine, _names(variant))
+        frame = read_node_results(self.engine, provider=provider, variant=variants or None,
+                                  since=_utc(since, "since"),
+                                  until=_utc(until, "until", end_of_day=True), kind=kind,
+                                  host=host, run=run, sweep=sweep)
+        if stack:
+            frame = frame[frame["stack"].str.contains(stack, case=False, regex=False)]
+        if latest:
+            # Newest first: a host's first document is its newest.
+            newest = frame.drop_duplicates(["provider_id", "host_id"])["document_id"]
+            frame = frame[frame["document_id"].isin(newest)]
+        return frame.reset_index(drop=True)
+
     # --- fingerprints and runs ----------------------------------------------------------
 
     @_guarded
@@ -550,12 +562,17 @@ class Store:
         """What each GPU looked like in each stored document, newest first.
 
         Filters as `results` (`variant` matched as listings spell it); `latest` keeps only
-        each host's newest document.
+        each host's newest document. `health` is a value on every row: a card fingerprinted
+        before the agent read the health counters says "not read" rather than missing, so
+        that counting verdicts (`value_counts`, `groupby`) never drops it or takes it for
+        healthy.
 
-        Example (which power limits each provider's H100s run at):
+        Example (which power limits each provider's H100s run at; which cards are unwell):
 
             fp = fleet.Store().fingerprints(variant="H100 SXM5 80GB", latest=True)
             fp.groupby("provider", observed=True).power_limit_w.value_counts()
+            fp[fp.health.isin(["failing", "degraded"])][["host", "gpu_index",
+                                                         "health_reasons"]]
 
         Columns:
         """
@@ -563,7 +580,7 @@ class Store:
         compared = [getattr(f, c.name) for c in _STORED_FINGERPRINT]
         stmt = (select(d.id, d.probe_run_id, d.collected_at, Provider.name, Host.name,
                        ProbeRun.sweep, f.gpu_index, Gpu.uuid, *compared, f.mig_devices,
-                       f.capabilities)
+                       f.capabilities, f.health, f.health_reasons)
                 .select_from(f).join(d, d.id == f.document_id).join(Host, Host.id == d.host_id)
                 .join(Provider, Provider.id == Host.provider_id)
                 .join(ProbeRun, ProbeRun.id == d.probe_run_id).join(Gpu, Gpu.id == f.gpu_id))
@@ -696,8 +713,10 @@ class Store:
 
     def findings(self, **options: Any) -> pd.DataFrame:
         """What the report says to dispute, one row per finding, in its order: duplicates,
-        mismatches, gaps, cooling, stragglers, and power-limit drift (the report's other
-        drift and the sweep's regressions are on `report()` and `nights()`).
+        health (each failing or degraded GPU, and once per provider its GPUs whose health
+        the driver could not tell), mismatches, gaps, cooling, stragglers, and power-limit
+        drift (the report's other drift and the sweep's regressions are on `report()` and
+        `nights()`).
 
         Takes `report()`'s options. Example (the gaps against one provider):
 
@@ -747,11 +766,12 @@ _SETTINGS = tuple(c.name.removeprefix("may_set_") for c in FINGERPRINT_COLUMNS
 
 
 def _settings(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A fingerprint row with its MIG profiles as a list and its capabilities spread out
-    into one column per setting."""
-    migs, capabilities = _json(row[-2]), _json(row[-1]) or {}
-    return (*row[:-2], list(migs or ()),
-            *(_VERDICTS.get(str(capabilities.get(name))) for name in _SETTINGS))
+    """A fingerprint row with its MIG profiles as a list, its capabilities spread out
+    into one column per setting, and its health "not read" where it was not."""
+    migs, capabilities = _json(row[-4]), _json(row[-3]) or {}
+    return (*row[:-4], list(migs or ()),
+            *(_VERDICTS.get(str(capabilities.get(name))) for name in _SETTINGS),
+            row[-2] or NOT_READ, list(_json(row[-1]) or ()))
 
 
 def _ignore(item: Item) -> None:
@@ -790,5 +810,6 @@ def _result_record(row: ResultRow, extra: tuple[int, str | None, float | None, s
 for _method, _spec in ((Store.results, RESULT_COLUMNS), (Store.fingerprints,
                                                          FINGERPRINT_COLUMNS),
                        (Store.runs, RUN_COLUMNS), (Store.nights, NIGHT_COLUMNS),
-                       (Store.findings, FINDING_COLUMNS)):
+                       (Store.findings, FINDING_COLUMNS),
+                       (Store.node_results, NODE_COLUMNS)):
     _method.__doc__ = (_method.__doc__ or "").rstrip() + "\n" + _describe(_spec) + "\n"

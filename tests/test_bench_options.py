@@ -29,12 +29,23 @@ def test_chosen_settings_reach_the_agent() -> None:
 def test_a_soaked_node_costs_one_soak_and_a_sequential_one_a_soak_a_gpu() -> None:
     # Soaked (the default): 180 s cap + 30 s span + 2 x 20 s of measurement + 90 s of
     # start-up and tail, then 30 s a GPU for its inputs and gate.
-    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8
-    assert BenchOptions(sequential=True).timeout_s(2) == 2 * (180 + 30 + 40 + 90 + 30)
-    assert BenchOptions(soak_cap_s=60.0, measure_s=5.0).timeout_s(1) == 60 + 30 + 10 + 90 + 30
+    gemm = "gemm"
+    assert BenchOptions(suite=gemm).timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8
+    assert BenchOptions(sequential=True, suite=gemm).timeout_s(2) == \
+        2 * (180 + 30 + 40 + 90 + 30)
+    assert BenchOptions(soak_cap_s=60.0, measure_s=5.0, suite=gemm).timeout_s(1) == \
+        60 + 30 + 10 + 90 + 30
     # --quick and burst: under 20 s a GPU, given 120.
     assert BenchOptions(quick=True).timeout_s(8) == BenchOptions(pause_ms=50.0).timeout_s(8)
-    assert BenchOptions(quick=True).timeout_s(8) == 120 * 8
+    assert BenchOptions(quick=True, suite=gemm).timeout_s(8) == 120 * 8
+
+
+def test_the_node_suite_adds_its_own_time_and_can_run_alone() -> None:
+    # 150 s for the suite's start and all-reduce guard, then 10 s a GPU.
+    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8
+    assert BenchOptions(suite="node").timeout_s(4) == 150 + 10 * 4
+    assert BenchOptions(suite="node").agent_args()[-2:] == ["--suite", "node"]
+    assert "--suite" not in BenchOptions().agent_args()
 
 
 @pytest.mark.parametrize("flags", [["--warm-l2", "--flush-always"],
@@ -53,7 +64,13 @@ def test_flush_auto_is_still_accepted_and_is_the_default() -> None:
     base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None, quick=False,
                 soak_cap_s=None, warm_l2=False, sequential=False, gpus=None, flush_always=False,
                 measure_s=None, max_warmup_s=None, max_total_s=None, lock_clocks=None,
-                cpu=False)
+                cpu=False, gemm_only=False)
     assert (HarnessArgs(**base, flush_auto=True).bench_options()  # type: ignore[arg-type]
             == HarnessArgs(**base, flush_auto=False).bench_options())  # type: ignore[arg-type]
     assert "--flush-auto" not in CliRunner().invoke(main, ["bench", "--help"]).output
+
+
+def test_gemm_only_and_a_node_suite_contradict_each_other() -> None:
+    result = CliRunner().invoke(main, ["bench", "--gemm-only", "--suite", "node"])
+    assert result.exit_code == 2
+    assert "--gemm-only and --suite node contradict each other" in result.output

@@ -4,6 +4,9 @@ datasheet and against the price.
 An effective PFLOP-hour is one PFLOP/s of *measured* sustained matmul throughput for one
 hour: price per GPU-hour / (median per-GPU TFLOP/s / 1000). It ranks offers by what a
 training job gets for the money, where price per GPU-hour ranks them by the label.
+
+Beside it, the synchronous figure (fleet/analysis/sync.py): each GPU counted at its node's
+slowest GPU, which a data-parallel step waits for. Offers are ranked at the median.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
+from fleet.analysis.sync import synchronous_tflops
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class CostRow:
     currency: str | None
     prices_note: str | None  # why no price: none listed, or several currencies
     rank: int | None  # 1 = cheapest effective PFLOP-hour in its configuration and currency
+    # The median over the GPUs of their node's slowest GPU: what a data-parallel job gets.
+    sync_tflops: float | None = None
 
     @property
     def spread(self) -> float:
@@ -49,6 +55,13 @@ class CostRow:
         if self.price_per_gpu_hour is None or self.median_tflops <= 0:
             return None
         return self.price_per_gpu_hour / (self.median_tflops / 1000.0)
+
+    @property
+    def sync_cost_per_pflop_hour(self) -> float | None:
+        """What a PFLOP-hour costs a data-parallel job, each GPU at its node's slowest."""
+        if self.price_per_gpu_hour is None or not self.sync_tflops or self.sync_tflops <= 0:
+            return None
+        return self.price_per_gpu_hour / (self.sync_tflops / 1000.0)
 
 
 def _peaks(data: Dataset) -> dict[tuple[str, str], float]:
@@ -87,7 +100,8 @@ def cost_table(data: Dataset) -> list[CostRow]:
             currency = currencies.pop()
         rows.append(CostRow(config, provider, variant, len(gpus), len(hosts),
                             statistics.median(values), min(values), max(values),
-                            peaks.get((variant, config.dtype)), price, currency, note, None))
+                            peaks.get((variant, config.dtype)), price, currency, note, None,
+                            synchronous_tflops(gpus)))
     return _ranked(rows)
 
 

@@ -265,17 +265,23 @@ SHARED_REASON = ("measured in a run where another host answered with the same GP
 
 # Besides the fingerprint table's own columns, `Dataset.gpus` has these.
 GPU_FRAME_EXTRA = ("provider", "host", "collected_at", "software_stack")
+# Fingerprint columns the report never reads: each GPU's health counters are its own JSON
+# text (the energy counter alone differs on every card), which a frame of 80,000 GPUs
+# would decode and hold one by one; the verdict and its reasons are read.
+GPU_FRAME_UNREAD = ("health_counters",)
 
 
 def _no_gpus() -> pd.DataFrame:
-    return pd.DataFrame(columns=[*GPU_FRAME_EXTRA, *Fingerprint.__table__.columns.keys()])
+    return pd.DataFrame(columns=[*GPU_FRAME_EXTRA, *(
+        c.name for c in Fingerprint.__table__.columns if c.name not in GPU_FRAME_UNREAD)])
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: a frame has no single truth value
 class Dataset:
     """The report's data. `gpus` is the fleet as found: one row per GPU of each host's
     newest stored document in scope, with `provider`, `host`, `collected_at`, the
-    fingerprint table's columns by their names, and `software_stack` (the stack that
+    fingerprint table's columns by their names (but GPU_FRAME_UNREAD; a health verdict
+    is None where the agent read no counters), and `software_stack` (the stack that
     GPU's results in that document were measured on; missing when it had none); text
     that repeats (providers, variants, drivers...) is held as pandas categoricals.
     `datasheets` holds each variant's datasheet, as the agent's catalog gave it (none for
@@ -413,8 +419,9 @@ def _gpu_frame(engine: Engine, hosts: list[HostState], found: series.Read) -> pd
     # JSON as text, each distinct text decoded once: GPUs of a fleet repeat a handful of
     # capability verdicts and MIG layouts, and decoding one per row cost more than the
     # rest of the read.
-    json_columns = [c.name for c in f.columns if isinstance(c.type, JSON)]
-    columns = [cast(c, Text).label(c.name) if c.name in json_columns else c for c in f.columns]
+    read = [c for c in f.columns if c.name not in GPU_FRAME_UNREAD]
+    json_columns = [c.name for c in read if isinstance(c.type, JSON)]
+    columns = [cast(c, Text).label(c.name) if c.name in json_columns else c for c in read]
     with engine.connect() as conn:
         for chunk in in_chunks(ids):
             rows = conn.execute(select(*columns).where(f.c.document_id.in_(chunk)))
@@ -426,7 +433,8 @@ def _gpu_frame(engine: Engine, hosts: list[HostState], found: series.Read) -> pd
     gpus = pd.concat([c for c in chunks if not c.empty], ignore_index=True)
     for name in json_columns:
         decoded = {text: json.loads(text) for text in gpus[name].dropna().unique()}
-        gpus[name] = [None if text is None else decoded[text] for text in gpus[name]]
+        # pandas 3 holds a column of text and NULLs as strings and NaN.
+        gpus[name] = [decoded[text] if isinstance(text, str) else None for text in gpus[name]]
     for column in f.columns:
         if isinstance(column.type, Boolean):  # SQLite hands back 0 and 1
             values = gpus[column.name]

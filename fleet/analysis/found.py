@@ -3,8 +3,9 @@
 The report's other sections list hosts only where something is wrong; this one answers the
 title's question for every host: which variant, how many, on which driver and CUDA, with
 which power limit and range, clocks at most and under load, virtualization, MIG, ECC, PCIe
-and NVLink, and which settings the tenant may change. A host's GPUs that agree are one row;
-a GPU set up differently from the rest of its node is shown apart, with what differs.
+and NVLink, which settings the tenant may change, and each GPU's health verdict ("not
+read" where the agent read no counters). A host's GPUs that agree are one row; a GPU set
+up differently from the rest of its node is shown apart, with what differs.
 
     hosts = fleet_as_found(data.gpus, data.measures)
 
@@ -26,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from fleet.analysis.dataset import GpuMeasure
+from fleet.analysis.health import NOT_READ
 from fleet.words import power_limit
 
 # The settings a tenant may or may not change, in the order the agent assesses them.
@@ -68,6 +70,14 @@ class GpuSetup:
     load_sm_clock_mhz: float | None = None
     load_sm_clock_min_mhz: float | None = None
     load_sm_clock_max_mhz: float | None = None
+    # The agent's verdict (fleet/analysis/health.py); None: stored without health counters.
+    health: str | None = None
+
+    @property
+    def health_text(self) -> str:
+        """The verdict, "not read" where the agent read no counters: never healthy by
+        default."""
+        return self.health or NOT_READ
 
     @property
     def power(self) -> str:
@@ -148,6 +158,8 @@ COMPARED = (
     ("PCIe", ("pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max")),
     ("NVLink", ("nvlink_active", "nvlink_total")),
     ("tenant settings", ("tenant_may", "tenant_unknown")),
+    # The verdict only: reasons name counts that differ on every unwell card.
+    ("health", ("health",)),
 )
 _KEY_FIELDS = tuple(name for _, names in COMPARED for name in names)
 
@@ -230,7 +242,7 @@ _DIRECT = (
     ("pcie_gen", "pcie_gen_current", "int"), ("pcie_width", "pcie_width_current", "int"),
     ("pcie_gen_max", "pcie_gen_max", "int"), ("pcie_width_max", "pcie_width_max", "int"),
     ("nvlink_active", "nvlink_links_active", "int"),
-    ("nvlink_total", "nvlink_links_total", "int"),
+    ("nvlink_total", "nvlink_links_total", "int"), ("health", "health", "str"),
 )
 
 

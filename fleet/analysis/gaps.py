@@ -378,37 +378,72 @@ def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[
             if statistics.median(first.tflops) < statistics.median(second.tflops):
                 first, second = second, first
             pending.append((key, first, second))
-    raw = [rank_test(fast.tflops, slow.tflops) for _, fast, slow in pending]
+    verdicts = judge([(Sample(fast.tflops, fast.hosts), Sample(slow.tflops, slow.hosts))
+                      for _, fast, slow in pending], options)
+    return [Comparison(
+        config=key[0], within=key[1], group=key[2], faster=fast.gpus[0].provider,
+        slower=slow.gpus[0].provider, faster_gpus=len(fast.gpus), slower_gpus=len(slow.gpus),
+        faster_hosts=len(fast.hosts), slower_hosts=len(slow.hosts),
+        faster_median=v.faster_median, slower_median=v.slower_median, ratio=v.ratio,
+        ci_low=v.ci_low, ci_high=v.ci_high, p_value=v.p_value, p_adjusted=v.p_adjusted,
+        host_p_adjusted=v.host_p_adjusted, ranges_separate=v.ranges_separate,
+        systematic=v.systematic, differences=_explain(fast, slow))
+        for (key, fast, slow), v in zip(pending, verdicts, strict=True)]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One side of a comparison: each unit's figure (a GPU's median, a pair's copy, a
+    node's all-reduce) and the same figures by host, in any order."""
+
+    values: Sequence[float]
+    hosts: Sequence[Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the module's rule says of one (faster, slower) pair of samples."""
+
+    faster_median: float
+    slower_median: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_adjusted: float
+    host_p_adjusted: float | None
+    ranges_separate: bool
+    systematic: bool
+
+
+def judge(pairs: Sequence[tuple[Sample, Sample]], options: GapOptions) -> list[Verdict]:
+    """The rule of the module's docstring on each (faster, slower) pair, the pairs being
+    one family for Holm's correction: the matmul's comparisons are one, the node suite's
+    (fleet/analysis/node_gaps.py) another."""
+    raw = [rank_test(fast.values, slow.values) for fast, slow in pairs]
     adjusted = holm(raw)
     # The family for Holm is the comparisons the node-level test can judge (two hosts
     # a side or more): the others are never called, so they take no share of the 5%.
-    testable = [i for i, (_, fast, slow) in enumerate(pending)
+    testable = [i for i, (fast, slow) in enumerate(pairs)
                 if min(len(fast.hosts), len(slow.hosts)) >= 2]
-    host_adjusted: list[float | None] = [None] * len(pending)
-    for i, value in zip(testable, holm([host_test(pending[i][2].hosts, pending[i][1].hosts)
+    host_adjusted: list[float | None] = [None] * len(pairs)
+    for i, value in zip(testable, holm([host_test(pairs[i][1].hosts, pairs[i][0].hosts)
                                         for i in testable]), strict=True):
         host_adjusted[i] = value
     found = []
-    for (key, fast, slow), p, p_adj, host_p in zip(pending, raw, adjusted, host_adjusted,
-                                                   strict=True):
-        fast_median = statistics.median(fast.tflops)
-        slow_median = statistics.median(slow.tflops)
+    for (fast, slow), p, p_adj, host_p in zip(pairs, raw, adjusted, host_adjusted,
+                                              strict=True):
+        fast_median = statistics.median(fast.values)
+        slow_median = statistics.median(slow.values)
         ratio = slow_median / fast_median
         nodes = min(len(fast.hosts), len(slow.hosts))
         if nodes >= 2:
             low, high = cluster_ratio_interval(slow.hosts, fast.hosts, options)
         else:  # shown for what it is worth; never called systematic
-            low, high = ratio_interval(slow.tflops, fast.tflops, options)
+            low, high = ratio_interval(slow.values, fast.values, options)
         systematic = (nodes >= options.min_hosts and high < 1.0
                       and 1.0 - ratio >= options.threshold and p_adj < options.significance
                       and host_p is not None and host_p < options.significance)
-        found.append(Comparison(
-            config=key[0], within=key[1], group=key[2], faster=fast.gpus[0].provider,
-            slower=slow.gpus[0].provider, faster_gpus=len(fast.gpus),
-            slower_gpus=len(slow.gpus), faster_hosts=len(fast.hosts),
-            slower_hosts=len(slow.hosts), faster_median=fast_median,
-            slower_median=slow_median, ratio=ratio, ci_low=low, ci_high=high, p_value=p,
-            p_adjusted=p_adj, host_p_adjusted=host_p,
-            ranges_separate=max(slow.tflops) < min(fast.tflops), systematic=systematic,
-            differences=_explain(fast, slow)))
+        found.append(Verdict(fast_median, slow_median, ratio, low, high, p, p_adj, host_p,
+                             max(slow.values) < min(fast.values), systematic))
     return found

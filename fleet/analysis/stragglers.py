@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
@@ -61,6 +62,19 @@ class Straggler:
                 "deviations of theirs)")
 
 
+def below_others(value: float, others: Sequence[float], threshold: float, sigmas: float,
+                 floor: float = SIGMA_FLOOR) -> tuple[bool, float, float]:
+    """Whether `value` is at least `threshold` (relative) and more than `sigmas` robust
+    standard deviations below the median of `others`; with that median and that sigma
+    (1.4826 x their median absolute deviation, at least `floor` x the median). The rule
+    of the module's docstring, which the node suite's outliers share."""
+    centre = statistics.median(others)
+    mad = statistics.median(abs(v - centre) for v in others)
+    sigma = max(MAD_TO_SIGMA * mad, floor * centre)
+    return (value <= (1.0 - threshold) * centre and centre - value > sigmas * sigma,
+            centre, sigma)
+
+
 def find_stragglers(data: Dataset, options: StragglerOptions | None = None) -> list[Straggler]:
     """Every GPU slower than the other GPUs of its node by the options' margins."""
     options = options or StragglerOptions()
@@ -72,12 +86,10 @@ def find_stragglers(data: Dataset, options: StragglerOptions | None = None) -> l
         if len(gpus) < options.min_gpus:
             continue
         for gpu in gpus:
-            others = [g.tflops for g in gpus if g is not gpu]
-            centre = statistics.median(others)
-            mad = statistics.median(abs(v - centre) for v in others)
-            sigma = max(MAD_TO_SIGMA * mad, SIGMA_FLOOR * centre)
-            if (gpu.tflops <= (1.0 - options.threshold) * centre
-                    and centre - gpu.tflops > options.sigmas * sigma):
+            below, centre, sigma = below_others(gpu.tflops, [g.tflops for g in gpus
+                                                             if g is not gpu],
+                                                options.threshold, options.sigmas)
+            if below:
                 found.append(Straggler(gpu.provider, gpu.host, gpu.gpu_index, gpu.variant,
                                        config, gpu.tflops, centre, len(gpus), sigma))
     return found

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from fleet.document import AgentDocument, BenchmarkResult, Gpu
+from fleet.document import AgentDocument, BenchmarkResult, Gpu, Health
 from fleet.sanitize import safe
 from fleet.words import power_limit
 
@@ -138,6 +138,54 @@ def evidence_lines(document: AgentDocument) -> Text:
     return text
 
 
+HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "failing": "red", "unknown": "yellow"}
+
+
+def _repairs(health: Health) -> str:
+    rows, pages = health.remapped_rows, health.retired_pages
+    if rows is not None:
+        flags = (", pending" if rows.pending else "") + (", FAILED" if rows.failure else "")
+        return f"rows {rows.correctable}+{rows.uncorrectable}{flags}"
+    if pages is not None:
+        return (f"pages {_v(pages.single_bit)}+{_v(pages.double_bit)}"
+                + (", pending" if pages.pending else ""))
+    return "-"
+
+
+def health_table(document: AgentDocument) -> Table:
+    """Per GPU, the health verdict and the counters it rests on; the reasons go below it."""
+    table = Table(title="Health (agent/health.py: RULE)")
+    for column in ("#", "verdict", "uncorr. ECC boot/life", "repairs corr+unc", "replays",
+                   "Xid"):
+        table.add_column(column, overflow="fold")
+    for gpu in document.gpus:
+        h = gpu.health
+        if h is None:
+            table.add_row(_t(str(gpu.index)), _t("-"), "", "", "", "")
+            continue
+        ecc = ("-" if h.ecc is None else
+               f"{_v(h.ecc.uncorrected_volatile)}/{_v(h.ecc.uncorrected_aggregate)}")
+        rise = "" if h.pcie_replays_during_run is None else f" (+{h.pcie_replays_during_run})"
+        xid = "-" if h.xid is None or not h.xid.readable else str(len(h.xid.events))
+        table.add_row(_t(str(gpu.index)), _t(h.verdict, style=HEALTH_STYLE[h.verdict]),
+                      _t(ecc), _t(_repairs(h)), _t(f"{_v(h.pcie_replays)}{rise}"), _t(xid))
+    return table
+
+
+def health_lines(document: AgentDocument) -> Text:
+    """The reasons behind each verdict that is not healthy, one line each."""
+    text = Text()
+    for gpu in document.gpus:
+        h = gpu.health
+        if h is None:
+            continue
+        for reason in h.reasons:
+            text.append(f"GPU {gpu.index} {h.verdict}: ", style=HEALTH_STYLE[h.verdict])
+            text.append(safe(reason) + "\n")
+    text.rstrip()
+    return text
+
+
 def render_fingerprint(document: AgentDocument, verbose: bool = False) -> Group:
     """The fingerprint as the terminal shows it; `verbose` adds the evidence."""
     parts: list[Table | Text] = [host_line(document)]
@@ -146,6 +194,8 @@ def render_fingerprint(document: AgentDocument, verbose: bool = False) -> Group:
                           style="yellow"))
     else:
         parts += [gpu_table(document), config_table(document), capability_table(document)]
+        if any(gpu.health is not None for gpu in document.gpus):
+            parts += [health_table(document), health_lines(document)]
         if verbose:
             parts.append(evidence_lines(document))
         else:
@@ -252,6 +302,10 @@ def print_bench(console: Console, document: AgentDocument) -> None:
     console.print(host_line(document))
     if document.benchmarks:
         console.print(bench_table(document))
+    if document.node:
+        from fleet.cli.node_listing import document_records, node_tables
+
+        console.print(node_tables(document_records(document)))
     for failure in document.errors:
         console.print(_t(f"error ({failure.stage}): {failure.message}", style="red"))
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from fleet.cli.display import print_bench, print_fingerprint
 from fleet.cli.options import HarnessArgs, err_console, harness_options, reports_errors
 from fleet.document import document_schema
+from fleet.errors import InputError
 from fleet.probe.local import bench as run_bench
 from fleet.probe.local import fingerprint as run_fingerprint
 
@@ -70,10 +71,13 @@ def fingerprint(
 
 @click.command()
 @harness_options
+@click.option("--suite", type=click.Choice(["all", "gemm", "node"]),
+              help="all (the default): the matmul, then the node suite; gemm: the matmul "
+                   "alone (as --gemm-only); node: the node suite alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole document as JSON.")
 @reports_errors
-def bench(as_json: bool, **harness: Any) -> None:
-    """Run the standard matmul harness on this machine's GPUs.
+def bench(as_json: bool, suite: str | None, **harness: Any) -> None:
+    """Run the standard matmul harness, then the node suite, on this machine's GPUs.
 
     Checks the product against float64 on every GPU, then loads them all at once,
     continuously, until throughput and temperature have stopped moving over 30 s (the
@@ -86,15 +90,27 @@ def bench(as_json: bool, **harness: Any) -> None:
     load, the conditions (power-capped, thermal, contended, not soaked) and the share of
     the datasheet peak. About 1-2 minutes a node (62-122 s on the lent cards).
 
+    Then the node suite: each GPU's memory bandwidth (a 1 GiB device copy, bytes read
+    plus written) and host link (256 MiB host to device and back, pinned and pageable,
+    with the PCIe link as it ran), each pair's copy one way and both ways at once with
+    peer access and NVML's path, and the node's all-reduce (NCCL, one process per GPU,
+    16 MiB to 1 GiB, bus bandwidth as nccl-tests reports it), each beside its datasheet
+    figure. Figures are medians of 10 repeats timed with CUDA events (20 for the
+    all-reduce).
+
     \b
     Examples:
-      fleet bench                         # 8192^3 bf16, every GPU at once, soaked
-      fleet bench --quick                 # the cool-start figure, under 20 s a GPU
+      fleet bench                         # 8192^3 bf16, every GPU at once, soaked; node
+      fleet bench --suite node            # memory, host links, pairs, all-reduce alone
+      fleet bench --gemm-only --quick     # the cool-start matmul figure alone
       fleet bench --sequential --gpus 0   # one GPU alone
       fleet bench --pause-ms 50           # burst figure, beside the sustained one
       fleet bench --dtype fp32 --size 4096
     """
-    options = HarnessArgs(**harness).bench_options()
+    args = HarnessArgs(**harness)
+    if suite is not None and args.gemm_only and suite != "gemm":
+        raise InputError(f"--gemm-only and --suite {suite} contradict each other: give one")
+    options = args.bench_options(suite)
     progress = None if as_json else (
         lambda event: err_console.print(f"[dim]{event['message']}[/dim]", highlight=False))
     document = run_bench(options, progress)

@@ -115,6 +115,10 @@ HARNESS_OPTIONS = (
                  help="Lock the SM clock for the run (changes a GPU setting, needs root; "
                       "reset afterwards, and results are marked locked)."),
     click.option("--cpu", is_flag=True, help="Run the harness on the CPU (a smoke test)."),
+    click.option("--gemm-only", is_flag=True,
+                 help="The matmul alone: skip the node suite that follows it (each GPU's "
+                      "memory and host link, each pair's copies, the node's all-reduce; "
+                      "10-45 s a node)."),
 )
 
 
@@ -147,8 +151,9 @@ class HarnessArgs:
     max_total_s: float | None
     lock_clocks: int | None
     cpu: bool
+    gemm_only: bool
 
-    def bench_options(self) -> BenchOptions:
+    def bench_options(self, suite: str | None = None) -> BenchOptions:
         """What the harness is asked to run; contradicting flush choices are refused."""
         given = [flag for flag, on in (("--warm-l2", self.warm_l2),
                                        ("--flush-always", self.flush_always),
@@ -164,7 +169,8 @@ class HarnessArgs:
             soak_cap_s=self.soak_cap_s, warm_l2=self.warm_l2,
             flush_always=self.flush_always, sequential=self.sequential, gpus=self.gpus,
             measure_s=self.measure_s, max_warmup_s=self.max_warmup_s,
-            max_total_s=self.max_total_s, lock_clocks_mhz=self.lock_clocks, cpu=self.cpu)
+            max_total_s=self.max_total_s, lock_clocks_mhz=self.lock_clocks, cpu=self.cpu,
+            suite=suite or ("gemm" if self.gemm_only else "all"))
 
 
 _HARNESS_NAMES = frozenset(f.name for f in fields(HarnessArgs))

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet.api import Store
+from fleet.cli.node_listing import NODE_KINDS, NodeQuery, show_node_results
 from fleet.cli.options import db_option, err_console, note_created, reports_errors
 from fleet.errors import InputError
 from fleet.store.ingest import Outcome
@@ -401,6 +402,12 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
                    '--stack "cuBLAS 13.0" or --stack "torch 2.13".')
 @click.option("--summary", is_flag=True,
               help="Per provider and variant: median of per-GPU medians, GPU count and range.")
+@click.option("--node", is_flag=True,
+              help="The node suite's figures instead of the matmul: each GPU's memory and "
+                   "host link, each pair's copies, the node's all-reduce, in GB/s beside "
+                   "the datasheet.")
+@click.option("--kind", type=click.Choice(NODE_KINDS), multiple=True,
+              help="With --node: only figures of this kind (repeat for several).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @click.option("--limit", type=click.IntRange(min=0),
@@ -410,7 +417,7 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
 @reports_errors
 def results(provider: str | None, variant: str | None, host: str | None,
             since: dt.datetime | None, sweep: str | None, stack: str | None, summary: bool,
-            as_csv: bool,
+            node: bool, kind: tuple[str, ...], as_csv: bool,
             as_json: bool, limit: int | None, db: str | None) -> None:
     """Show stored benchmark results, filtered, as a table, CSV or JSON.
 
@@ -419,15 +426,34 @@ def results(provider: str | None, variant: str | None, host: str | None,
     cool-start one (--quick, burst, or any older harness) only its figure. The summary
     keeps thermal states, harness versions and software stacks apart.
 
+    With --node, the node suite's figures, a table per node: a GPU's memory copy (bytes read
+    plus written), its host link each way from pinned and pageable memory, each pair's
+    copy one way and both ways at once, and the node's all-reduce as bus bandwidth
+    (nccl-tests' busbw); each beside its datasheet figure and the share of it reached.
+    CSV and JSON carry every column of `fleet.Store().node_results()`.
+
     \b
     Examples:
       fleet results --provider lambda --since 2026-11-01
       fleet results --variant "H100 SXM5 80GB" --summary
       fleet results --stack "cuBLAS 13.0" --summary
       fleet results --sweep nightly --csv > nightly.csv
+      fleet results --node --host gpu-01 --kind peer_copy --kind allreduce
     """
     if as_csv and as_json:
         raise click.UsageError("give --csv or --json, not both")
+    if kind and not node:
+        raise click.UsageError("--kind chooses among the node suite's figures: give --node "
+                               "too")
+    if node:
+        if summary:
+            raise click.UsageError("--summary is for the matmul's results; --node lists "
+                                   "each figure (fleet.Store().node_results() to group them)")
+        show_node_results(
+            NodeQuery(provider, variant, host, _since(since), sweep, stack, kind),
+            "csv" if as_csv else "json" if as_json else "table",
+            TABLE_LIMIT if limit is None and not (as_csv or as_json) else limit, db)
+        return
     machine = as_csv or as_json
     if limit is None and not machine:
         limit = TABLE_LIMIT

@@ -46,6 +46,7 @@ def print_findings(console: Console, findings: Findings, nights: int) -> None:
         ("regression", [r.describe() + ("" if r.new else " [lasting]")
                         for r in findings.regressions]),
         ("change", [c.describe() for c in findings.changes]),
+        ("health", [h.describe() for h in findings.health]),
         ("new mismatch", [m.describe() for m in findings.mismatches]),
         ("host gone", list(findings.gone)),
         ("host new", list(findings.new)),
@@ -97,8 +98,9 @@ class SweepArgs:
                    "Default: $FLEET_BROKER (which keeps a password off the command line).")
 @click.option("--fail-on", "fail_on", default="", metavar="KINDS",
               help=f"Exit 6 when tonight shows any of these: {','.join(FAIL_KINDS)} "
-                   "(a regression counts the night it begins), or gap, cooling, duplicate, "
-                   "straggler, drift in tonight's report.")
+                   "(a regression counts the night it begins; health, a verdict changed or "
+                   "a health counter rose), or gap, cooling, duplicate, straggler, drift, "
+                   "health (a GPU not healthy) in tonight's report.")
 @db_option
 @probe_options(via_local=" (--via local; under --via celery each `fleet worker` decides)")
 @click.option("--queue-timeout", type=click.FloatRange(1, 86400), default=60.0,
@@ -123,7 +125,8 @@ def sweep_command(args: SweepArgs) -> None:
 
     Reports, against the sweep's earlier nights: GPUs slower than their own past beyond
     their own noise (regressions), configuration changes (driver, power limit, variant,
-    ...), new mismatches with the listing, hosts gone and new. One sweep of a name into a
+    ...), health news (a verdict changed, ECC errors or remapped rows rose), new
+    mismatches with the listing, hosts gone and new. One sweep of a name into a
     store runs at a time; a killed one, or one whose hosts no Celery worker took, is
     continued with --resume. --via celery needs a PostgreSQL --db. Exit status: 0, 3 some
     hosts failed, 5 another sweep holds the lock, 6 a --fail-on kind was found, 130

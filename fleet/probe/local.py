@@ -29,6 +29,11 @@ QUICK_TIMEOUT_PER_GPU_S = 120.0
 # correctness gate, and the untimed tail while the node's last GPU measures.
 SOAK_MARGIN_S = 90.0
 SOAK_MARGIN_PER_GPU_S = 30.0
+# The node suite's budget is 20 s for one GPU and 45 s for eight (issue #32); the timeout
+# leaves room for a slow host, and for the all-reduce's own 120-s guard (agent/node.py)
+# to fire first.
+NODE_SUITE_S = 150.0
+NODE_SUITE_PER_GPU_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,15 @@ class BenchOptions:
     max_total_s: float | None = None
     lock_clocks_mhz: int | None = None
     cpu: bool = False
+    # "all": the matmul, then the node suite (memory, host links, GPU pairs, all-reduce);
+    # "gemm": the matmul alone (--gemm-only); "node": the node suite alone.
+    suite: str = "all"
 
     def agent_args(self) -> list[str]:
         """The agent's command-line options for this benchmark."""
         args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k)]
+        if self.suite != "all":
+            args += ["--suite", self.suite]
         for flag, value in (("--measure-s", self.measure_s),
                             ("--max-warmup-s", self.max_warmup_s),
                             ("--max-total-s", self.max_total_s)):
@@ -92,7 +102,14 @@ class BenchOptions:
     def timeout_s(self, gpus: int) -> float:
         """How long the benchmark may take on a host of `gpus` GPUs, beyond fingerprinting:
         a soak loads every GPU of the node at once, so it costs one soak a node (one a
-        GPU with --sequential), where a quick run costs its seconds a GPU."""
+        GPU with --sequential), where a quick run costs its seconds a GPU; the node suite
+        adds its own (NODE_SUITE_S, NODE_SUITE_PER_GPU_S)."""
+        node = 0.0 if self.suite == "gemm" else NODE_SUITE_S + NODE_SUITE_PER_GPU_S * gpus
+        if self.suite == "node":
+            return node
+        return node + self._gemm_timeout_s(gpus)
+
+    def _gemm_timeout_s(self, gpus: int) -> float:
         if not self.soaked:
             return QUICK_TIMEOUT_PER_GPU_S * gpus
         cap = self.soak_cap_s if self.soak_cap_s is not None else soak.CAP_S

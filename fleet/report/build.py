@@ -41,14 +41,16 @@ from fleet.analysis.dataset import (
 from fleet.analysis.drift import Drift, find_drift
 from fleet.analysis.found import FoundHost, fleet_as_found
 from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
+from fleet.analysis.health import FleetHealth, fleet_health, told_elsewhere
 from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.report.charts import Chart, provider_charts
+from fleet.report.node import NodeOptions, NodeSection, node_section
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
-                 "duplicate")
+                 "duplicate", "health", "hostlink", "peer")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class ReportOptions:
     # Compare results of different software stacks as one configuration, each GPU's
     # stack then listed among what differs (`fleet report --across-stacks`).
     across_stacks: bool = False
+    node: NodeOptions = field(default_factory=NodeOptions)  # the node suite's rules
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,9 @@ class Report:
     variants: tuple[str, ...]
     history: History | None = None  # with --sweep: the sweep's nights
     found: tuple[FoundHost, ...] = ()  # every host's GPUs as found, by provider and host
+    health: FleetHealth = field(default_factory=FleetHealth)  # of the GPUs as found
+    # The node suite's figures as found, its findings, and each node's synchronous figure.
+    node: NodeSection = field(default_factory=NodeSection)
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -137,10 +143,14 @@ class Report:
 
     def counts(self) -> dict[str, int]:
         """Findings per kind, as `--fail-on` reads them."""
-        return {"mismatch": len(self.mismatches) + len(self.mixed), "gap": len(self.gaps),
+        node = self.node.counts()
+        return {"mismatch": len(self.mismatches) + len(self.mixed),
+                "gap": len(self.gaps) + node["gap"],
                 "cooling": len(self.cooling_findings), "drift": len(self.drift),
-                "straggler": len(self.stragglers), "regression": self.regressions,
-                "duplicate": len(self.shared)}
+                "straggler": len(self.stragglers) + node["straggler"],
+                "regression": self.regressions, "duplicate": len(self.shared),
+                "health": self.health.findings, "hostlink": node["hostlink"],
+                "peer": node["peer"]}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -258,6 +268,13 @@ def _duplicates(shared: tuple[SharedHosts, ...], anonymized: bool) -> list[Findi
     return found
 
 
+def _health(health: FleetHealth) -> list[Finding]:
+    found = [Finding("health", g.provider, f"{g.host} GPU {g.gpu_index} ({g.variant}) is "
+                     f"{g.verdict}", g.evidence) for g in health.unwell]
+    found += [Finding("health", u.provider, u.title, u.evidence) for u in health.unknown]
+    return found
+
+
 def _watts(text: str) -> float:
     return float(text.removesuffix(" W"))
 
@@ -316,6 +333,10 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                        | {f.provider for f in data.failures})
     variants = sorted({m.variant for m in data.measures} | {
         d.variant for d in drift})
+    node = node_section(engine, data, options.gaps, options.node)
+    health = told_elsewhere(fleet_health(data.gpus), {
+        (issue.provider, issue.host, gpu) for issue in node.host_links
+        if issue.problem == "below maximum" for gpu in issue.gpus})
     return Report(
         generated_at=now or dt.datetime.now(dt.UTC), store=store,
         scope=data.scope.describe() + ("; software stacks compared as one"
@@ -328,13 +349,16 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         gpus_measured=len({m.gpu for m in data.measures}),
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
         headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
-        dispute=tuple(_duplicates(data.shared, options.anonymize)
+        # A failing card is to be replaced before its speed matters: health comes early.
+        dispute=tuple(_duplicates(data.shared, options.anonymize) + _health(health)
                       + _dispute(mismatches, mixed, gaps,
-                                 [c for c in cooling if c.called], stragglers, drift)),
+                                 [c for c in cooling if c.called], stragglers, drift)
+                      + [Finding(*found) for found in node.findings()]),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
         charts=tuple(provider_charts(data, stragglers)), failures=data.failures,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
-        history=history, found=tuple(fleet_as_found(data.gpus, data.measures)))
+        history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
+        health=health, node=node)

@@ -40,7 +40,7 @@ class Event:
 
     run_id: int
     started_at: dt.datetime
-    kind: str  # regression, change, mismatch, gone, new
+    kind: str  # regression, change, health, mismatch, gone, new
     provider: str
     text: str
 
@@ -119,6 +119,7 @@ def _events(findings: list[Findings]) -> list[Event]:
         events += [Event(*at, "regression", r.provider, r.describe())
                    for r in night.new_regressions]
         events += _changes(night, at)
+        events += [Event(*at, "health", h.provider, h.describe()) for h in night.health]
         events += [Event(*at, "mismatch", m.provider, m.describe()) for m in night.mismatches]
         events += [Event(*at, "gone", key.split("/")[0], f"{key}: not in tonight's sweep")
                    for key in night.gone]

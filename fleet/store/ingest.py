@@ -33,7 +33,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
 from fleet import __version__
-from fleet.document import AgentDocument, BenchmarkResult, Gpu, parse_document
+from fleet.document import (
+    AgentDocument,
+    BenchmarkResult,
+    Gpu,
+    Health,
+    NodeResult,
+    parse_document,
+)
 from fleet.errors import AgentError, InputError
 from fleet.events import MAX_LINE, read_events
 from fleet.store import models
@@ -116,6 +123,8 @@ class Prepared:
     fingerprints: tuple[dict[str, Any], ...]  # without document_id, gpu_id, run and host
     benchmarks: tuple[dict[str, Any], ...]  # without the ids and collected_at
     errors: tuple[dict[str, Any], ...]  # stage, gpu_index, message
+    # The node suite's figures, without the ids and collected_at; none before the suite.
+    node_results: tuple[dict[str, Any], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -248,6 +257,8 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
     found: dict[int, str | None] = {index: gpu.uuid for index, gpu in gpus.items()}
     for result in document.benchmarks:
         found.setdefault(result.gpu_index, result.gpu_uuid)
+    if document.node:
+        _check_node(document, gpus, uuids, found, origin)
     content_hash = hashlib.sha256(text).hexdigest()
     return Prepared(
         content_hash=content_hash,
@@ -265,7 +276,8 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
         benchmarks=tuple(_benchmark_row(result, gpus.get(result.gpu_index))
                          for result in document.benchmarks),
         errors=tuple({"stage": error.stage, "gpu_index": error.gpu, "message": error.message}
-                     for error in document.errors))
+                     for error in document.errors),
+        node_results=tuple(_node_row(result, gpus) for result in document.node))
 
 
 def variant_of(gpu: Gpu) -> str:
@@ -520,6 +532,14 @@ class Ingest:
                 fast.benchmark.many(cursor, results)
                 fast.series.many(cursor, fast.series.rows(results,
                                                           epoch_us(prepared.collected_at)))
+            if prepared.node_results:
+                fast.node.many(cursor, [dict(
+                    row, document_id=document_id, provider_id=provider_id, host_id=host_id,
+                    probe_run_id=run_id, collected_at=collected_at,
+                    gpu_id=None if row["gpu_index"] is None else gpu_ids[row["gpu_index"]],
+                    peer_gpu_id=None if row["peer_index"] is None
+                    else gpu_ids[row["peer_index"]])
+                    for row in prepared.node_results])
             if prepared.errors:
                 fast.error.many(cursor, [dict(
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,
@@ -625,7 +645,41 @@ def _fingerprint_row(gpu: Gpu) -> dict[str, Any]:
         "mig_devices": to_json([m.profile or m.name or "?" for m in gpu.mig_devices]),
         "vgpu_profile": None if variant.vgpu_profile is None else variant.vgpu_profile.profile,
         "capabilities": to_json({name: cap.verdict for name, cap in gpu.capabilities}),
+        **_health_columns(gpu.health),
     }
+
+
+def _health_columns(health: Health | None) -> dict[str, Any]:
+    """The verdict, its reasons and its counters; NULL for an agent that read none."""
+    if health is None:
+        return {"health": None, "health_reasons": None, "health_counters": None}
+    return {"health": health.verdict, "health_reasons": to_json(list(health.reasons)),
+            "health_counters": to_json(health_counters(health))}
+
+
+def health_counters(health: Health) -> dict[str, int | bool]:
+    """The counters a sweep compares night to night (fleet/sweep/history.py), flat and
+    named as stored: those the driver did not give are left out, and so are the Xid
+    lines, which are text for a reader and would make every row a few KiB."""
+    counters: dict[str, int | bool | None] = {"pcie_replays": health.pcie_replays,
+                                              "energy_mj": health.energy_mj}
+    ecc = health.ecc
+    if ecc is not None:
+        counters.update(ecc_corrected_volatile=ecc.corrected_volatile,
+                        ecc_uncorrected_volatile=ecc.uncorrected_volatile,
+                        ecc_corrected_aggregate=ecc.corrected_aggregate,
+                        ecc_uncorrected_aggregate=ecc.uncorrected_aggregate)
+    rows = health.remapped_rows
+    if rows is not None:
+        counters.update(remapped_correctable=rows.correctable,
+                        remapped_uncorrectable=rows.uncorrectable,
+                        remapped_pending=rows.pending, remapped_failure=rows.failure)
+    pages = health.retired_pages
+    if pages is not None:
+        counters.update(retired_single_bit=pages.single_bit,
+                        retired_double_bit=pages.double_bit, retired_pending=pages.pending)
+    counters.update({f"throttle_{reason}_ns": ns for reason, ns in health.throttle_ns.items()})
+    return {name: value for name, value in counters.items() if value is not None}
 
 
 def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
@@ -681,4 +735,55 @@ def _soak_columns(result: BenchmarkResult) -> dict[str, Any]:
         "first_20s_tflops": None if soak is None else soak.first_20s_tflops,
         "soak_drop": None if soak is None else soak.drop,
         "soak_curve": pack_rows(soak.curve if soak is not None else [], SOAK_CURVE_WIDTH),
+    }
+
+
+def _check_node(document: AgentDocument, gpus: dict[int, Gpu], uuids: dict[str, int],
+                found: dict[int, str | None], origin: str) -> None:
+    """The node results' GPUs agree with the document's, as its benchmarks' must; each
+    GPU they name gets an identity (`found`), so that its figures follow the card as its
+    results do."""
+    for i, result in enumerate(document.node):
+        for at, index, uuid in (("gpu", result.gpu_index, result.gpu_uuid),
+                                ("peer", result.peer_index, result.peer_uuid)):
+            if index is None or uuid is None:
+                continue
+            known = gpus.get(index)
+            if known is not None and known.uuid is not None and known.uuid != uuid:
+                raise _reject(origin, f"node.{i}.{at}_uuid: {uuid!r} is not the UUID of "
+                                      f"GPU {index} ({known.uuid!r})")
+            if uuids.get(uuid, index) != index:
+                raise _reject(origin, f"node.{i}.{at}_index: {uuid!r} is GPU "
+                                      f"{uuids[uuid]}, not {index}")
+        for index, uuid in ((result.gpu_index, result.gpu_uuid),
+                            (result.peer_index, result.peer_uuid)):
+            if index is not None:
+                found.setdefault(index, uuid)
+
+
+def _node_row(result: NodeResult, gpus: dict[int, Gpu]) -> dict[str, Any]:
+    # The all-reduce is the node's: it goes with the node's first GPU's variant.
+    gpu = (gpus.get(result.gpu_index) if result.gpu_index is not None
+           else gpus[min(gpus)] if gpus else None)
+    stats, link = result.stats, result.link
+    low, high = stats.ci95_gbs if stats.ci95_gbs is not None else (None, None)
+    return {
+        "variant": "unknown: not fingerprinted" if gpu is None else variant_of(gpu),
+        "gpu_index": result.gpu_index, "peer_index": result.peer_index,
+        "suite_version": result.suite_version, "kind": result.kind,
+        "direction": result.direction, "memory": result.memory,
+        "size_bytes": result.size_bytes, "gpus_in_run": result.gpus_in_run,
+        "backend": result.backend, "dtype": result.dtype,
+        "gbs": result.gbs, "algbw_gbs": result.algbw_gbs,
+        "runs": stats.runs, "min_gbs": stats.min_gbs, "max_gbs": stats.max_gbs,
+        "cv": stats.cv, "ci95_low_gbs": low, "ci95_high_gbs": high,
+        "peer_access": result.peer_access, "topology": result.topology,
+        "link_gen": None if link is None else link.gen,
+        "link_width": None if link is None else link.width,
+        "link_gen_max": None if link is None else link.gen_max,
+        "link_width_max": None if link is None else link.width_max,
+        "datasheet_gbs": result.datasheet_gbs, "datasheet_source": result.datasheet_source,
+        "torch_version": result.torch_version,
+        "cuda_runtime_version": result.cuda_runtime_version,
+        "nccl_version": result.nccl_version, "wall_s": result.wall_s,
     }

@@ -285,6 +285,11 @@ class Fingerprint(Base):
     host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
     # {"application_clocks": "no", "power_limit": "unknown", ...}: may the tenant change it.
     capabilities: Mapped[dict[str, Any]]
+    # The GPU's health verdict (agent/health.py), the reasons that decided it, and the
+    # counters it was drawn from (0011); NULL where the agent did not read them.
+    health: Mapped[str | None] = mapped_column(String(16))
+    health_reasons: Mapped[list[str] | None] = mapped_column(Json)
+    health_counters: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
 
 SUMMARY_INDEX = "ix_benchmark_result_summary"
@@ -430,6 +435,58 @@ class ResultSeries(Base):
     # series.ELEMENT records, one per result, in the order they were stored (its count:
     # length(packed) / series.ELEMENT.itemsize).
     packed: Mapped[bytes]
+
+
+class NodeResult(Base):
+    """One figure of the node suite (agent/node.py): a GPU's memory or host-link copy, a
+    pair's copy, or the node's all-reduce, with the configuration it is compared within
+    (kind, size, direction, pinned or pageable, GPU count, software stack) as columns."""
+
+    __tablename__ = "node_result"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), index=True)
+    provider_id: Mapped[int] = mapped_column(ForeignKey("provider.id"))
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"), index=True)
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"), index=True)
+    collected_at: Mapped[dt.datetime]
+    # The GPU (per-GPU kinds; a pair's source) and the pair's destination; NULL for the
+    # node's all-reduce, or a GPU the document gave no identity.
+    gpu_id: Mapped[int | None] = mapped_column(ForeignKey("gpu.id"))
+    peer_gpu_id: Mapped[int | None] = mapped_column(ForeignKey("gpu.id"))
+    # The variant of the GPU (of the node's first GPU for the all-reduce).
+    variant: Mapped[str] = mapped_column(String(160))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    peer_index: Mapped[int | None] = mapped_column(Integer)
+    suite_version: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(32))
+    direction: Mapped[str | None] = mapped_column(String(16))
+    memory: Mapped[str | None] = mapped_column(String(16))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus_in_run: Mapped[int] = mapped_column(Integer)
+    backend: Mapped[str] = mapped_column(String(32))
+    dtype: Mapped[str | None] = mapped_column(String(16))
+    # The median GB/s of the repeats; the all-reduce's bus bandwidth.
+    gbs: Mapped[float] = mapped_column(Float)
+    algbw_gbs: Mapped[float | None] = mapped_column(Float)
+    runs: Mapped[int] = mapped_column(Integer)
+    min_gbs: Mapped[float] = mapped_column(Float)
+    max_gbs: Mapped[float] = mapped_column(Float)
+    cv: Mapped[float] = mapped_column(Float)
+    ci95_low_gbs: Mapped[float | None] = mapped_column(Float)
+    ci95_high_gbs: Mapped[float | None] = mapped_column(Float)
+    peer_access: Mapped[bool | None] = mapped_column(Boolean)
+    topology: Mapped[str | None] = mapped_column(String(32))
+    link_gen: Mapped[int | None] = mapped_column(Integer)
+    link_width: Mapped[int | None] = mapped_column(Integer)
+    link_gen_max: Mapped[int | None] = mapped_column(Integer)
+    link_width_max: Mapped[int | None] = mapped_column(Integer)
+    datasheet_gbs: Mapped[float | None] = mapped_column(Float)
+    datasheet_source: Mapped[str | None] = mapped_column(String(512))
+    torch_version: Mapped[str | None] = mapped_column(String(128))
+    cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
+    nccl_version: Mapped[str | None] = mapped_column(String(128))
+    wall_s: Mapped[float] = mapped_column(Float)
 
 
 class HostError(Base):

@@ -5,7 +5,9 @@ in benchmark_result (samples_ms, telemetry_series: ~1.5 KiB per 200-sample resul
 again as JSON in the document kept whole (about half of an 8-GPU document's 66 KiB;
 bench/RESULTS.md, Store). They are read only to look into one night's measurement; the
 median, interval, CV, clocks and flags stay and keep serving every report and comparison
-with history. Both copies are emptied, the document marked `samples_pruned_at`.
+with history. Both copies are emptied, the document marked `samples_pruned_at`. The node
+suite's figures keep their samples only in the document (node_result holds the median,
+range, CV and interval), about 1,000 numbers for an 8-GPU node; those go with the rest.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, func, or_, select, update
+from sqlalchemy import Connection, Engine, exists, func, or_, select, update
 
 from fleet.errors import InputError
 from fleet.store.database import WRITES
-from fleet.store.models import BenchmarkResult, Document
+from fleet.store.models import BenchmarkResult, Document, NodeResult
 
 BATCH = 200  # documents rewritten per transaction
 
@@ -56,7 +58,11 @@ def prune_samples(engine: Engine, keep_days: int, now: dt.datetime | None = None
 def _without_samples(body: dict[str, Any]) -> dict[str, Any]:
     benchmarks = [{**result, "samples_ms": [], "telemetry_series": []}
                   for result in body.get("benchmarks", [])]
-    return {**body, "benchmarks": benchmarks}
+    pruned = {**body, "benchmarks": benchmarks}
+    if "node" in body:  # documents before the node suite have no such key, nor get one
+        pruned["node"] = [{**result, "stats": {**result["stats"], "samples_gbs": []}}
+                          for result in body["node"]]
+    return pruned
 
 
 def _prune_bodies(conn: Connection, cutoff: dt.datetime) -> tuple[int, int]:
@@ -69,7 +75,8 @@ def _prune_bodies(conn: Connection, cutoff: dt.datetime) -> tuple[int, int]:
             batch = conn.execute(
                 select(d.id, d.body)
                 .where(d.collected_at < cutoff, d.samples_pruned_at.is_(None),
-                       d.benchmark_count > 0)
+                       or_(d.benchmark_count > 0,
+                           exists().where(NodeResult.document_id == d.id)))
                 .order_by(d.id).limit(BATCH)).all()
             now = dt.datetime.now(dt.UTC)
             for document_id, body in batch:

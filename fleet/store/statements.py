@@ -141,6 +141,7 @@ class Statements:
         self.benchmark = build(insert(tables["benchmark_result"]))
         self.series = Appender.for_dialect(dialect, target)
         self.error = build(insert(tables["host_error"]))
+        self.node = build(insert(tables["node_result"]))
         # A run's host is settled once stored: a later document or failure for it (a
         # task delivered twice) changes nothing, and RETURNING no row says so. Hand
         # ingest ("replace") lets the newest document of a host stand for the run.

@@ -1,5 +1,5 @@
-"""A sweep against its own past: regressions, configuration changes, new mismatches, hosts
-gone or new, and the TFLOP/s series the report charts.
+"""A sweep against its own past: regressions, configuration changes, health news, new
+mismatches, hosts gone or new, and the TFLOP/s series the report charts.
 
 Pure functions over `Night`s (one sweep run each, read from the store by
 `fleet.sweep.nights.read_nights`), returning dataclasses; nothing here touches a database.
@@ -31,6 +31,14 @@ most of the window is slow, slow is the GPU's new normal.
 Configuration changes and mismatches compare a host with its own newest earlier night on
 which it stored a document (a night it failed has nothing to compare); hosts gone or new
 compare with the previous sweep's hosts.
+
+Health news compares a GPU with the same card on that same earlier night: a verdict that
+changed (healthy -> degraded, or back after a reset), and each counter of HEALTH_NEWS that
+rose. Those count harm: ECC errors, remapped rows, retired pages, PCIe replays, and time
+the clocks were held down for temperature or reliability. Counters that rise with use
+alone (energy, time at the power cap: every night's benchmark adds to them) are never
+news; a volatile counter that fell was reset with the driver, which is no news either; a
+night stored without health counters (an older agent) compares with nothing.
 """
 
 from __future__ import annotations
@@ -54,7 +62,16 @@ CONFIG_FIELDS = ("uuid", "variant", "driver_version", "cuda_driver_version", "vb
 # need five nights of history before it could regress.
 RESULT_FIELDS = ("software_stack",)
 POWER_TOLERANCE_W = 1.0  # NVML reports milliwatts; a rounding wobble is no change
-FAIL_KINDS = ("regression", "mismatch", "change", "gone")
+FAIL_KINDS = ("regression", "mismatch", "change", "gone", "health")
+# Health counters (as fleet/store/ingest.py stores them) whose rise is news, in the order
+# told; and the throttle reasons (throttle_<reason>_ns) whose time is. NVML names its
+# reasons "thermal", "reliability", "power", "sync_boost", ...: any reason naming heat or
+# reliability counts, so that a driver's "hw_thermal" does too.
+HEALTH_NEWS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
+               "ecc_corrected_volatile", "ecc_corrected_aggregate", "remapped_uncorrectable",
+               "remapped_correctable", "remapped_pending", "remapped_failure",
+               "retired_double_bit", "retired_single_bit", "retired_pending", "pcie_replays")
+THROTTLE_NEWS = ("thermal", "reliability")
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,8 @@ class GpuState:
     variant: str
     config: Mapping[str, Any]
     tflops: Mapping[str, float] = field(default_factory=dict)  # benchmark label -> median
+    health: str | None = None  # the verdict; None: stored without health counters
+    counters: Mapping[str, Any] | None = None  # the stored health counters
 
     @property
     def key(self) -> str:
@@ -158,6 +177,25 @@ class ConfigChange:
 
 
 @dataclass(frozen=True)
+class HealthNews:
+    """A GPU's health verdict that changed, or a health counter that rose, since the same
+    card's earlier night."""
+
+    provider: str
+    host: str
+    gpu_index: int
+    counter: str  # "health" for the verdict
+    before: Any
+    after: Any
+    since_run_id: int  # the earlier night compared with
+
+    def describe(self) -> str:
+        """One line: the GPU, the counter, last night's value -> tonight's."""
+        return (f"{self.provider}/{self.host} GPU {self.gpu_index}: {self.counter} "
+                f"{self.before} -> {self.after}")
+
+
+@dataclass(frozen=True)
 class NewMismatch:
     """A mismatch with the inventory that the host did not have on its last stored night."""
 
@@ -182,6 +220,7 @@ class Findings:
     mismatches: tuple[NewMismatch, ...] = ()
     gone: tuple[str, ...] = ()
     new: tuple[str, ...] = ()
+    health: tuple[HealthNews, ...] = ()
 
     @property
     def new_regressions(self) -> tuple[Regression, ...]:
@@ -199,6 +238,8 @@ class Findings:
             found.add("change")
         if self.gone:
             found.add("gone")
+        if self.health:
+            found.add("health")
         return found
 
     def as_dict(self) -> dict[str, Any]:
@@ -296,6 +337,33 @@ def _config_changes(host: HostNight, earlier: HostNight, run_id: int
     return changes
 
 
+def _news_counters(counters: Mapping[str, Any]) -> list[str]:
+    throttled = sorted(name for name in counters
+                       if name.startswith("throttle_") and name.endswith("_ns")
+                       and any(word in name for word in THROTTLE_NEWS))
+    return [*(name for name in HEALTH_NEWS if name in counters), *throttled]
+
+
+def _health_news(host: HostNight, earlier: HostNight, run_id: int) -> list[HealthNews]:
+    news = []
+    before = {g.index: g for g in earlier.gpus}
+    for gpu in host.gpus:
+        old = before.get(gpu.index)
+        if old is None or old.uuid != gpu.uuid:
+            continue  # another card at that index: its counters are its own
+        if old.health is not None and gpu.health is not None and old.health != gpu.health:
+            news.append(HealthNews(host.provider, host.host, gpu.index, "health", old.health,
+                                   gpu.health, run_id))
+        if old.counters is None or gpu.counters is None:
+            continue
+        for name in _news_counters(gpu.counters):
+            was, now = old.counters.get(name), gpu.counters[name]
+            if was is not None and now is not None and int(now) > int(was):
+                news.append(HealthNews(host.provider, host.host, gpu.index, name, was, now,
+                                       run_id))
+    return news
+
+
 def _last_stored(nights: Sequence[Night], i: int, key: str) -> tuple[HostNight, int] | None:
     for night in reversed(nights[:i]):
         host = night.hosts.get(key)
@@ -313,12 +381,14 @@ def compare_night(nights: Sequence[Night], i: int = -1,
     previous = nights[i - 1] if i > 0 else None
     changes: list[ConfigChange] = []
     mismatches: list[NewMismatch] = []
+    health: list[HealthNews] = []
     for key, host in sorted(night.hosts.items()):
         if host.status != "stored":
             continue
         earlier = _last_stored(nights, i, key)
         if earlier is not None:
             changes += _config_changes(host, *earlier)
+            health += _health_news(host, *earlier)
         before = set(earlier[0].mismatches or ()) if earlier is not None else set()
         mismatches += [NewMismatch(host.provider, host.host, problem)
                        for problem in host.mismatches or () if problem not in before]
@@ -327,7 +397,7 @@ def compare_night(nights: Sequence[Night], i: int = -1,
         night.run_id, night.started_at, previous.run_id if previous else None,
         _regressions(nights, i, rule), tuple(changes), tuple(mismatches),
         tuple(sorted(before_hosts - set(night.hosts))),
-        tuple(sorted(set(night.hosts) - before_hosts)))
+        tuple(sorted(set(night.hosts) - before_hosts)), tuple(health))
 
 
 def findings_by_night(nights: Sequence[Night], rule: RegressionRule | None = None

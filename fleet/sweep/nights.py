@@ -1,10 +1,10 @@
 """A sweep's past nights read back from the store, as `fleet.sweep.history` compares them.
 
 Every fact comes from the store's columns (runs, run hosts, fingerprints, results): each
-GPU's TFLOP/s per benchmark series, its compared configuration, and the host's listing
-judged against its fingerprints as the report judges it (fleet/analysis/listing.py).
-Thirty nights of a large fleet's document bodies would each have to be read and validated
-again otherwise.
+GPU's TFLOP/s per benchmark series, its compared configuration, its health verdict and
+counters, and the host's listing judged against its fingerprints as the report judges it
+(fleet/analysis/listing.py). Thirty nights of a large fleet's document bodies would each
+have to be read and validated again otherwise.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         checked = [getattr(Fingerprint, name) for name in FOUND_COLUMNS]
         fingerprints = conn.execute(
             select(Fingerprint.document_id, Fingerprint.gpu_index, Fingerprint.variant,
-                   Gpu.uuid, *compared, *checked).join(Gpu, Fingerprint.gpu_id == Gpu.id)
+                   Gpu.uuid, *compared, *checked, Fingerprint.health,
+                   Fingerprint.health_counters).join(Gpu, Fingerprint.gpu_id == Gpu.id)
             .where(Fingerprint.document_id.in_(document_ids.scalar_subquery()))).all()
         results = conn.execute(
             select(BenchmarkResult.document_id, BenchmarkResult.gpu_index,
@@ -104,7 +105,7 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         medians = {label: float(statistics.median(values)) for label, values in
                    tflops[(fp.document_id, fp.gpu_index)].items()}
         gpus[fp.document_id].append(GpuState(fp.gpu_index, fp.uuid, fp.variant, config,
-                                             medians))
+                                             medians, fp.health, fp.health_counters))
         found[fp.document_id].append(FoundGpu(
             fp.gpu_index, fp.variant_label, fp.family, fp.form_factor, fp.memory_gb,
             fp.memory_total_mib, fp.power_limit_enforced_w or fp.power_limit_w))

@@ -123,11 +123,12 @@ def test_every_host_is_shown_as_found_in_chromium(found_url: str, tmp_path: Path
     rows = _rows(page.dom)
     by_host = {row[0]: row for row in rows}
     # Host, GPUs, variant, driver, power (settable), SM clock max / under load, memory
-    # clock max, virtualization, MIG, ECC, PCIe, NVLink, tenant may change.
+    # clock max, virtualization, MIG, ECC, PCIe, NVLink, tenant may change, health (these
+    # agents read no health counters: never shown as healthy).
     assert by_host["alpha-02"] == [
         "alpha-02", "8", "H100 SXM5 80GB", "580.159.04 (13.0)", "700 W (200-700)",
         "1980 / 1410 MHz", "2619 MHz", "passthrough", "off", "on", "Gen5 x16",
-        "18 of 18 links up", "nothing"]
+        "18 of 18 links up", "nothing", "not read"]
     assert page.dom.count('<div class="evidence">2026-11-24 03:00 UTC</div>') == 5
     # alpha-01: seven GPUs alike, GPU 5 apart with what differs.
     at = rows.index(by_host["alpha-01"])

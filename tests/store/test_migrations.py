@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy import Engine, func, inspect, select, text
 
 from fleet.errors import StoreError
 from fleet.store.database import open_engine, resolve
@@ -293,3 +293,67 @@ def test_rows_stored_before_0009_get_their_power_cap_share_run_and_host(
         assert read() == expected
     finally:
         engine.dispose()
+
+
+def test_node_results_go_down_and_come_up_with_0011(empty_url: str) -> None:
+    """0011 adds node_result: down to 0010 it goes with its rows while the documents and
+    results stay; up again it is empty, and the documents' figures are in their bodies."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin
+    from fleet.store.models import BenchmarkResult, Document, NodeResult
+    from fleet.store.query import load_document
+    from tests.store import factory, node_factory
+
+    data = node_factory.with_node(factory.document(gpus=2))
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        with Ingest(engine) as ingest:
+            stored = ingest.store(AgentDocument.model_validate(data), Origin("lambda"))
+        with engine.connect() as conn:
+            # 2 GPUs x 5 figures, one pair x 2, 4 all-reduce sizes.
+            assert conn.execute(select(func.count(NodeResult.id))).scalar_one() == 16
+        downgrade(engine, "0010")
+        assert "node_result" not in _tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count(BenchmarkResult.id))).scalar_one() == 2
+            assert conn.execute(select(Document.id)).scalars().all() == [stored.document_id]
+        upgrade(engine)
+        assert _differences(engine) == []
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count(NodeResult.id))).scalar_one() == 0
+        assert len(load_document(engine, stored.document_id).node) == 16
+    finally:
+        engine.dispose()
+
+
+def test_fingerprints_stored_before_0011_read_as_health_not_read(empty_url: str) -> None:
+    """0011 adds each GPU's health to its fingerprint row; rows stored before it have none
+    (their agents read no counters, so there is nothing in their bodies to fill them
+    from), and the library shows them as "not read", never as healthy."""
+    import fleet
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin
+    from fleet.store.models import Fingerprint
+    from tests.store import factory
+
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        with Ingest(engine) as ingest:
+            ingest.store(AgentDocument.model_validate(factory.document(gpus=2)),
+                         Origin("lambda"))
+        downgrade(engine, "0010")
+        with engine.connect() as conn:
+            names = {c["name"] for c in inspect(conn).get_columns("fingerprint")}
+        assert not names & {"health", "health_reasons", "health_counters"}
+        upgrade(engine)
+        assert _differences(engine) == []
+        f = Fingerprint
+        with engine.connect() as conn:
+            rows = conn.execute(select(f.health, f.health_reasons, f.health_counters)).all()
+        assert [tuple(row) for row in rows] == [(None, None, None)] * 2
+    finally:
+        engine.dispose()
+    with fleet.Store(empty_url) as store:
+        assert store.fingerprints().health.tolist() == ["not read", "not read"]

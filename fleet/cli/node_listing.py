@@ -1,0 +1,229 @@
+"""`fleet results --node`: the node suite's stored figures as tables, CSV or JSON.
+
+In the terminal each node's document is a table of its own under a line naming the host,
+its provider and variant and when it was collected: what every row of a node shares
+stays out of its rows, so a figure, its size, GB/s, spread and datasheet share fit 80
+columns. The tables share their column widths and one header, so that the same figure
+of several nodes lines up for the eye to compare. CSV and JSON carry every column of
+`fleet.Store().node_results()`.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TYPE_CHECKING, Any, cast
+
+import click
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from fleet.api import Store
+from fleet.cli.options import err_console, note_created
+from fleet.document import AgentDocument
+from fleet.sanitize import safe
+from fleet.store.node import KINDS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+NODE_KINDS = KINDS
+# A figure's label folds past this; the longest usual one, "GPU 0→host pageable", is 19.
+FIGURE_WIDTH = 24
+NUMBERS = ("size", "GB/s", "CV", "datasheet", "share")
+CAPTION = ("GB/s: the median of the repeats, 10^9 bytes a second; a memory copy counts "
+           "bytes read plus written, both ways both directions summed, an all-reduce its "
+           "bus bandwidth (nccl-tests' busbw). CV: of the repeats. share: of the datasheet "
+           "figure.")
+
+
+@dataclass(frozen=True)
+class NodeQuery:
+    """`fleet results --node`'s filters, as `Store.node_results` takes them."""
+
+    provider: str | None
+    variant: str | None
+    host: str | None
+    since: dt.datetime | None
+    sweep: str | None
+    stack: str | None
+    kinds: tuple[str, ...]
+
+
+def show_node_results(query: NodeQuery, output: str, limit: int | None,
+                      db: str | None) -> None:
+    """Print the figures matching `query`, newest first, at most `limit` (None or 0: all),
+    as "table", "csv" or "json"."""
+    with Store(db) as store:
+        note_created(store.created, store.location)
+        frame = store.node_results(provider=query.provider, variant=query.variant,
+                                   host=query.host, since=query.since, sweep=query.sweep,
+                                   stack=query.stack, kind=query.kinds or None)
+    total = len(frame)
+    records = node_records(frame.head(limit) if limit else frame)
+    if output == "json":
+        click.echo(json.dumps(records, indent=2))
+    elif output == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(frame.columns)
+        writer.writerows([["" if v is None else v for v in r.values()] for r in records])
+    elif not records:
+        err_console.print("No node figures match.", markup=False)
+    else:
+        Console().print(node_tables(records))
+    if total > len(records):
+        err_console.print(f"Showing the newest {len(records)} of {total} figures; "
+                          "--limit 0 shows all.", markup=False)
+
+
+def node_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows as plain values: None where missing, times as ISO 8601 text."""
+    records = cast(list[dict[str, Any]], frame.astype(object).where(frame.notna(), None)
+                   .to_dict("records"))
+    for record in records:
+        record["collected_at"] = record["collected_at"].isoformat()
+    return records
+
+
+def document_records(document: AgentDocument) -> list[dict[str, Any]]:
+    """A document's node figures as the frame's records, for the same tables: what `fleet
+    bench` measured, shown as `fleet results --node` shows what was stored."""
+    variants = {gpu.index: gpu.variant.label or gpu.name or "?" for gpu in document.gpus}
+    first = min(variants) if variants else None
+    records = []
+    for result in document.node:
+        link = result.link
+        index = result.gpu_index if result.gpu_index is not None else first
+        low, high = result.stats.ci95_gbs or (None, None)
+        records.append({
+            **result.model_dump(exclude={"stats", "link"}),
+            "document_id": 0, "host": document.host.hostname or "this machine",
+            "provider": "this machine", "collected_at": document.collected_at,
+            "variant": variants.get(index, "no GPU") if index is not None else "no GPU",
+            "runs": result.stats.runs, "min_gbs": result.stats.min_gbs,
+            "max_gbs": result.stats.max_gbs, "cv": result.stats.cv,
+            "ci95_low_gbs": low, "ci95_high_gbs": high,
+            **{f"link_{name}": None if link is None else getattr(link, name)
+               for name in ("gen", "width", "gen_max", "width_max")}})
+    return records
+
+
+def figure_name(row: dict[str, Any]) -> str:
+    """What a figure is: "GPU 0 memory", "host→GPU 1 pinned", "GPU 0→1 one way",
+    "all-reduce 4 GPUs bf16"."""
+    kind, gpu, memory = row["kind"], row["gpu_index"], row["memory"]
+    cpu = " (CPU path)" if row["backend"] == "cpu" else ""
+    if kind == "memory_copy":
+        return "RAM copy (CPU path)" if cpu else f"GPU {gpu} memory"
+    if kind == "host_to_device":
+        return f"host→GPU {gpu} {memory}{cpu}"
+    if kind == "device_to_host":
+        return f"GPU {gpu}→host {memory}{cpu}"
+    if kind == "peer_copy":
+        if row["direction"] == "both_ways":
+            return f"GPU {gpu}⇄{row['peer_index']} both ways"
+        return f"GPU {gpu}→{row['peer_index']} one way"
+    ranks = f"{row['gpus_in_run']} {'GPUs' if row['backend'] == 'nccl' else 'ranks'}"
+    other = "" if row["backend"] == "nccl" else f" {row['backend']}"
+    return " ".join(part for part in ("all-reduce", ranks, row["dtype"] or "") if part) + other
+
+
+def size_text(size: int) -> str:
+    """1073741824 -> "1 GiB"; 16777216 -> "16 MiB"; 1.5 GiB -> "1536 MiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def _gbs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _cells(row: dict[str, Any]) -> tuple[str, ...]:
+    sheet = row["datasheet_gbs"]
+    return (figure_name(row), size_text(row["size_bytes"]), _gbs(row["gbs"]),
+            f"{row['cv']:.1%}", _gbs(sheet), f"{row['gbs'] / sheet:.0%}" if sheet else "-")
+
+
+def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What went wrong with a link, each once with the GPUs or pairs it concerns: a host
+    link that ran below what the card supports, pairs without peer access."""
+    slow: dict[str, dict[str, None]] = {}
+    apart: dict[str, dict[str, None]] = {}
+    for row in rows:
+        ran = (row["link_gen"], row["link_width"])
+        most = (row["link_gen_max"], row["link_width_max"])
+        if (row["kind"] == "host_to_device" and None not in (*ran, *most)
+                and tuple(ran) < tuple(most)):
+            said = (f"PCIe Gen{ran[0]} x{ran[1]} under load where the card supports "
+                    f"Gen{most[0]} x{most[1]}")
+            slow.setdefault(said, {})[str(row["gpu_index"])] = None
+        if row["kind"] == "peer_copy" and row["peer_access"] is False:
+            path = f" (path {row['topology']})" if row["topology"] else ""
+            apart.setdefault(f"No peer access{path}", {})[
+                f"{row['gpu_index']}-{row['peer_index']}"] = None
+    return ([f"{said}: GPU {', '.join(gpus)}" for said, gpus in slow.items()]
+            + [f"{said}: GPUs {', '.join(pairs)}" for said, pairs in apart.items()])
+
+
+def _base(row: dict[str, Any]) -> str:
+    return f"torch {row['torch_version'] or '?'}, CUDA {row['cuda_runtime_version'] or '?'}"
+
+
+def _stacks(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The torch and CUDA stacks, and the NCCL versions, of `rows`."""
+    return (sorted({_base(row) for row in rows}),
+            sorted({f"NCCL {row['nccl_version']}" for row in rows if row["nccl_version"]}))
+
+
+def _node_title(rows: Sequence[dict[str, Any]], shown: tuple[bool, bool]) -> str:
+    """Host, provider, variant and time; and the stack where the heading could not say
+    it, being several over the listing."""
+    first = rows[0]
+    variants = sorted({row["variant"] for row in rows})
+    when = dt.datetime.fromisoformat(first["collected_at"]).strftime("%Y-%m-%d %H:%M")
+    title = f"{first['host']} ({first['provider']}, {' + '.join(variants)}), {when}"
+    bases, nccl = _stacks(rows)
+    extra = [*([] if shown[0] else bases), *([] if shown[1] else nccl)]
+    return title + "".join(f"; {part}" for part in extra)
+
+
+def node_tables(records: Sequence[dict[str, Any]]) -> Group:
+    """One table per document (records newest first), sharing column widths and one
+    header, then what the figures count."""
+    cells = [_cells(row) for row in records]
+    widths = [min(max(len(c[0]) for c in cells), FIGURE_WIDTH),
+              *(max(len(name), *(len(c[i + 1]) for c in cells))
+                for i, name in enumerate(NUMBERS))]
+    bases, nccl = _stacks(records)
+    # One stack over the whole listing is said once, above it.
+    shown = (len(bases) == 1, len(nccl) <= 1)
+    said = ([bases[0]] if shown[0] else []) + (nccl if shown[1] else [])
+    heading = "Node figures (newest first; times UTC)" + "".join(f"; {p}" for p in said)
+    parts: list[Table | Text] = [Text(safe(heading), style="bold")]
+    by_document = groupby(zip(records, cells, strict=True), key=lambda pair: pair[0][
+        "document_id"])
+    for number, (_, pairs) in enumerate(by_document):
+        rows, texts = zip(*pairs, strict=True)
+        # The title as a line of its own: a table's title wraps at the table's width.
+        parts += [*([Text("")] if number else []), Text(safe(_node_title(rows, shown)))]
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                      show_header=number == 0, show_edge=False)
+        table.add_column("figure", width=widths[0], overflow="fold")
+        for name, width in zip(NUMBERS, widths[1:], strict=True):
+            table.add_column(name, width=width, justify="right", no_wrap=True)
+        for text in texts:
+            table.add_row(*(Text(safe(cell)) for cell in text))
+        parts += [table, *(Text(safe(note), style="yellow") for note in _notes(rows))]
+    parts.append(Text(CAPTION, style="dim"))
+    return Group(*parts)
