@@ -169,13 +169,14 @@ def replay_batches(torch: Any, a: Any, b: Any, c: Any, stream: Any, seconds: flo
 
 
 def reference(torch: Any, size: int, seconds: float, nvml: Any = None,
-              late_s: float | None = None) -> dict[str, Any]:
+              late_s: float | None = None, nvml_index: int = 0) -> dict[str, Any]:
     """Back-to-back replays of a graph of 10 products (warm L2, no gaps); the last `late_s`
     seconds count (by default the last half). Telemetry is sampled throughout, as the
-    harness does."""
+    harness does, from NVML's GPU `nvml_index` (torch's cuda:0 is that GPU when the
+    caller set CUDA_VISIBLE_DEVICES so: bench/node_reference.py)."""
     from agent import telemetry
 
-    sampler = telemetry.Sampler(nvml, nvml.device(0) if nvml is not None else None)
+    sampler = telemetry.Sampler(nvml, nvml.device(nvml_index) if nvml is not None else None)
     a, b, c = inputs(torch, size)
     times: list[tuple[float, float]] = []
     sampler.start()
@@ -354,6 +355,10 @@ def main() -> None:
     parser.add_argument("--second-reference", action="store_true",
                         help="with --soak-check: a second long reference after the last repeat")
     parser.add_argument("--reference-only", action="store_true", help=argparse.SUPPRESS)
+    # With --reference-only (bench/node_reference.py runs one a GPU, all at once).
+    parser.add_argument("--gpu", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--late-s", type=float, default=REFERENCE_LATE_S,
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.soak_check:
         soak_check(args.size, args.repeats, args.out, args.second_reference)
@@ -363,7 +368,9 @@ def main() -> None:
 
     if args.reference_only:
         nvml = LiveNvml()
-        ref = reference(torch, args.size, REFERENCE_S, nvml, late_s=REFERENCE_LATE_S)
+        seconds = REFERENCE_S if args.reference_s == 60.0 else args.reference_s
+        ref = reference(torch, args.size, seconds, nvml, late_s=min(args.late_s, seconds / 2),
+                        nvml_index=args.gpu)
         args.out.write_text(json.dumps(ref))
         return
 

@@ -14,6 +14,7 @@ query (per provider and variant, the median of per-GPU medians) over all of it.
     python bench/store_ingest.py --gpus 8 --jobs 1
     python bench/store_ingest.py --gpus 1 --batch 1 --workers 2 --no-sqlite --postgresql postgresql://postgres@127.0.0.1/postgres
     python bench/store_ingest.py --compare-samples   # packed float64 against JSON text
+    python bench/store_ingest.py --gpus 8 --results 16000 --node   # with the node suite
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from fleet.store.intake import BATCH_DOCUMENTS, default_jobs, ingest_files
 from fleet.store.models import pack_floats
 from fleet.store.query import ResultFilter, list_results, summarise_variants
 from fleet.store.schema import upgrade
-from tests.store import factory
+from tests.store import factory, node_factory
 
 PROVIDERS = ("lambda", "coreweave", "aws", "gcp")
 VARIANTS = tuple(factory.VARIANTS)
@@ -55,10 +56,13 @@ class Documents:
     """Distinct, valid documents, cheaply: a validated template per variant, with new
     hostnames, UUIDs, times and samples (and statistics computed from them) per copy."""
 
-    def __init__(self, gpus: int, samples: int, hosts: int) -> None:
+    def __init__(self, gpus: int, samples: int, hosts: int, node: bool = False) -> None:
         self.gpus, self.samples, self.hosts = gpus, samples, hosts
         self.templates = {v: factory.document(gpus=gpus, variant=v, runs=samples)
                           for v in VARIANTS}
+        if node:  # the node suite's figures as agent/node.py measures them
+            for template in self.templates.values():
+                template["node"] = node_factory.node_results(template)
 
     def make(self, number: int) -> tuple[str, bytes]:
         rng = random.Random(number)
@@ -84,6 +88,11 @@ class Documents:
                           tflops=flops / (stats["median_ms"] * 1e-3) / 1e12)
             results.append(result)
         doc["benchmarks"] = results
+        if "node" in template:
+            uuids = {gpu["index"]: gpu["uuid"] for gpu in doc["gpus"]}
+            doc["node"] = [dict(figure, gpu_uuid=uuids.get(figure["gpu_index"]),
+                                peer_uuid=uuids.get(figure.get("peer_index")))
+                           for figure in template["node"]]
         return provider, orjson.dumps(doc)
 
 
@@ -97,9 +106,10 @@ def machine_busy_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def write_documents(directory: Path, count: int, gpus: int, samples: int) -> dict[str, list[str]]:
+def write_documents(directory: Path, count: int, gpus: int, samples: int,
+                    node: bool = False) -> dict[str, list[str]]:
     """The documents as files, one directory per provider (not timed)."""
-    documents = Documents(gpus, samples, hosts=1000)
+    documents = Documents(gpus, samples, hosts=1000, node=node)
     names: dict[str, list[str]] = {provider: [] for provider in PROVIDERS}
     for provider in PROVIDERS:
         (directory / provider).mkdir()
@@ -173,7 +183,7 @@ def run(url: str, label: str, args: argparse.Namespace, names: dict[str, list[st
     cpu = sum(t["cpu"] for t in timings)
     result = {
         "backend": label, "workers": args.workers, "jobs": args.jobs, "batch": args.batch,
-        "gpus_per_document": args.gpus,
+        "gpus_per_document": args.gpus, "node_suite": args.node,
         "documents": documents, "results": documents * args.gpus,
         "samples_per_result": args.samples,
         "document_kib": sum(t["bytes"] for t in timings) / documents / 1024,
@@ -237,6 +247,9 @@ def main() -> None:
     parser.add_argument("--results", type=int, default=100_000)
     parser.add_argument("--gpus", type=int, default=8, help="GPUs (results) per document")
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--node", action="store_true",
+                        help="documents carry the node suite's figures too (5 per GPU, 2 "
+                             "per pair, 4 all-reduce sizes: 100 for 8 GPUs)")
     parser.add_argument("--workers", type=int, default=1,
                         help="concurrent ingests (as several `fleet ingest` commands)")
     parser.add_argument("--jobs", type=int, default=default_jobs(),
@@ -263,7 +276,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             names = write_documents(Path(tmp), args.results // args.gpus, args.gpus,
-                                    args.samples)
+                                    args.samples, args.node)
             print(f"wrote {args.results // args.gpus} documents in "
                   f"{time.perf_counter() - t0:.0f} s (not timed)", flush=True)
             if not args.no_sqlite:
