@@ -25,6 +25,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from fleet.analysis.node import size_text
 from fleet.api import Store
 from fleet.cli.options import err_console, note_created
 from fleet.document import AgentDocument
@@ -133,14 +134,6 @@ def figure_name(row: dict[str, Any]) -> str:
     ranks = f"{row['gpus_in_run']} {'GPUs' if row['backend'] == 'nccl' else 'ranks'}"
     other = "" if row["backend"] == "nccl" else f" {row['backend']}"
     return " ".join(part for part in ("all-reduce", ranks, row["dtype"] or "") if part) + other
-
-
-def size_text(size: int) -> str:
-    """1073741824 -> "1 GiB"; 16777216 -> "16 MiB"; 1.5 GiB -> "1536 MiB"."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} B"
 
 
 def _gbs(value: float | None) -> str:
