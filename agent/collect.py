@@ -175,15 +175,18 @@ def collect(
                     gpus.append(fingerprint_gpu(nvml, index, system, euid, probe_writes))
                 except NvmlError as exc:
                     errors.append({"stage": "fingerprint", "gpu": index, "message": str(exc)})
+            # Telemetry under load must not overwrite the idle answers being recorded.
+            live = recorder.inner if recorder is not None else nvml
             if bench is not None:
-                # Telemetry under load must not overwrite the idle answers being recorded.
-                live = recorder.inner if recorder is not None else nvml
                 benchmarks, failures = _benchmark(bench, gpus, live, progress)
                 errors += failures
             if node is not None:
-                live = recorder.inner if recorder is not None else nvml
                 node_results, failures = _node_suite(node, gpus, live, progress)
                 errors += failures
+            elif bench is not None:
+                # The matmul alone (--suite gemm): no link was read under load, but the
+                # replays counted while it ran still tell.
+                _health_after_load(gpus, live, {})
         finally:
             nvml.close()
         if recorder is not None:

@@ -157,3 +157,18 @@ def test_fleet_bench_prints_the_suite_in_80_columns() -> None:
     assert max(len(line) for line in lines) <= 80, done.stdout
     assert any(line.startswith("all-reduce 2 ranks fp32") for line in lines), done.stdout
     assert any(line.startswith("RAM copy (CPU path)") for line in lines), done.stdout
+
+
+def test_the_matmul_alone_still_counts_the_replays_during_the_run(
+        h100_recording: Any) -> None:
+    from agent.collect import collect
+    from agent.harness import Config as HarnessConfig
+
+    cfg = HarnessConfig(device="cpu", m=64, n=64, k=64, protocol="quick", measure_s=0.2,
+                        max_warmup_s=0.3, max_total_s=1.0)
+    document = collect(str(h100_recording), probe_torch=False, bench=cfg)
+    health = document["gpus"][0]["health"]
+    # The recording answers the replay counter the same before and after: no rise. No
+    # link was read under load without the node suite.
+    assert (health["pcie_replays"], health["pcie_replays_during_run"]) == (0, 0)
+    assert health["pcie_gen_load"] is None and health["verdict"] == "healthy"
