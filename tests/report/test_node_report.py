@@ -207,3 +207,19 @@ def test_the_node_kinds_are_fail_on_kinds_of_the_report_and_the_sweep() -> None:
     assert check_fail_on("hostlink,peer,straggler") == ("hostlink", "peer", "straggler")
     with pytest.raises(InputError, match="found by the night's report"):
         check_fail_on("hostlink", report=False)
+
+
+def test_what_a_host_said_of_its_links_is_escaped(engine: Engine) -> None:
+    # The topology is the host's own text: a hostile one is shown, never run.
+    evil = '<img src=x onerror="alert(1)">'[:32]
+    data = _host("delta-01", peer_access=False, topology=evil, peer_gbs=20.0,
+                 both_ways_gbs=38.0, busbw_gbs=LOW_BUSBW)
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        ingest.store(AgentDocument.model_validate(data), Origin("delta", "delta-01", SXM))
+    report = build_report(engine, ReportOptions(), "test")
+    page = render(report, "html")
+    # Named in the finding and in the fleet as found, escaped both times.
+    assert page.count("NVML path &lt;img src=x onerror=") == 2
+    assert evil not in page
+    text = render(report, "md")
+    assert "<img" not in text
