@@ -16,12 +16,14 @@ be on the host.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -67,28 +69,35 @@ def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],
     """All-reduce over one rank per entry of `devices` (torch indexes; None on the CPU):
     per size, the per-iteration times in ms of the slowest rank."""
     port = _free_port()
-    procs = []
-    for rank, device in enumerate(devices):
-        procs.append(subprocess.Popen(
+    # Each rank writes to files, not pipes: a rank blocked on a full pipe while rank 0
+    # waits for it in a collective would hold the node until the timeout.
+    with contextlib.ExitStack() as files:
+        streams = [(files.enter_context(tempfile.TemporaryFile()),
+                    files.enter_context(tempfile.TemporaryFile())) for _ in devices]
+        procs = [subprocess.Popen(
             _rank_command(rank, len(devices), port, backend, device, sizes, warmup,
                           iterations),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL))
-    deadline = time.monotonic() + timeout_s
-    outputs = []
-    try:
-        for proc in procs:
-            left = max(0.1, deadline - time.monotonic())
-            out, err = proc.communicate(timeout=left)
-            outputs.append((proc.returncode, out.decode("utf-8", "replace"),
-                            err.decode("utf-8", "replace")))
-    except subprocess.TimeoutExpired:
-        raise CollectiveError(f"the {len(devices)}-rank all-reduce did not finish in "
-                              f"{timeout_s:g} s") from None
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stdout=streams[rank][0], stderr=streams[rank][1], stdin=subprocess.DEVNULL)
+            for rank, device in enumerate(devices)]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for proc in procs:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise CollectiveError(f"the {len(devices)}-rank all-reduce did not finish in "
+                                  f"{timeout_s:g} s") from None
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        outputs = []
+        for rank, proc in enumerate(procs):
+            out, err = streams[rank]
+            out.seek(0)
+            err.seek(0)
+            outputs.append((proc.returncode, out.read().decode("utf-8", "replace"),
+                            err.read().decode("utf-8", "replace")))
     failed = [(rank, code, err) for rank, (code, _, err) in enumerate(outputs) if code != 0]
     if failed:
         rank, code, said = failed[0]
