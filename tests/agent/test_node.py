@@ -172,3 +172,19 @@ def test_the_matmul_alone_still_counts_the_replays_during_the_run(
     # link was read under load without the node suite.
     assert (health["pcie_replays"], health["pcie_replays_during_run"]) == (0, 0)
     assert health["pcie_gen_load"] is None and health["verdict"] == "healthy"
+
+
+def test_without_a_gpu_the_document_says_so_once() -> None:
+    # This machine (and CI's) has no NVIDIA GPU and no driver.
+    def errors(*args: str) -> list[dict[str, Any]]:
+        done = subprocess.run([sys.executable, "-m", "agent", "bench", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        found: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])[
+            "document"]["errors"]
+        return found
+
+    assert errors("--suite", "node") == [
+        {"stage": "node", "message": "no NVIDIA GPU: no node to measure"}]
+    assert errors() == [
+        {"stage": "benchmark", "message": "no NVIDIA GPU: nothing to benchmark"}]
