@@ -1,7 +1,7 @@
 """What NVIDIA and PCI-SIG publish for the links a node's copies cross: HBM per variant
 (agent/variants.py), NVLink per link by generation, PCIe per lane by generation.
 
-Figures are GB/s (10^9 bytes a second) each way, as ../reference/gpu-variants.md
+Figures are GB/s (10^9 bytes a second) each way, as the project's reference/gpu-variants.md
 ("Links") gives them with its sources. Healthy copies reach about 85-90% of them (the lent
 2x H200: 55.5 of 63 GB/s host to device, 394.5 of 450 GPU to GPU, 4,251 of 4,800 HBM).
 """

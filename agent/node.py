@@ -33,14 +33,15 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Config:
-    """Sizes and repeats of the suite's figures (README, "The node suite": why these)."""
+    """Sizes and repeats of the suite's figures (the README's "The whole node" says why)."""
 
     device: str = "cuda"
     gpus: Optional[List[int]] = None
-    # 1 GiB copied (2 GiB counted): tens of copy-engine bursts, far past the 50-60 MB L2.
+    # 1 GiB copied (2 GiB counted): twenty times the 50-60 MB L2, so HBM is measured.
     copy_bytes: int = GiB
     # 256 MiB each way: 4.6 ms at Gen5 x16, long beside the copy's ~10 us start.
     host_bytes: int = 256 * MiB
+    # 512 MiB, nvbandwidth's default buffer: 1.3 ms over 18 NVLink 4 links.
     peer_bytes: int = 512 * MiB
     allreduce_sizes: Tuple[int, ...] = (16 * MiB, 64 * MiB, 256 * MiB, GiB)
     repeats: int = bandwidth.REPEATS
