@@ -30,13 +30,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fleet.analysis.node import (
-    HOST_LINK_KINDS,
-    host_link_datasheet,
-    link_gbs,
-    link_text,
-    optional_int,
-)
+from agent.links import pcie_gbs
+from fleet.analysis.node import HOST_LINK_KINDS, host_link_datasheet, link_text, optional_int
 
 
 @dataclass(frozen=True)
@@ -168,7 +163,7 @@ def find_host_link_issues(figures: pd.DataFrame, options: HostLinkOptions | None
             gpus=tuple(sorted({c.gpu_index for c in copies})),
             link=link_text(*link) if link != (None, None) else None,
             link_max=link_text(*most) if most != (None, None) else None,
-            carries_gbs=link_gbs(*link), max_carries_gbs=link_gbs(*most),
+            carries_gbs=pcie_gbs(*link), max_carries_gbs=pcie_gbs(*most),
             copies=tuple(copies), min_share=options.min_share))
     return found
 

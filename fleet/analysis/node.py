@@ -11,10 +11,10 @@ links, and the issue's lent nodes moved from 215 GB/s there to 341 at 2 GiB), an
 `NodeConfig` per row, which figures are compared within.
 
 A host link is judged against what its link carries as NVML read it while the copy ran
-(`link_gbs`: the PCIe figures of reference/gpu-variants.md, "Links", as agent/links.py
-computes them), not against the agent's datasheet figure, which is the link at the most
-the card and slot support: a card that trained down carries less, and the rules must
-know both.
+(the `link_gbs` column: the PCIe figures of reference/gpu-variants.md, "Links", as
+agent/links.py's `pcie_gbs` computes them), not against the agent's datasheet figure,
+which is the link at the most the card and slot support: a card that trained down
+carries less, and the rules must know both.
 """
 
 from __future__ import annotations
@@ -38,12 +38,6 @@ CONFIG_COLUMNS = ("kind", "direction", "memory", "size_bytes", "gpus_in_run", "d
 # Read as plain Python values, None where missing: pandas' NA has no truth value.
 _OPTIONAL = ("gpu_index", "peer_index", "peer_access", "topology", "link_gen", "link_width",
              "link_gen_max", "link_width_max")
-
-
-def link_gbs(gen: int | None, width: int | None) -> float | None:
-    """What a PCIe link of `gen` and `width` carries each way, GB/s (agent/links.py, the
-    figures the agent's datasheet column uses); None where unknown."""
-    return pcie_gbs(gen, width)
 
 
 def link_text(gen: int | None, width: int | None) -> str:
@@ -172,7 +166,7 @@ def prepare(frame: pd.DataFrame, names: dict[int, tuple[str, str]] | None = None
     plain["config_id"] = codes.astype("int64")
     plain["config"] = pd.Series([made[int(c)] for c in codes.tolist()], dtype=object)
     links = list(zip(plain["link_gen"].tolist(), plain["link_width"].tolist(), strict=True))
-    carries = {link: link_gbs(optional_int(link[0]), optional_int(link[1]))
+    carries = {link: pcie_gbs(optional_int(link[0]), optional_int(link[1]))
                for link in set(links)}
     plain["link_gbs"] = pd.Series([carries[link] for link in links], dtype=object
                                   ).astype(float)
