@@ -15,10 +15,14 @@ Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
   pause between them (burst); the host synchronises once per batch, on the batch's last
   stop event, while the next batch is already queued, so the GPU never idles;
 - NVML telemetry sampled through the measurement window and stored with the result;
-- median, trimmed mean, min, max, CV and a 95% interval of the median; TFLOP/s from
-  2·M·N·K over the 10%-trimmed mean since 1.2 (the median before: agent/stats.py says
-  why), with a 95% interval from the measurement's ~1 s sub-windows; provenance of
-  everything that changes the kernel.
+- median, trimmed mean, min, max, CV and a 95% interval of the median; TFLOP/s since 1.4
+  is the work over the time: 2·M·N·K times the runs over their summed time, what a long
+  job gets (1.2-1.3 took the 10%-trimmed mean, which read up to 0.2% above the work
+  done; the median before). Runs slowed by something outside the card (INTERRUPTED_FACTOR)
+  are excluded by name and the result flagged contended, not trimmed by count. The
+  within-run 95% interval comes from the measurement's ~1 s sub-windows; the interval a
+  repeat run falls inside is fleet's (agent/repeat.py); provenance of everything that
+  changes the kernel.
 
 torch is imported here and by the node suite (agent/node.py), nowhere else in the agent.
 """
@@ -37,13 +41,20 @@ from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set
 from agent import soak, stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
-HARNESS_VERSION = "1.3.0"
+HARNESS_VERSION = "1.4.0"
 # The standard benchmark: what the agent's CLI, fleet's CLI and its local agent all default
 # to, so that a figure without options is the same figure everywhere.
 DEFAULT_DTYPE = "bf16"
 DEFAULT_SIZE = 8192
-# What `tflops` is computed from (the median before 1.2).
-STATISTIC = "trimmed_mean"
+# What `tflops` is computed from: the runs' mean time, i.e. the work over the time (the
+# 10%-trimmed mean in 1.2-1.3, the median before).
+STATISTIC = "mean"
+# A run this many times the median run is not the card at one of its operating points
+# (the lent cards' points were at most 8% apart, a thermal or power brake is flagged by
+# NVML): another context's time slice, a preemption or a stall outside the card. It is
+# excluded, and named in the result's contention, unless NVML saw the card itself slow
+# down (hw_slowdown or thermal), in which case the slow runs are the card's and count.
+INTERRUPTED_FACTOR = 1.5
 TIMING_METHOD = "cuda-events-per-run"
 # Max relative error (max |C - ref| / max |ref|) against float64 on the same inputs. The
 # output's own rounding dominates: bf16 keeps 8 bits (0.4% per element), fp16 11 bits,
@@ -510,8 +521,22 @@ def _sub_window_bounds(chunks: Sequence[Tuple[float, float, List[float]]]
     return bounds
 
 
+def interrupted(samples_ms: Sequence[float], card_slowed: bool
+                ) -> Tuple[List[float], List[Tuple[int, float]]]:
+    """The runs kept and the runs excluded as interrupted ((index, ms)): those at least
+    INTERRUPTED_FACTOR times the median, unless the card itself slowed (then none)."""
+    if card_slowed or len(samples_ms) < 3:
+        return list(samples_ms), []
+    limit = INTERRUPTED_FACTOR * statistics.median(samples_ms)
+    excluded = [(i, t) for i, t in enumerate(samples_ms) if t >= limit]
+    if not excluded:
+        return list(samples_ms), []
+    return [t for t in samples_ms if t < limit], excluded
+
+
 def _interval_tflops(cfg: Config, sub_means: Sequence[float]) -> Optional[List[float]]:
-    """The headline's 95% interval in TFLOP/s (low, high), from the sub-windows' levels."""
+    """The within-run 95% interval in TFLOP/s (low, high), from the sub-windows' mean run
+    times: how well this measurement knows its own level, not where a repeat lands."""
     if len(sub_means) < 2:
         return None
     low_ms, high_ms = stats.batch_interval(sub_means)
@@ -718,9 +743,11 @@ def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: So
         stream.close()
     if phase != "tail":  # only when the stream ended early, which it never does on its own
         m1 = time.perf_counter()
-    measured = [t for _, _, got in chunks for t in got]
-    soaked_tflops = stats.tflops(cfg.m, cfg.n, cfg.k, stats.trimmed_mean(measured))
-    first_tflops = (stats.tflops(cfg.m, cfg.n, cfg.k, stats.trimmed_mean(first))
+    # The same statistic as the headline's, so that the drop (set by `measure`, once the
+    # headline is known) compares like with like; the soak's own windows keep the
+    # trimmed mean: they judge a slope, and one interrupted run must not tilt a 2-s window.
+    first_tflops = (stats.tflops(cfg.m, cfg.n, cfg.k,
+                                 statistics.fmean(interrupted(first, False)[0]))
                     if first else None)
     temps = [s[4] for s in sampler.between(m0, m1) if s[4] == s[4]]
     start = [s[4] for s in sampler.between(load0, load0 + 1.0) if s[4] == s[4]]
@@ -734,7 +761,7 @@ def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: So
         "throughput_change": _rounded(verdict.throughput_change, 6),
         "temperature_change_c": _rounded(verdict.temperature_change_c, 3),
         "first_20s_tflops": first_tflops,
-        "drop": None if first_tflops is None else 1.0 - soaked_tflops / first_tflops,
+        "drop": None,
         "temperature_c": statistics.median(temps) if temps else None,
         "temperature_start_c": start[0] if start else None,
         "curve": soak.curve_rows(windows),
@@ -790,8 +817,13 @@ def measure(
         else:
             load = _quick_load(runner, cfg, target, coordinator, sampler, wall0, progress)
         window_samples = sampler.between(load.m0, load.m1)
+        card_slowed = (telemetry.share_with(window_samples, telemetry.HW_SLOWDOWN) > 0
+                       or telemetry.share_with(window_samples, telemetry.THERMAL) > 0)
         subs = _sub_windows(load.chunks)
         sub_means = [stats.trimmed_mean(s) for s in subs]
+        # Each sub-window's work over its time, its interrupted runs left out as the
+        # headline leaves them out.
+        sub_levels = [statistics.fmean(interrupted(s, card_slowed)[0]) for s in subs]
         sub_seen = [telemetry.window_medians(sampler.between(a, b))
                     for a, b in _sub_window_bounds(load.chunks)]
         points = steady.operating_points(sub_means, load.agree,
@@ -805,9 +837,13 @@ def measure(
     finally:
         sampler.stop()
         unlock_error = unlock_clocks(target) if lock and lock.get("applied") else None
-    samples = [t for _, _, got in load.chunks for t in got]
+    every = [t for _, _, got in load.chunks for t in got]
+    samples, excluded = interrupted(every, card_slowed)
     busy_after = _other_processes(target)
     summary = stats.summarise(samples)
+    headline = stats.tflops(cfg.m, cfg.n, cfg.k, summary["mean_ms"])
+    if load.soak is not None and load.soak.get("first_20s_tflops"):
+        load.soak["drop"] = 1.0 - headline / load.soak["first_20s_tflops"]
     tele = telemetry.summarise(window_samples)
     tolerance = TOLERANCE[cfg.dtype]
     contention: List[str] = []
@@ -815,6 +851,11 @@ def measure(
         contention.append(f"other processes on the GPU: {sorted(set(busy_before + busy_after))}")
     if util_before is not None and util_before > 5:
         contention.append(f"GPU utilization {util_before}% before the run started")
+    if excluded:
+        contention.append(
+            f"{len(excluded)} interrupted run(s) excluded, at least {INTERRUPTED_FACTOR:g}x "
+            f"the median run: " + ", ".join(f"run {i} ({ms:.3f} ms)" for i, ms in excluded[:20])
+            + (" ..." if len(excluded) > 20 else ""))
     props = torch.cuda.get_device_properties(runner.device) if runner.cuda else None
     if lock is not None and unlock_error is not None:
         lock["unlock_error"] = unlock_error
@@ -832,7 +873,7 @@ def measure(
         "gpus_in_run": gpus_in_run,
         "dtype": cfg.dtype,
         "m": cfg.m, "n": cfg.n, "k": cfg.k,
-        "tflops": stats.tflops(cfg.m, cfg.n, cfg.k, summary["trimmed_mean_ms"]),
+        "tflops": headline,
         "statistic": STATISTIC,
         "stats": summary,
         "warmup": {"steady": load.steady, "state": load.state,
@@ -844,7 +885,8 @@ def measure(
             "extended": not soaked and seconds > cfg.measure_seconds + cfg.window_s,
             "band": round(load.agree, 6),
             "sub_window_trimmed_means_ms": [round(w, 6) for w in sub_means][:1000],
-            "tflops_ci95": _interval_tflops(cfg, sub_means),
+            "within_run_ci95": _interval_tflops(cfg, sub_levels),
+            "excluded_runs": [[i, round(ms, 6)] for i, ms in excluded][:1000],
             "operating_points": [
                 {"tflops": stats.tflops(cfg.m, cfg.n, cfg.k, p["median_ms"])
                  if p["median_ms"] else 0.0,
@@ -876,7 +918,7 @@ def measure(
         "soak": load.soak,
         "telemetry": tele,
         "telemetry_series": telemetry.downsample(window_samples, load.m0),
-        "samples_ms": [round(s, 6) for s in samples],
+        "samples_ms": [round(s, 6) for s in samples],  # the excluded runs are not here
         "provenance": {
             "torch_version": str(torch.__version__),
             "cuda_runtime_version": torch.version.cuda,

@@ -67,7 +67,7 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 _T975_BEYOND = ((40, 2.021), (60, 2.000), (120, 1.980))
 
 
-def _t975(dof: int) -> float:
+def t975(dof: int) -> float:
     if dof <= len(_T975):
         return _T975[dof - 1]
     t = _T975[-1]
@@ -89,7 +89,7 @@ def batch_interval(batch_means: Sequence[float]) -> Tuple[float, float]:
     if n < 2:
         raise ValueError("an interval needs at least two batch means")
     mean = math.fsum(batch_means) / n
-    half = _t975(n - 1) * statistics.stdev(batch_means) / math.sqrt(n)
+    half = t975(n - 1) * statistics.stdev(batch_means) / math.sqrt(n)
     return mean - half, mean + half
 
 

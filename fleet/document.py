@@ -366,6 +366,10 @@ class OperatingPoint(Strict):
     power_w: Watts | None
 
 
+Interval = Annotated[list[Annotated[float, Field(ge=0, le=1e6)]],
+                     Field(min_length=2, max_length=2)]
+
+
 class Measurement(Strict):
     """Harness 1.1 and later: how long the timed runs went on and what they saw."""
 
@@ -376,16 +380,30 @@ class Measurement(Strict):
     band: Annotated[float, Field(ge=0, le=1e6)]
     sub_window_trimmed_means_ms: list[Ms] = Field(max_length=1000)
     operating_points: list[OperatingPoint] = Field(max_length=16)
-    # Harness 1.2 and later: the 95% interval (low, high) of `tflops`, by the method of
-    # batch means over the sub-windows; None with fewer than two of them.
-    tflops_ci95: Annotated[list[Annotated[float, Field(ge=0, le=1e6)]],
-                           Field(min_length=2, max_length=2)] | None = None
+    # Harness 1.2-1.3: the 95% interval (low, high) of `tflops`, by the method of batch
+    # means over the sub-windows; None with fewer than two of them. It says how well the
+    # run knows its own level, not where a repeat lands: shown as "within run".
+    tflops_ci95: Interval | None = None
+    # Harness 1.4 and later: the same, under the name that says what it is.
+    within_run_ci95: Interval | None = None
+    # Harness 1.4 and later: the runs left out as interrupted, [index among the runs as
+    # timed, ms], each named in the result's contention too.
+    excluded_runs: list[Annotated[list[Annotated[float, Field(ge=0, le=1e7)]],
+                                  Field(min_length=2, max_length=2)]] = Field(
+        default_factory=list, max_length=1000)
 
     @model_validator(mode="after")
     def _interval_in_order(self) -> Measurement:
-        if self.tflops_ci95 is not None and self.tflops_ci95[0] > self.tflops_ci95[1]:
-            raise ValueError("tflops_ci95 must be [low, high]")
+        for name in ("tflops_ci95", "within_run_ci95"):
+            value = getattr(self, name)
+            if value is not None and value[0] > value[1]:
+                raise ValueError(f"{name} must be [low, high]")
         return self
+
+    @property
+    def within_run(self) -> list[float] | None:
+        """The within-run interval, whichever harness named it."""
+        return self.within_run_ci95 if self.within_run_ci95 is not None else self.tflops_ci95
 
 
 class Correctness(Strict):
@@ -514,10 +532,11 @@ class BenchmarkResult(Strict):
     k: Annotated[int, Field(ge=1, le=1 << 20)]
     # A product that took no time is not a measurement; the reports divide by this.
     tflops: Annotated[float, Field(gt=0, le=1e6)]
-    # What `tflops` is 2·M·N·K over: the 10%-trimmed mean run time from harness 1.2 on
-    # (the runs of a power-capped card fall on levels a median jumps between); absent
-    # before 1.2, where it was the median.
-    statistic: Literal["median", "trimmed_mean"] | None = None
+    # What `tflops` is 2·M·N·K over: the mean run time from harness 1.4 on (the work over
+    # the time, what a long job gets); the 10%-trimmed mean in 1.2-1.3 (the runs of a
+    # power-capped card fall on levels a median jumps between); absent before 1.2, where
+    # it was the median.
+    statistic: Literal["median", "trimmed_mean", "mean"] | None = None
     stats: Statistics
     warmup: Warmup
     measurement: Measurement | None = None
@@ -554,7 +573,8 @@ class BenchmarkResult(Strict):
                                  f"soak.first_20s_tflops ({drop:.6g})")
         # The headline must follow from the result's own times: a figure that does not
         # (an agent bug, an edited file) would be ranked and compared as if measured.
-        name = "trimmed_mean_ms" if self.statistic == "trimmed_mean" else "median_ms"
+        name = f"{self.statistic}_ms" if self.statistic in ("trimmed_mean", "mean") \
+            else "median_ms"
         time_ms = getattr(self.stats, name)
         expected = 2.0 * self.m * self.n * self.k / (time_ms * 1e-3) / 1e12 if time_ms else 0.0
         if not math.isclose(self.tflops, expected, rel_tol=1e-6):

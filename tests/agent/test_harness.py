@@ -8,6 +8,7 @@ statistics, flags and provenance, and locking restores the clock and records ref
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -67,11 +68,13 @@ def test_each_dtype_passes_the_gate_and_reports_consistent_statistics(dtype: str
     assert result["correctness"]["max_rel_error"] < harness.TOLERANCE[dtype]
     assert s["runs"] == len(result["samples_ms"]) > 0
     assert s["min_ms"] <= s["ci95_low_ms"] <= s["median_ms"] <= s["ci95_high_ms"] <= s["max_ms"]
-    # Since 1.2 the headline is over the 10%-trimmed mean, and says so.
-    assert result["statistic"] == "trimmed_mean" and result["harness_version"] == "1.3.0"
+    # Since 1.4 the headline is the work over the time: every run's FLOP over their
+    # summed time, and says so.
+    assert result["statistic"] == "mean" and result["harness_version"] == "1.4.0"
     assert result["thermal"] == "cool-start" and result["soak"] is None
+    work = 2 * 96 * 80 * 64 * len(result["samples_ms"])
     assert result["tflops"] == pytest.approx(
-        2 * 96 * 80 * 64 / (s["trimmed_mean_ms"] * 1e-3) / 1e12)
+        work / (math.fsum(result["samples_ms"]) * 1e-3) / 1e12, rel=1e-5)
     assert result["dtype"] == dtype and result["cache"] == "cold"
     assert result["provenance"]["flush_bytes"] == 1 << 20
     assert "torch.float32_matmul_precision" in result["provenance"]["env"]
@@ -185,7 +188,7 @@ def test_agent_bench_on_cpu_emits_a_valid_document(tmp_path: Path) -> None:
     assert len(document.benchmarks) == 1
     result = document.benchmarks[0]
     assert result.m == 64 and result.stats.runs > 0
-    assert result.statistic == "trimmed_mean"
+    assert result.statistic == "mean"
     # Soaked by default: the soak's own settings, as given, travel with the result.
     assert result.thermal == "soaked" and result.soak is not None
     assert (result.soak.window_s, result.soak.span_s, result.soak.cap_s) == (0.05, 0.5, 1.5)
@@ -246,8 +249,12 @@ def test_the_bench_table_gives_each_version_its_own_interval_and_the_median_besi
                              "band": 0.01, "sub_window_trimmed_means_ms": [1.62] * 6,
                              "operating_points": [], "tflops_ci95": [670.0, 690.0]}
     text = bench_text(parse_document(data, "test"))
-    assert "678.7" in text and "670.0-690.0" in text and "687.2" in text
-    assert "682.9-691.5" not in text
+    # The batch-means interval is the within-run one, under that name; a cool-start
+    # result has no repeat interval ("next run" is "-").
+    assert "678.7" in text and "670.0-690.0" in text and "within run" in text
+    assert "682.9-691.5" not in text and "next run: where" in text
+    [row] = [line for line in text.splitlines() if line.startswith("0 ")]
+    assert row.split()[1:4] == ["678.7", "-", "670.0-690.0"]
     # The same result from before 1.2 (no statistic): figure and interval are the median's.
     result.update(harness_version="1.1.0", statistic=None, tflops=2 * 8192**3 / 1.6e-3 / 1e12)
     text = bench_text(parse_document(data, "test"))
@@ -268,8 +275,27 @@ def test_the_bench_table_keeps_every_figure_whole_in_80_columns() -> None:
     assert lines[0].startswith("Standard harness: 1 x H100-SXM5-80GB, bf16 8192³ sustained")
     [row] = [line for line in lines if line.startswith("0 ")]
     # A cool-start result (harness 1.2.0): no first-20-s level; its warm-up as the soak.
-    assert row.split()[:10] == ["0", "692.6", "690.6-694.6", "695.3", "-", "70.0%", "10",
+    assert row.split()[:10] == ["0", "692.6", "-", "690.6-694.6", "-", "70.0%", "10",
                                 "s", "67", "1380"]
+
+
+def test_a_soaked_result_shows_where_the_next_run_lands_in_80_columns() -> None:
+    from rich.console import Console
+
+    from fleet.cli.display import bench_table
+
+    # The lent H100's soaked document (harness 1.3.0): 679.8 TFLOP/s, one operating point,
+    # its soaked windows within 0.14%, so the variant's spread sets the width: sd 0.495%
+    # over 4 dof, t = 2.776, half-width 2.776 x sqrt(2) x 0.495% = 1.943%: 666.6-693.0.
+    real = json.loads((ROOT / "tests/fixtures/nodes/h100-sxm5-lent/document.json").read_text())
+    console = Console(record=True, width=80)
+    console.print(bench_table(parse_document(real, "fleet bench on the lent H100")))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    [row] = [line for line in text.splitlines() if line.startswith("0 ")]
+    assert row.split()[1:3] == ["679.8", "667-693"]
+    assert "GPU 0: next run ±1.94% from the variant's run-to-run spread" in " ".join(
+        text.split())
 
 
 def test_a_result_must_say_its_statistic_from_1_2_and_its_interval_in_order() -> None:
@@ -362,7 +388,7 @@ def test_a_measurement_spanning_two_operating_points_is_extended_and_described(
     # level, and its interval from the sub-windows is wide enough to hold both.
     flops = 2 * 96 * 80 * 64 / 1e9
     assert flops / 1.03 < result["tflops"] < flops / 1.0 * 0.998
-    low, high = m["tflops_ci95"]
+    low, high = m["within_run_ci95"]
     assert low < result["tflops"] < high and high - low > 0.005 * result["tflops"]
     parse_result(result)
 
@@ -382,7 +408,55 @@ def test_the_headline_moves_with_the_split_between_levels_not_by_the_whole_gap(
         figures.append((result["tflops"], 2 * 96 * 80 * 64 / result["stats"]["median_ms"] / 1e9))
     (tm_45, median_45), (tm_55, median_55) = figures
     assert median_45 / median_55 == pytest.approx(1.03, abs=0.001)  # the median jumps
-    assert 1.0005 < tm_45 / tm_55 < 1.008  # the headline moves with the split
+    # The headline, the work over the time, moves by the split's change times the gap:
+    # 10% of the runs moved 3% slower, 0.3% of the time.
+    assert tm_45 / tm_55 == pytest.approx(1 + 0.1 * 0.03 / 1.0165, abs=0.0015)
+
+
+def held_every(monkeypatch: pytest.MonkeyPatch, every: int) -> None:
+    """A card steady at 1.0 ms whose every `every`-th run is held 4 ms by something else."""
+    count = [0]
+
+    def level(t: float) -> float:
+        count[0] += 1
+        return 4.0 if count[0] % every == 0 else 1.0
+
+    fake_runs(monkeypatch, level, per_run=True)
+
+
+def test_interrupted_runs_are_excluded_by_name_and_flagged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The headline is the card's 1.0 ms, the held runs named in its contention.
+    held_every(monkeypatch, 50)
+    result = measure(small(measure_s=0.3, max_total_s=2.0), cpu_target())
+    excluded = result["measurement"]["excluded_runs"]
+    assert excluded and all(ms == 4.0 for _, ms in excluded)
+    assert result["samples_ms"] and set(result["samples_ms"]) == {1.0}
+    assert result["tflops"] == pytest.approx(2 * 96 * 80 * 64 / 1e-3 / 1e12)
+    assert result["flags"]["contended"]
+    [said] = [c for c in result["contention"] if "interrupted" in c]
+    assert f"run {int(excluded[0][0])} (4.000 ms)" in said
+    parse_result(result)
+
+
+def test_a_soaked_result_leaves_interrupted_runs_out_of_its_level_and_its_drop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    held_every(monkeypatch, 40)
+    result = measure(soaked(), cpu_target())
+    assert result["measurement"]["excluded_runs"] and result["flags"]["contended"]
+    assert result["tflops"] == pytest.approx(2 * 96 * 80 * 64 / 1e-3 / 1e12)
+    # The first 20 s (0.2 s here) leave theirs out too: the card did not slow, so no drop.
+    assert result["soak"]["first_20s_tflops"] == pytest.approx(result["tflops"])
+    assert result["soak"]["drop"] == pytest.approx(0.0, abs=1e-9)
+    parse_result(result)
+
+
+def test_slow_runs_count_when_the_card_itself_slowed() -> None:
+    # NVML saw a hardware slowdown: the slow runs are the card's, and the figure keeps them.
+    kept, excluded = harness.interrupted([1.0, 1.0, 4.0, 1.0], card_slowed=True)
+    assert kept == [1.0, 1.0, 4.0, 1.0] and excluded == []
+    kept, excluded = harness.interrupted([1.0, 1.0, 4.0, 1.0, 1.49], card_slowed=False)
+    assert kept == [1.0, 1.0, 1.0, 1.49] and excluded == [(2, 4.0)]
 
 
 def test_a_card_alternating_in_warm_up_starts_measuring(monkeypatch: pytest.MonkeyPatch) -> None:

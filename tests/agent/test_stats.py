@@ -59,7 +59,7 @@ def test_batch_interval_from_students_t() -> None:
     many = [1.0, 3.0] * 50
     half = 2.000 * statistics.stdev(many) / 10
     assert stats.batch_interval(many) == pytest.approx((2 - half, 2 + half))
-    assert [stats._t975(d) for d in (30, 31, 39, 40, 59, 60, 119, 120, 10_000)] == [
+    assert [stats.t975(d) for d in (30, 31, 39, 40, 59, 60, 119, 120, 10_000)] == [
         2.042, 2.042, 2.042, 2.021, 2.021, 2.000, 2.000, 1.980, 1.980]
     with pytest.raises(ValueError, match="two batch means"):
         stats.batch_interval([1.0])

@@ -1,0 +1,144 @@
+"""How far the next run of the same card may land: the interval a result carries.
+
+A 20-s measurement knows its own level to ±0.02-0.2% (the within-run interval, from its
+~1 s sub-windows). A reader wants something else: where the card's figure would be if
+they measured again. On the lent cards a repeat minutes later moved by 0.05-1.06%, and
+several percent where a card switched operating point (bench/RESULTS.md, "Repeat
+intervals"): the card wanders on time scales longer than one run, mostly with its
+temperature, and a single run cannot see that. So the interval is built from three kinds
+of evidence, and the widest wins:
+
+- the variant's run-to-run spread as fleet measured it (`SPREADS`, each with the
+  records it came from): the standard deviation of a soaked figure between runs of one
+  card, pooled over cards;
+- the GPU's own history, where it has one: its earlier soaked figures pool with the
+  variant's spread, which counts as `PRIOR_DOF` degrees of freedom (a scaled inverse
+  chi-square update), so a card that wanders more than its variant widens its own
+  interval after a few nights and a steadier one narrows it;
+- what the run itself shows (`wander`): how far its soaked windows moved once it had
+  soaked, and how far apart the operating points it measured on are. A run that
+  switched between points 2% apart says a repeat may land on either.
+
+The next run differs from this one by two draws of the card's wander, so the half-width
+is t(0.975, dof) x sqrt(2) x sigma: a prediction interval for one new run, not a
+confidence interval of this one's level.
+
+Standard library only, Python 3.8: the agent and fleet both import it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from agent import stats
+
+# How many degrees of freedom the variant's spread counts for when it pools with one GPU's
+# own history: after four earlier nights the GPU's figures weigh as much as the variant's.
+PRIOR_DOF = 4
+# An operating point counts when it held at least this many sub-windows (as the harness's
+# operating_point_switch flag counts them): a lone sub-window is the switch itself.
+POINT_SUB_WINDOWS = 1.5
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A variant's run-to-run standard deviation of the soaked figure, relative to the
+    figure, with its degrees of freedom and where it was measured."""
+
+    sd: float
+    dof: int
+    source: str
+
+
+# Measured by fleet on lent cards, nothing changed on the GPU: soaked runs of one card,
+# each a process of its own, minutes apart; the sd of the work-over-time figure about
+# the card's mean, pooled over cards (`python bench/repeat_records.py` prints it from
+# the records named). The H200's pools the five-run card with the four GPUs of a node,
+# each measured together and then alone. Coverage of the intervals they give, on these
+# records and on repeats made after they were fixed: bench/RESULTS.md, "Repeat intervals".
+SPREADS: Dict[str, Spread] = {
+    "H100-SXM5-80GB": Spread(0.00495, 4, "five soaked runs of one H100 SXM5, "
+                             "bench/records/2026-11-25-h100-soak-1752624020993"),
+    "H200-SXM-141GB": Spread(0.00216, 8, "five soaked runs of one H200 SXM and four "
+                             "GPUs measured together and alone, bench/records/"
+                             "2026-11-25-h200-soak-1653724065387 and "
+                             "2026-11-26-h200x4-node-probe"),
+}
+# A variant fleet has not measured takes the widest spread it has, said so.
+UNMEASURED = "no run-to-run spread measured for this variant: the widest fleet measured"
+
+
+def variant_spread(variant: Optional[str]) -> Tuple[Spread, bool]:
+    """The variant's spread and whether it was measured (False: the widest stands in)."""
+    found = SPREADS.get(variant or "")
+    if found is not None:
+        return found, True
+    widest = max(SPREADS.values(), key=lambda s: s.sd)
+    return Spread(widest.sd, widest.dof, UNMEASURED), False
+
+
+def pooled_sd(spread: Spread, history: Sequence[float]) -> Tuple[float, int]:
+    """The card's run-to-run sd (relative) and its dof: the variant's spread as a prior
+    worth PRIOR_DOF dof, pooled with the GPU's earlier figures (at least two)."""
+    prior = min(spread.dof, PRIOR_DOF)
+    if len(history) < 2:
+        return spread.sd, spread.dof
+    mean = math.fsum(history) / len(history)
+    own = statistics.stdev(history) / mean if mean > 0 else 0.0
+    dof = prior + len(history) - 1
+    return math.sqrt((prior * spread.sd ** 2 + (len(history) - 1) * own ** 2) / dof), dof
+
+
+def wander(curve: Sequence[Sequence[float]], settled_s: Optional[float],
+           points: Sequence[Mapping[str, Any]], sub_windows: int, figure: float) -> float:
+    """What the run itself shows of the card's wander, relative to the figure: the larger
+    of the standard deviation of its soak windows from the moment it soaked (the curve
+    runs on through the measurement) and half the distance between the operating points
+    it measured on."""
+    shown = 0.0
+    if settled_s is not None:
+        levels = [row[1] for row in curve if row[0] >= settled_s and row[1] > 0]
+        if len(levels) >= 3:
+            shown = statistics.stdev(levels) / statistics.fmean(levels)
+    held = [float(p["tflops"]) for p in points
+            if float(p.get("share") or 0.0) * sub_windows >= POINT_SUB_WINDOWS
+            and float(p["tflops"]) > 0]
+    if len(held) >= 2 and figure > 0:
+        shown = max(shown, (max(held) - min(held)) / 2.0 / figure)
+    return shown
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Where a repeat run's figure should fall (95%), and what set the width."""
+
+    low: float
+    high: float
+    sd: float  # relative, the sigma the width was built from
+    dof: int
+    basis: str  # "variant", "history" or "run": which evidence was the widest
+    source: str  # the variant spread's source
+
+    def words(self) -> str:
+        """The basis in a few words, for a table's note."""
+        return {"variant": "the variant's run-to-run spread",
+                "history": "this GPU's own night-to-night spread",
+                "run": "the run's own wander"}[self.basis]
+
+
+def interval(figure: float, variant: Optional[str], run_wander: float,
+             history: Sequence[float] = ()) -> Interval:
+    """The 95% interval for a repeat run of a card whose run gave `figure`."""
+    spread, _ = variant_spread(variant)
+    card, dof = pooled_sd(spread, history)
+    basis = "history" if len(history) >= 2 else "variant"
+    if run_wander > card:
+        # A run's wander is its own sub-windows' evidence; its dof is not a count of
+        # runs, so the normal quantile (the t's limit) stands for it.
+        card, basis, dof = run_wander, "run", 10_000
+    half = stats.t975(dof) * math.sqrt(2.0) * card
+    return Interval(figure * (1.0 - half), figure * (1.0 + half), card, dof, basis,
+                    spread.source)
