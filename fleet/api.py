@@ -120,7 +120,13 @@ RESULT_COLUMNS = _columns(
     ("thermal", "string", '"soaked" (measured once the card stopped heating) or '
                           '"cool-start" (--quick, burst, or any harness before 1.3)'),
     ("concurrency", "string", '"concurrent" (every GPU of the node at once) or "sequential"'),
-    ("tflops", "float64", "TFLOP/s over the trimmed mean run time; soaked: the soaked level"),
+    ("tflops", "float64", "TFLOP/s: the work over the time (harness 1.4 on; the trimmed mean "
+                          "run time's in 1.2-1.3); soaked: the soaked level"),
+    ("repeat_low_tflops", "float64", "soaked, stored from 0012 on: where a repeat run of the "
+                                     "card lands, 95%, low end"),
+    ("repeat_high_tflops", "float64", "soaked: where a repeat run lands, 95%, high end"),
+    ("repeat_basis", "string", 'what set the repeat interval\'s width: "variant" (its '
+                               'measured spread), "history" (the GPU\'s own) or "run"'),
     ("median_ms", "float64", "the median kernel time, milliseconds"),
     ("cv", "float64", "coefficient of variation of the run times"),
     ("runs", "int64", "timed runs"),

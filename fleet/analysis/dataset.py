@@ -225,6 +225,11 @@ class GpuMeasure:
     # Under load: the soak's median while measuring, else the telemetry's hottest sample.
     temperature_c: float | None = None
     stack: str = ""  # the software stack(s) the GPU's results were measured on
+    # The relative standard deviation of one result of this GPU between runs, as its
+    # results' repeat intervals were built from (agent/repeat.py: the variant's spread,
+    # the GPU's history, the run's own wander; the median over its results); None where
+    # no result carries one (cool-start results, stores before 0012).
+    repeat_sd: float | None = None
 
     @property
     def name(self) -> str:
@@ -753,7 +758,8 @@ def _measures(engine: Engine, found: series.Read, gpus: pd.DataFrame, scope: Sco
             flags=flag_names[flags[g]], first=times[first_at[g]], last=times[last_at[g]],
             first_20s_tflops=_present(value["first_20s_tflops"][g]),
             drop=_present(value["soak_drop"][g]),
-            temperature_c=_present(value["temperature_load_c"][g]), stack=stack_sets[g]))
+            temperature_c=_present(value["temperature_load_c"][g]), stack=stack_sets[g],
+            repeat_sd=_present(value["repeat_sd"][g])))
     measures.sort(key=lambda m: (rank[m.config], m.variant, m.provider, m.host, m.gpu_index))
     return measures, excluded
 

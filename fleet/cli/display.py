@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from fleet import repeat as fleet_repeat
 from fleet.document import AgentDocument, BenchmarkResult, Gpu, Health
 from fleet.sanitize import safe
 from fleet.words import power_limit
@@ -244,18 +245,24 @@ def bench_table(document: AgentDocument) -> Table:
     table.add_column("GPU", overflow="fold")
     if len(benchmarks) > 1:
         table.add_column("benchmark", overflow="fold")
-    # CV gave way to the soak's columns: the interval says how well the level is known.
-    for column in ("TFLOP/s", "95% CI", "median", "first 20 s", "% peak", "soak", "°C MHz W"):
+    # The figure's interval is where a repeat run lands (fleet/repeat.py); the within-run
+    # one says only how well these 20 s are known, ten to thirty times narrower.
+    for column in ("TFLOP/s", "next run", "within run", "first 20 s", "% peak", "soak",
+                   "°C MHz W"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("flags", overflow="fold")
     statistics = set()
+    notes: list[str] = []
     for r in document.benchmarks:
         gpu = by_index.get(r.gpu_index)
         flops = 2.0 * r.m * r.n * r.k / 1e9  # GFLOP, so GFLOP / ms = TFLOP/s
-        interval = r.measurement.tflops_ci95 if r.measurement is not None else None
+        interval = r.measurement.within_run if r.measurement is not None else None
         if r.statistic in (None, "median"):  # before harness 1.2: the median's interval
             interval = ([flops / r.stats.ci95_high_ms, flops / r.stats.ci95_low_ms]
                         if r.stats.ci95_low_ms > 0 else None)
+        repeat = fleet_repeat.of_result(r, gpu.variant.label if gpu is not None else None)
+        if repeat is not None:
+            notes.append(f"GPU {r.gpu_index}: next run {fleet_repeat.words(repeat)}")
         statistics.add(r.statistic or "median")
         peak = None
         if gpu is not None and gpu.variant.datasheet is not None:
@@ -264,20 +271,25 @@ def bench_table(document: AgentDocument) -> Table:
             _t(str(r.gpu_index) if len(names) == 1 else f"{r.gpu_index} {name(r)}"),
             *([_t(_benchmark(r))] if len(benchmarks) > 1 else []),
             f"{r.tflops:.1f}",
+            "-" if repeat is None else f"{repeat.low:.0f}-{repeat.high:.0f}",
             "-" if interval is None else f"{interval[0]:.1f}-{interval[1]:.1f}",
-            f"{flops / r.stats.median_ms:.1f}" if r.stats.median_ms > 0 else "-",
             _first_20s(r),
             f"{100 * r.tflops / peak:.1f}%" if peak else "-",
             Text(f"{r.warmup.seconds:.0f} s", style="" if r.warmup.steady else "red"),
             _under_load(r),
             _flags(r),
         )
-    if statistics == {"trimmed_mean"}:
-        table.caption = ("TFLOP/s: 2·M·N·K over the 10%-trimmed mean run time, with its 95% "
-                         "interval from ~1 s windows; median: over the median run time; first "
-                         "20 s: the level of the first 20 s of load and the change from it to "
-                         "the soaked level; soak: load before the measurement (warm-up with "
-                         "--quick); °C MHz W: under load, as measured")
+    headline = {"mean": "the work over the time: 2·M·N·K times the runs over their summed "
+                        "time (what a long job gets)",
+                "trimmed_mean": "2·M·N·K over the 10%-trimmed mean run time (harness 1.2-1.3)"}
+    if len(statistics) == 1 and next(iter(statistics)) in headline:
+        table.caption = (f"TFLOP/s: {headline[next(iter(statistics))]}; next run: where a "
+                         "repeat run of this card lands, 95% (soaked results); within run: "
+                         "how well these ~20 s know their own level, 95%, from ~1 s windows; "
+                         "first 20 s: the level of the first 20 s of load and the change "
+                         "from it to the soaked level; soak: load before the measurement "
+                         "(warm-up with --quick); °C MHz W: under load, as measured"
+                         + "".join(f"\n{note}" for note in notes))
         table.caption_justify = "left"
     return table
 

@@ -85,10 +85,14 @@ def bench(as_json: bool, suite: str | None, **harness: Any) -> None:
     first 20 s of load; flagged not_soaked at the cap, 180 s), then times 20 s of
     back-to-back runs with CUDA events, sampling clocks, power and temperature
     throughout. Prints the soaked
-    TFLOP/s (over the 10%-trimmed mean run time, with its 95% interval), the level of
-    the first 20 s of load beside it and the drop between them, the temperature under
-    load, the conditions (power-capped, thermal, contended, not soaked) and the share of
-    the datasheet peak. About 1-2 minutes a node (62-122 s on the lent cards).
+    TFLOP/s (the work over the time: every run's FLOP over their summed time), where a
+    repeat run of the card would land (next run, 95%: from the variant's measured
+    run-to-run spread and the run's own wander; nothing is stored here, so no history
+    of the GPU narrows or widens it, as `fleet probe` does), how well the run knows its
+    own level (within run), the level of the first 20 s of load beside it and the drop
+    between them, the temperature under load, the conditions (power-capped, thermal,
+    contended, not soaked) and the share of the datasheet peak. About 1-2 minutes a
+    node (55-122 s on the lent cards).
 
     Then the node suite: each GPU's memory bandwidth (a 1 GiB device copy, bytes read
     plus written) and host link (256 MiB host to device and back, pinned and pageable,

@@ -292,15 +292,24 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+# How much of a host's or provider's name a table keeps on one line before folding it:
+# the flags and the benchmark fold first.
+HOLD = 12
+NAMES = ("provider", "host")
+
+
 def _table(title: str, columns: str, rows: Sequence[Sequence[str]]) -> Table:
     """Columns named with a leading ">" are numbers, right-aligned. Cells are Text: a
     host's strings are never read as rich markup."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for column in columns.split("|"):
+    names = columns.split("|")
+    for i, column in enumerate(names):
         number = column.startswith(">")
+        # A name of up to HOLD characters keeps its line; the flags fold first.
+        longest = max((len(row[i]) for row in rows), default=0)
         table.add_column(column.lstrip(">"), no_wrap=number or column == "collected",
-                         overflow="fold",
-                         justify="right" if number else "left")
+                         overflow="fold", justify="right" if number else "left",
+                         min_width=min(longest, HOLD) if column in NAMES else None)
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     return table
@@ -345,16 +354,24 @@ def _results_table(rows: Sequence[ResultRow]) -> Table:
     keys = _stack_keys(row.stack for row in rows)
     several = len(keys) > 1
     columns, said, cells = _shared(
-        "collected|provider|host|>GPU|variant|benchmark|>TFLOP/s|>20 s|>drop|>CV|>MHz W|>°C|"
+        "collected|provider|host|>GPU|variant|benchmark|>TFLOP/s|>repeat|>drop|>MHz W|>°C|"
         "flags",
         [(row.collected_at.strftime("%Y-%m-%d %H:%M"), row.provider, row.host,
           str(row.gpu_index), row.variant, _config(row, keys[row.stack] if several else None),
-          f"{row.tflops:.1f}", _number(row.first_20s_tflops, 1), _share(row.soak_drop),
-          f"{row.cv:.1%}", _mhz_watts(row), _number(row.temperature_load_c),
+          f"{row.tflops:.1f}", _next_run(row), _share(row.soak_drop), _mhz_watts(row),
+          _number(row.temperature_load_c),
           _flags(row.flags)) for row in rows],
         ("provider", "variant", "benchmark"))
     return _table(f"Benchmark results{': ' + said if said else ''} (newest first; times "
                   f"UTC){_stack_title(keys)}", columns, cells)
+
+
+def _next_run(row: ResultRow) -> str:
+    """Where a repeat run lands (95%), as ± the figure: narrow enough for 80 columns,
+    and the width is the point (CSV and JSON carry both ends)."""
+    if row.repeat_low_tflops is None or row.repeat_high_tflops is None:
+        return "-"
+    return f"±{(row.repeat_high_tflops - row.repeat_low_tflops) / 2 / row.tflops:.1%}"
 
 
 def _summary_table(rows: Sequence[VariantSummary]) -> Table:
@@ -421,9 +438,13 @@ def results(provider: str | None, variant: str | None, host: str | None,
             as_json: bool, limit: int | None, db: str | None) -> None:
     """Show stored benchmark results, filtered, as a table, CSV or JSON.
 
-    A soaked result (harness 1.3 and later) shows its soaked TFLOP/s, the level of its
-    first 20 s of load and the drop between them, and its temperature under load; a
-    cool-start one (--quick, burst, or any older harness) only its figure. The summary
+    A soaked result (harness 1.3 and later) shows its soaked TFLOP/s, where a repeat run
+    of the card lands (repeat, ± the figure, 95%: from the variant's measured run-to-run spread, the
+    GPU's earlier figures and the run's own wander; stored with results from fleet 0012
+    on), the drop from the level of its first 20 s of load, and its temperature under
+    load; a cool-start one (--quick, burst, or any older harness) only its figure. CSV
+    and JSON carry that first-20-s level, the interval's ends and basis, and the
+    within-run CV too. The summary
     keeps thermal states, harness versions and software stacks apart.
 
     With --node, the node suite's figures, a table per node: a GPU's memory copy (bytes read

@@ -126,10 +126,19 @@ def _chart(variant: str, config: Config, gpus: list[GpuMeasure],
             offset = 0.0 if len(members) == 1 else (j / (len(members) - 1) - 0.5) * span
             points.append(Point(provider, round(x + offset, 2), y_of(m.tflops),
                                 f"{m.host} GPU {m.gpu_index}: {m.tflops:.1f} TFLOP/s "
-                                f"({counted(m.results, 'result')}){_soak_note(m)}",
+                                f"({counted(m.results, 'result')}){_repeat_note(m)}"
+                                f"{_soak_note(m)}",
                                 (m.provider, m.host, m.gpu_index) in slow))
     return Chart(variant, config, WIDTH, HEIGHT, LEFT, plot_right, TOP, plot_bottom,
                  tuple(Tick(y_of(t), f"{t:g}") for t in ticks), tuple(boxes), tuple(points))
+
+
+def _repeat_note(m: GpuMeasure) -> str:
+    """The run-to-run sd one result of the GPU rests on (the median of its results'): the
+    width each stored repeat interval was built from (agent/repeat.py)."""
+    if m.repeat_sd is None:
+        return ""
+    return f", run-to-run sd {m.repeat_sd:.2%}"
 
 
 def _soak_note(m: GpuMeasure) -> str:

@@ -32,7 +32,9 @@ from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
+from agent import repeat
 from fleet import __version__
+from fleet import repeat as fleet_repeat
 from fleet.document import (
     AgentDocument,
     BenchmarkResult,
@@ -43,7 +45,7 @@ from fleet.document import (
 )
 from fleet.errors import AgentError, InputError
 from fleet.events import MAX_LINE, read_events
-from fleet.store import models
+from fleet.store import models, series
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
@@ -529,6 +531,7 @@ class Ingest:
                     gpu_id=gpu_ids[row["gpu_index"]],
                     fingerprint_id=fingerprint_ids.get(row["gpu_index"]))
                     for row in prepared.benchmarks]
+                self._with_history(results)
                 fast.benchmark.many(cursor, results)
                 fast.series.many(cursor, fast.series.rows(results,
                                                           epoch_us(prepared.collected_at)))
@@ -545,6 +548,23 @@ class Ingest:
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,
                     occurred_at=collected_at) for row in prepared.errors])
         return document_id
+
+    def _with_history(self, results: list[dict[str, Any]]) -> None:
+        """Each soaked result's repeat interval again, now with its GPU's earlier figures
+        under the same configuration (its series), where it has at least two."""
+        contended = 1 << series.FLAG_COLUMNS.index("contended")
+        for row in results:
+            if row["wander"] is None:
+                continue
+            packed = self.conn.execute(
+                select(models.ResultSeries.packed).where(
+                    models.ResultSeries.gpu_id == row["gpu_id"],
+                    models.ResultSeries.key == series.series_key(row))).scalar_one_or_none()
+            history = fleet_repeat.history_of(series.unpack(packed), contended) \
+                if packed else []
+            if len(history) >= 2:
+                row.update(_repeat_columns(row["tflops"], row["variant"], row["wander"],
+                                           history))
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
@@ -685,9 +705,10 @@ def health_counters(health: Health) -> dict[str, int | bool]:
 def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
     stats, flags, telemetry = result.stats, result.flags, result.telemetry
     lock = result.clock_lock
+    variant = (variant_of(gpu) if gpu is not None else
+               f"unknown: {result.provenance.device_name or 'not fingerprinted'}")
     return {
-        "variant": variant_of(gpu) if gpu is not None else
-        f"unknown: {result.provenance.device_name or 'not fingerprinted'}",
+        "variant": variant,
         "gpu_index": result.gpu_index, "harness_version": result.harness_version,
         "timing_method": result.timing_method, "mode": result.mode,
         "pause_ms": result.pause_ms, "cache": result.cache,
@@ -717,6 +738,7 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "power_cap_share": sum(telemetry.reason_shares.get(name) or 0.0
                                for name in POWER_CAP_REASONS),
         **_soak_columns(result),
+        **_repeat_columns(result.tflops, variant, fleet_repeat.wander_of(result), ()),
         "torch_version": result.provenance.torch_version,
         "cuda_runtime_version": result.provenance.cuda_runtime_version,
         "cublas_version": result.provenance.cublas_version,
@@ -724,6 +746,17 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "samples_ms": pack_floats(result.samples_ms),
         "telemetry_series": pack_rows(result.telemetry_series, TELEMETRY_WIDTH),
     }
+
+
+def _repeat_columns(tflops: float, variant: str, wander: float | None,
+                    history: Sequence[float]) -> dict[str, Any]:
+    """The repeat interval's columns (NULL for a cool-start result, which has none)."""
+    if wander is None:
+        return {"repeat_low_tflops": None, "repeat_high_tflops": None, "repeat_sd": None,
+                "repeat_basis": None, "wander": None}
+    found = repeat.interval(tflops, variant, wander, list(history)[-fleet_repeat.HISTORY:])
+    return {"repeat_low_tflops": found.low, "repeat_high_tflops": found.high,
+            "repeat_sd": found.sd, "repeat_basis": found.basis, "wander": wander}
 
 
 def _soak_columns(result: BenchmarkResult) -> dict[str, Any]:

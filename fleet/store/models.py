@@ -383,6 +383,16 @@ class BenchmarkResult(Base):
     first_20s_tflops: Mapped[float | None] = mapped_column(Float)
     soak_drop: Mapped[float | None] = mapped_column(Float)
 
+    # Soaked results, harness 1.4 and later (0012): where a repeat run of this card should
+    # land (95%), as ingest built it from the variant's run-to-run spread, the GPU's earlier
+    # figures and the run's own wander (agent/repeat.py); the relative sd it rests on; which
+    # evidence set the width ("variant", "history", "run"); the run's own wander.
+    repeat_low_tflops: Mapped[float | None] = mapped_column(Float)
+    repeat_high_tflops: Mapped[float | None] = mapped_column(Float)
+    repeat_sd: Mapped[float | None] = mapped_column(Float)
+    repeat_basis: Mapped[str | None] = mapped_column(String(16))
+    wander: Mapped[float | None] = mapped_column(Float)
+
     torch_version: Mapped[str | None] = mapped_column(String(128))
     cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
     cublas_version: Mapped[str | None] = mapped_column(String(128))

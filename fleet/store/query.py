@@ -130,6 +130,11 @@ class ResultRow:
     soak_s: float | None
     first_20s_tflops: float | None  # soaked results: the level of the first 20 s of load
     soak_drop: float | None  # 1 - tflops / first_20s_tflops
+    # Soaked results, harness 1.4 and later (stores at 0012): where a repeat run of the
+    # card lands, 95%, and which evidence set the width (fleet/repeat.py); None before.
+    repeat_low_tflops: float | None
+    repeat_high_tflops: float | None
+    repeat_basis: str | None
     stack: str
     flags: tuple[str, ...]
 
@@ -228,7 +233,8 @@ def list_results(engine: Engine, where: ResultFilter, limit: int | None = None
     plain = [r.id, r.collected_at, Provider.name, Host.name, ProbeRun.sweep, r.gpu_index,
              Gpu.uuid, r.variant, *_columns(CONFIG_COLUMNS), r.tflops, r.median_ms, r.cv,
              r.runs, r.power_w_median, r.sm_clock_mhz_median, r.temperature_load_c,
-             r.soak_s, r.first_20s_tflops, r.soak_drop]
+             r.soak_s, r.first_20s_tflops, r.soak_drop, r.repeat_low_tflops,
+             r.repeat_high_tflops, r.repeat_basis]
     stmt = _filtered(
         select(*plain, *_columns(STACK_COLUMNS), *_columns(FLAGS))
         .join(Provider, Provider.id == r.provider_id)

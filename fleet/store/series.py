@@ -62,7 +62,7 @@ FLAG_COLUMNS = ("power_capped", "thermal_throttled", "hw_slowdown", "contended",
 
 # The figures a record carries, as benchmark_result names them; NaN where NULL.
 VALUE_COLUMNS = ("tflops", "sm_clock_mhz_median", "power_w_median", "power_cap_share",
-                 "first_20s_tflops", "soak_drop", "temperature_load_c")
+                 "first_20s_tflops", "soak_drop", "temperature_load_c", "repeat_sd")
 
 # One result: when it was collected (microseconds since 1970, UTC), its document, run,
 # host, provider and GPU index, its flags, and its figures. Little-endian whatever the
