@@ -31,10 +31,22 @@ for medians of a handful of GPUs.
 
 Comparisons are made per benchmark configuration, within one variant (like for like), and
 within one listing when a listing covers several variants (what the money bought).
+
+One host a side is one run of each host: its GPUs share the host's wander from run to run
+(the room, the operating point), so eight GPUs are not eight draws of it, and the GPU-level
+tests above see none of it. Such a comparison (called only where `min_hosts` is lowered
+to 1; the Welch test cannot run) must also clear what repeat runs of the two hosts could
+make of the gap (issue #31): faster - slower > 1.96 x sqrt((faster x sd_f)^2 / n_f +
+(slower x sd_s)^2 / n_s), with sd a side's relative run-to-run sd (per host the median
+`repeat_sd` of its GPUs, else the variant's measured spread; agent/repeat.py) and n its
+runs (per host the median number of results of its GPUs, not its GPU count). The
+evidence states that margin. Comparisons of two hosts a side or more keep the host test,
+which sees the hosts' wander in their spread.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -47,6 +59,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
+from fleet.analysis.stragglers import Z975, repeat_sd
 from fleet.words import counted
 
 RESAMPLED_VALUES = 4_000_000
@@ -100,6 +113,9 @@ class Comparison:
     ranges_separate: bool
     systematic: bool
     differences: tuple[Difference, ...]
+    # One host a side: how large a gap (relative to the faster median) repeat runs of
+    # the two hosts could make, 95%; None with two hosts a side or more.
+    repeat_margin: float | None = None
 
     @property
     def gap(self) -> float:
@@ -123,7 +139,16 @@ class Comparison:
                 f"ratio {self.ratio:.3f}, 95% interval {self.ci_low:.3f}-{self.ci_high:.3f}; "
                 f"rank test p = {self.p_value:.2g} (Holm-adjusted {self.p_adjusted:.2g}); "
                 f"between hosts {host_p}; "
-                f"ranges {'separate' if self.ranges_separate else 'overlap'}")
+                f"ranges {'separate' if self.ranges_separate else 'overlap'}"
+                f"{repeat_words(self.gap, self.repeat_margin)}")
+
+
+def repeat_words(gap: float, margin: float | None) -> str:
+    """The repeat test of a one-host-a-side comparison in words, "" where none ran."""
+    if margin is None:
+        return ""
+    return (f"; one host a side: repeat runs of the two hosts could make a gap of "
+            f"±{margin:.1%}, and this one is {'beyond' if gap > margin else 'within'} it")
 
 
 def _ratio_of_medians(slower: NDArray[np.float64], faster: NDArray[np.float64],
@@ -266,6 +291,32 @@ FLAGS_COMPARED = ("thermal_throttled", "hw_slowdown", "contended", "not_steady",
 
 
 @dataclass(frozen=True)
+class Repeat:
+    """How far one side's median moves between runs: `sd` the relative run-to-run sd of
+    one host's figure, `runs` the independent runs the median rests on (the module's
+    docstring)."""
+
+    sd: float
+    runs: float
+
+    @classmethod
+    def of(cls, gpus: Sequence[GpuMeasure]) -> Repeat:
+        """Per host the median sd and the median result count of its GPUs (its GPUs share
+        the host's run); a side of several hosts sums their runs."""
+        hosts: dict[str, list[GpuMeasure]] = defaultdict(list)
+        for g in gpus:
+            hosts[g.host].append(g)
+        sds = [statistics.median(repeat_sd(g) for g in members) for members in hosts.values()]
+        runs = [max(1.0, float(statistics.median(g.results for g in members)))
+                for members in hosts.values()]
+        return cls(float(statistics.median(sds)), float(sum(runs)))
+
+    def spread(self, median: float) -> float:
+        """The sd of the side's median between runs, in its units."""
+        return median * self.sd / math.sqrt(self.runs)
+
+
+@dataclass(frozen=True)
 class Side:
     """One provider's GPUs of a group, summarised once for every comparison it enters (a
     provider of 20,000 GPUs meets three others: reading its measures once per pair cost
@@ -277,6 +328,7 @@ class Side:
     medians: dict[str, float | None]  # of NUMERIC, None where no GPU has one
     common: dict[str, str]  # of CATEGORICAL, each value with its count where they differ
     flags: Counter[str]  # GPUs carrying each flag
+    repeat: Repeat
 
     @classmethod
     def of(cls, gpus: list[GpuMeasure]) -> Side:
@@ -295,7 +347,7 @@ class Side:
                                      for value, n in counts.most_common())
         return cls(gpus, [g.tflops for g in gpus],
                    [values for _, values in sorted(hosts.items())], medians, common,
-                   Counter(flag for g in gpus for flag in g.flags))
+                   Counter(flag for g in gpus for flag in g.flags), Repeat.of(gpus))
 
 
 # Absolute differences worth naming: a die 3 degrees hotter under the same power cap
@@ -378,7 +430,8 @@ def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[
             if statistics.median(first.tflops) < statistics.median(second.tflops):
                 first, second = second, first
             pending.append((key, first, second))
-    verdicts = judge([(Sample(fast.tflops, fast.hosts), Sample(slow.tflops, slow.hosts))
+    verdicts = judge([(Sample(fast.tflops, fast.hosts, fast.repeat),
+                       Sample(slow.tflops, slow.hosts, slow.repeat))
                       for _, fast, slow in pending], options)
     return [Comparison(
         config=key[0], within=key[1], group=key[2], faster=fast.gpus[0].provider,
@@ -387,17 +440,19 @@ def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[
         faster_median=v.faster_median, slower_median=v.slower_median, ratio=v.ratio,
         ci_low=v.ci_low, ci_high=v.ci_high, p_value=v.p_value, p_adjusted=v.p_adjusted,
         host_p_adjusted=v.host_p_adjusted, ranges_separate=v.ranges_separate,
-        systematic=v.systematic, differences=_explain(fast, slow))
+        systematic=v.systematic, differences=_explain(fast, slow), repeat_margin=v.repeat_margin)
         for (key, fast, slow), v in zip(pending, verdicts, strict=True)]
 
 
 @dataclass(frozen=True)
 class Sample:
     """One side of a comparison: each unit's figure (a GPU's median, a pair's copy, a
-    node's all-reduce) and the same figures by host, in any order."""
+    node's all-reduce) and the same figures by host, in any order; and how far its
+    median moves between runs, where that is known (the matmul's, not the node suite's)."""
 
     values: Sequence[float]
     hosts: Sequence[Sequence[float]]
+    repeat: Repeat | None = None
 
 
 @dataclass(frozen=True)
@@ -414,6 +469,7 @@ class Verdict:
     host_p_adjusted: float | None
     ranges_separate: bool
     systematic: bool
+    repeat_margin: float | None  # one host a side, where both samples carry a Repeat
 
 
 def judge(pairs: Sequence[tuple[Sample, Sample]], options: GapOptions) -> list[Verdict]:
@@ -439,11 +495,19 @@ def judge(pairs: Sequence[tuple[Sample, Sample]], options: GapOptions) -> list[V
         nodes = min(len(fast.hosts), len(slow.hosts))
         if nodes >= 2:
             low, high = cluster_ratio_interval(slow.hosts, fast.hosts, options)
-        else:  # shown for what it is worth; never called systematic
+        else:  # called only with min_hosts 1, and beyond the repeat margin below
             low, high = ratio_interval(slow.values, fast.values, options)
+        margin = None
+        if nodes < 2 and fast.repeat is not None and slow.repeat is not None:
+            margin = Z975 * math.hypot(fast.repeat.spread(fast_median),
+                                       slow.repeat.spread(slow_median)) / fast_median
+        # Two hosts a side: the host test sees the hosts' wander. One: only the repeat
+        # margin can stand for it (the module's docstring).
+        between_hosts = (host_p < options.significance if host_p is not None
+                         else margin is not None and 1.0 - ratio > margin)
         systematic = (nodes >= options.min_hosts and high < 1.0
                       and 1.0 - ratio >= options.threshold and p_adj < options.significance
-                      and host_p is not None and host_p < options.significance)
+                      and between_hosts)
         found.append(Verdict(fast_median, slow_median, ratio, low, high, p, p_adj, host_p,
-                             max(slow.values) < min(fast.values), systematic))
+                             max(slow.values) < min(fast.values), systematic, margin))
     return found

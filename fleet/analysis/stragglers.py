@@ -10,19 +10,36 @@ threshold (3% by default) and by more than four robust standard deviations of th
 others (1.4826 x their median absolute deviation, floored at 0.25% so that identical
 siblings do not make every small difference count). Nodes need three GPUs or more: with
 two, nothing says which of them is the slow one.
+
+And the shortfall must exceed what repeat runs of the same cards could make of it
+(issue #31): centre - value > 1.96 x sqrt((value x sd_g)^2 / n_g + (pi/2) x (centre x
+sd_c)^2 / n_c), with sd_g the GPU's relative run-to-run sd (its `repeat_sd`, else its
+variant's measured spread, agent/repeat.py) over its n_g results, and sd_c the others'
+median sd over n_c = their count x their median number of results: the centre is a median
+of independent figures, whose variance is about pi/2 times a mean's. Wander the node's
+GPUs share (the room, the power feed) moves the GPU and its centre alike and cancels in
+the difference, so counting it as independent errs towards not flagging. A steady node's
+margin (1.0% for eight H100s at their 0.5%) sits under the 3% threshold; it binds for a
+card that states a wider sd than its node: at 2%, a shortfall under 3.8% is no straggler
+(bench/false_flags.py measures both).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.repeat import variant_spread
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
 
 MAD_TO_SIGMA = 1.4826  # for normally distributed values
 SIGMA_FLOOR = 0.0025
+Z975 = 1.959964  # the normal's 97.5% quantile: the repeat sds carry no dof here
+# Variance of the median of many independent normal values over that of their mean.
+MEDIAN_VARIANCE = math.pi / 2
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,18 @@ class StragglerOptions:
     threshold: float = 0.03
     sigmas: float = 4.0
     min_gpus: int = 3
+
+
+@dataclass(frozen=True)
+class RepeatMargin:
+    """How far repeat runs could move a GPU's shortfall against its node's median: the
+    relative run-to-run sds and result counts of both, and the 95% margin in TFLOP/s."""
+
+    gpu_sd: float
+    gpu_results: int
+    node_sd: float
+    node_results: float  # the others' count times their median number of results
+    margin: float
 
 
 @dataclass(frozen=True)
@@ -47,6 +76,7 @@ class Straggler:
     node_median: float  # of the node's other GPUs
     node_gpus: int
     sigma: float  # robust standard deviation of the others, TFLOP/s
+    repeat: RepeatMargin  # how far repeat runs could move the shortfall
 
     @property
     def deficit(self) -> float:
@@ -59,15 +89,33 @@ class Straggler:
         return (f"{self.tflops:.1f} TFLOP/s against {self.node_median:.1f}, the median of the "
                 f"node's {self.node_gpus - 1} other GPUs ({self.deficit:.1%} slower; "
                 f"{(self.node_median - self.tflops) / self.sigma:.0f} robust standard "
-                "deviations of theirs)")
+                f"deviations of theirs; beyond its repeat interval of "
+                f"±{self.repeat.margin / self.node_median:.1%}, from run-to-run sds of "
+                f"{self.repeat.gpu_sd:.2%} for the GPU and {self.repeat.node_sd:.2%} for the "
+                "others)")
+
+
+def repeat_sd(gpu: GpuMeasure) -> float:
+    """The GPU's relative run-to-run sd: its results' own, else its variant's spread."""
+    return gpu.repeat_sd if gpu.repeat_sd is not None else variant_spread(gpu.variant)[0].sd
+
+
+def repeat_margin(gpu: GpuMeasure, others: Sequence[GpuMeasure], centre: float) -> RepeatMargin:
+    """The module docstring's 95% margin for `gpu` against the median `centre` of `others`."""
+    gpu_sd, node_sd = repeat_sd(gpu), statistics.median(repeat_sd(g) for g in others)
+    gpu_results = max(1, gpu.results)
+    node_results = len(others) * max(1.0, float(statistics.median(g.results for g in others)))
+    margin = Z975 * math.sqrt((gpu.tflops * gpu_sd) ** 2 / gpu_results
+                              + MEDIAN_VARIANCE * (centre * node_sd) ** 2 / node_results)
+    return RepeatMargin(gpu_sd, gpu_results, node_sd, node_results, margin)
 
 
 def below_others(value: float, others: Sequence[float], threshold: float, sigmas: float,
                  floor: float = SIGMA_FLOOR) -> tuple[bool, float, float]:
     """Whether `value` is at least `threshold` (relative) and more than `sigmas` robust
     standard deviations below the median of `others`; with that median and that sigma
-    (1.4826 x their median absolute deviation, at least `floor` x the median). The rule
-    of the module's docstring, which the node suite's outliers share."""
+    (1.4826 x their median absolute deviation, at least `floor` x the median). The first
+    half of the module docstring's rule, which the node suite's outliers share."""
     centre = statistics.median(others)
     mad = statistics.median(abs(v - centre) for v in others)
     sigma = max(MAD_TO_SIGMA * mad, floor * centre)
@@ -76,7 +124,8 @@ def below_others(value: float, others: Sequence[float], threshold: float, sigmas
 
 
 def find_stragglers(data: Dataset, options: StragglerOptions | None = None) -> list[Straggler]:
-    """Every GPU slower than the other GPUs of its node by the options' margins."""
+    """Every GPU slower than the other GPUs of its node by the options' margins and by
+    more than repeat runs could make of it."""
     options = options or StragglerOptions()
     nodes: dict[tuple[str, str, Config], list[GpuMeasure]] = defaultdict(list)
     for m in data.measures:
@@ -86,10 +135,13 @@ def find_stragglers(data: Dataset, options: StragglerOptions | None = None) -> l
         if len(gpus) < options.min_gpus:
             continue
         for gpu in gpus:
-            below, centre, sigma = below_others(gpu.tflops, [g.tflops for g in gpus
-                                                             if g is not gpu],
+            others = [g for g in gpus if g is not gpu]
+            below, centre, sigma = below_others(gpu.tflops, [g.tflops for g in others],
                                                 options.threshold, options.sigmas)
-            if below:
+            if not below:
+                continue
+            repeat = repeat_margin(gpu, others, centre)
+            if centre - gpu.tflops > repeat.margin:
                 found.append(Straggler(gpu.provider, gpu.host, gpu.gpu_index, gpu.variant,
-                                       config, gpu.tflops, centre, len(gpus), sigma))
+                                       config, gpu.tflops, centre, len(gpus), sigma, repeat))
     return found

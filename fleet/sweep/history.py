@@ -28,6 +28,16 @@ every night it lasts, marked new only on the night it began (nights the GPU was 
 measured, a host that failed or a fingerprint-only night, neither begin nor end it); once
 most of the window is slow, slow is the GPU's new normal.
 
+And tonight must also fall below the centre by more than repeat runs of the card could
+(issue #31): by more than t975(dof) x sqrt((pi/2) x sd_past^2 / n + sd_tonight^2) x centre,
+with sd a night's stored relative run-to-run sd (its results' `repeat_sd`, else the
+variant's measured spread; agent/repeat.py), sd_past the median over the n past nights
+(pi/2: the centre is their median, not their mean), and dof what agent/repeat.py gives a
+card with those n nights of history (the variant's spread worth up to 4 dof, pooled with
+n - 1). A steady card's margin (1.3% on an H100 at its 0.5%, five nights) is under the
+3%; a card that states a repeat sd of 2% (one switching between operating points)
+needs a drop of 5.3% before it alarms.
+
 Configuration changes and mismatches compare a host with its own newest earlier night on
 which it stored a document (a night it failed has nothing to compare); hosts gone or new
 compare with the previous sweep's hosts.
@@ -44,13 +54,18 @@ night stored without health counters (an older agent) compares with nothing.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agent import repeat, stats
+
 MAD_TO_SIGMA = 1.4826
+# Variance of the median of many independent normal values over that of their mean.
+MEDIAN_VARIANCE = math.pi / 2
 # Fingerprint columns whose change between two nights is news to the buyer.
 CONFIG_FIELDS = ("uuid", "variant", "driver_version", "cuda_driver_version", "vbios_version",
                  "power_limit_w", "max_sm_clock_mhz", "max_mem_clock_mhz", "memory_total_mib",
@@ -95,6 +110,9 @@ class GpuState:
     tflops: Mapping[str, float] = field(default_factory=dict)  # benchmark label -> median
     health: str | None = None  # the verdict; None: stored without health counters
     counters: Mapping[str, Any] | None = None  # the stored health counters
+    # benchmark label -> median relative run-to-run sd of its results (their repeat
+    # intervals'); a label missing: none stored (cool-start, older rows)
+    repeat_sd: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -140,6 +158,7 @@ class Regression:
     baseline: float  # median of the past nights
     threshold: float  # below this is a regression
     noise: float  # 1.4826 x MAD of the past nights
+    repeat_margin: float  # relative: how far below the baseline repeat runs could fall
     past_nights: int
     began_run_id: int
     began_at: dt.datetime
@@ -155,7 +174,8 @@ class Regression:
         since = "" if self.new else f" (since run #{self.began_run_id})"
         return (f"{self.provider}/{self.host} GPU {self.gpu_index}: {self.tflops:.1f} TFLOP/s, "
                 f"{self.drop:.1%} below its median {self.baseline:.1f} of {self.past_nights} "
-                f"nights (threshold {self.threshold:.1f}, noise {self.noise:.2f}){since}")
+                f"nights (threshold {self.threshold:.1f}, noise {self.noise:.2f}, repeat "
+                f"margin {self.repeat_margin:.1%}){since}")
 
 
 @dataclass(frozen=True)
@@ -255,31 +275,65 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def _gpu_series(nights: Sequence[Night]) -> dict[tuple[str, str, str], list[float | None]]:
+@dataclass(frozen=True)
+class Measured:
+    """One GPU's figure for one benchmark on one night, with its run-to-run sd."""
+
+    tflops: float
+    sd: float  # relative: the stored repeat sd, else the variant's spread
+    variant: str
+
+
+def _gpu_series(nights: Sequence[Night]) -> dict[tuple[str, str, str], list[Measured | None]]:
     """TFLOP/s by (host, GPU, benchmark), one slot per night (None: not measured)."""
-    series: dict[tuple[str, str, str], list[float | None]] = {}
+    series: dict[tuple[str, str, str], list[Measured | None]] = {}
     for i, night in enumerate(nights):
         for host in night.hosts.values():
             for gpu in host.gpus:
                 for label, value in gpu.tflops.items():
                     slots = series.setdefault((host.key, gpu.key, label), [None] * len(nights))
-                    slots[i] = value
+                    sd = gpu.repeat_sd.get(label)
+                    slots[i] = Measured(value, sd if sd is not None else
+                                        repeat.variant_spread(gpu.variant)[0].sd, gpu.variant)
     return series
 
 
-def _verdict(values: Sequence[float | None], i: int, rule: RegressionRule
-             ) -> tuple[float, float, float, int] | None:
-    """(baseline, threshold, noise, nights) when night i is a regression, else None."""
+@dataclass(frozen=True)
+class Verdict:
+    """Why night i is a regression: the figures of the module's rule."""
+
+    baseline: float
+    threshold: float
+    noise: float
+    repeat_margin: float
+    nights: int
+
+
+def repeat_margin(past: Sequence[Measured], tonight: Measured) -> float:
+    """How far below the past nights' median a repeat run of the card could fall (95%,
+    relative): the module docstring's t975(dof) x sqrt((pi/2) x sd_past^2 / n + sd^2)."""
+    spread, _ = repeat.variant_spread(tonight.variant)
+    _, dof = repeat.pooled_sd(spread, [m.tflops for m in past])
+    sd_past = _median([m.sd for m in past])
+    return stats.t975(dof) * math.sqrt(MEDIAN_VARIANCE * sd_past ** 2 / len(past)
+                                       + tonight.sd ** 2)
+
+
+def _verdict(values: Sequence[Measured | None], i: int, rule: RegressionRule
+             ) -> Verdict | None:
+    """The figures when night i is a regression, else None."""
     tonight = values[i]
     if tonight is None:
         return None
     past = [v for v in values[max(0, i - rule.window):i] if v is not None]
     if len(past) < rule.min_history:
         return None
-    centre = _median(past)
-    noise = MAD_TO_SIGMA * _median([abs(v - centre) for v in past])
-    threshold = centre - max(rule.k * noise, rule.min_relative * centre)
-    return (centre, threshold, noise, len(past)) if tonight < threshold else None
+    centre = _median([m.tflops for m in past])
+    noise = MAD_TO_SIGMA * _median([abs(m.tflops - centre) for m in past])
+    margin = repeat_margin(past, tonight)
+    threshold = centre - max(rule.k * noise, rule.min_relative * centre, margin * centre)
+    return (Verdict(centre, threshold, noise, margin, len(past)) if tonight.tflops < threshold
+            else None)
 
 
 def _regressions(nights: Sequence[Night], i: int, rule: RegressionRule
@@ -302,11 +356,10 @@ def _regressions(nights: Sequence[Night], i: int, rule: RegressionRule
                 break
         host = night.hosts[host_key]
         gpu = next(g for g in host.gpus if g.key == gpu_key)
-        baseline, threshold, noise, count = verdict
         found.append(Regression(
-            host.provider, host.host, gpu.index, gpu.uuid, label, float(values[i] or 0.0),
-            baseline, threshold, noise, count, nights[began].run_id, nights[began].started_at,
-            began == i))
+            host.provider, host.host, gpu.index, gpu.uuid, label, gpu.tflops[label],
+            verdict.baseline, verdict.threshold, verdict.noise, verdict.repeat_margin,
+            verdict.nights, nights[began].run_id, nights[began].started_at, began == i))
     return tuple(found)
 
 

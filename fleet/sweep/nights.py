@@ -1,10 +1,10 @@
 """A sweep's past nights read back from the store, as `fleet.sweep.history` compares them.
 
 Every fact comes from the store's columns (runs, run hosts, fingerprints, results): each
-GPU's TFLOP/s per benchmark series, its compared configuration, its health verdict and
-counters, and the host's listing judged against its fingerprints as the report judges it
-(fleet/analysis/listing.py). Thirty nights of a large fleet's document bodies would each
-have to be read and validated again otherwise.
+GPU's TFLOP/s per benchmark series and its results' run-to-run sd, its compared
+configuration, its health verdict and counters, and the host's listing judged against its
+fingerprints as the report judges it (fleet/analysis/listing.py). Thirty nights of a
+large fleet's document bodies would each have to be read and validated again otherwise.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                    BenchmarkResult.cache, BenchmarkResult.thermal,
                    BenchmarkResult.concurrency, BenchmarkResult.harness_version,
                    BenchmarkResult.correctness_passed, BenchmarkResult.torch_version,
-                   BenchmarkResult.cuda_runtime_version, BenchmarkResult.cublas_version)
+                   BenchmarkResult.cuda_runtime_version, BenchmarkResult.cublas_version,
+                   BenchmarkResult.repeat_sd)
             .where(BenchmarkResult.document_id.in_(document_ids.scalar_subquery()))).all()
         listed = {h.document_id: h.expect for h in hosts
                   if h.document_id is not None and h.expect}
@@ -90,12 +91,16 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         reasons = no_gpu_reasons(conn, sorted(set(listed) - with_gpus))
     tflops: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
+    repeat_sds: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
     stacks: dict[tuple[int, int], set[str]] = defaultdict(set)
     for r in results:
         stacks[(r.document_id, r.gpu_index)].add(
             software_stack(r.torch_version, r.cuda_runtime_version, r.cublas_version))
         if r.correctness_passed:  # a wrong answer's speed is no speed
             tflops[(r.document_id, r.gpu_index)][_label(r)].append(r.tflops)
+            if r.repeat_sd is not None:
+                repeat_sds[(r.document_id, r.gpu_index)][_label(r)].append(r.repeat_sd)
     gpus: dict[int, list[GpuState]] = defaultdict(list)
     found: dict[int, list[FoundGpu]] = defaultdict(list)
     for fp in fingerprints:
@@ -104,8 +109,10 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         config["software_stack"] = "; ".join(sorted(stack)) if stack else None
         medians = {label: float(statistics.median(values)) for label, values in
                    tflops[(fp.document_id, fp.gpu_index)].items()}
+        sds = {label: float(statistics.median(values)) for label, values in
+               repeat_sds[(fp.document_id, fp.gpu_index)].items()}
         gpus[fp.document_id].append(GpuState(fp.gpu_index, fp.uuid, fp.variant, config,
-                                             medians, fp.health, fp.health_counters))
+                                             medians, fp.health, fp.health_counters, sds))
         found[fp.document_id].append(FoundGpu(
             fp.gpu_index, fp.variant_label, fp.family, fp.form_factor, fp.memory_gb,
             fp.memory_total_mib, fp.power_limit_enforced_w or fp.power_limit_w))
