@@ -71,7 +71,10 @@ def run_harness(torch: Any, size: int, gpus: list[dict[str, Any]], nvml: Any,
     r = results[0]
     return {"tflops": r["tflops"], "statistic": r["statistic"],
             "tflops_median": flops(size) / (r["stats"]["median_ms"] * 1e-3) / 1e12,
-            "tflops_ci95": r["measurement"]["tflops_ci95"], "stats": r["stats"],
+            # Harness 1.4 names it for what it is; 1.2-1.3 called it tflops_ci95.
+            "within_run_ci95": r["measurement"].get("within_run_ci95",
+                                                    r["measurement"].get("tflops_ci95")),
+            "stats": r["stats"],
             "wall_s": wall, "steady": r["warmup"]["steady"],
             "warmup_s": r["warmup"]["seconds"], "runs": r["stats"]["runs"],
             "window_trimmed_means_ms": r["warmup"]["window_trimmed_means_ms"],
@@ -412,7 +415,7 @@ def main() -> None:
                          f"{tele['power_w_median']} W, {tele['temperature_c_max']} C; "
                          f"levels {points}")
                 extra += (f"; median-based {result['tflops_median']:.1f}, "
-                          f"interval {result['tflops_ci95']}")
+                          f"within-run interval {result['within_run_ci95']}")
             elif "per_5s" in result:
                 tele = result["telemetry"]
                 extra = (f" per 5 s {result['per_5s']}, SM {tele['sm_clock_mhz_median']} MHz, "

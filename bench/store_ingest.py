@@ -15,6 +15,8 @@ query (per provider and variant, the median of per-GPU medians) over all of it.
     python bench/store_ingest.py --gpus 1 --batch 1 --workers 2 --no-sqlite --postgresql postgresql://postgres@127.0.0.1/postgres
     python bench/store_ingest.py --compare-samples   # packed float64 against JSON text
     python bench/store_ingest.py --gpus 8 --results 16000 --node   # with the node suite
+    python bench/store_ingest.py --gpus 1 --soaked   # soaked results: each stored with its
+                                                     # repeat interval, its GPU's history read
 """
 
 from __future__ import annotations
@@ -56,9 +58,13 @@ class Documents:
     """Distinct, valid documents, cheaply: a validated template per variant, with new
     hostnames, UUIDs, times and samples (and statistics computed from them) per copy."""
 
-    def __init__(self, gpus: int, samples: int, hosts: int, node: bool = False) -> None:
+    def __init__(self, gpus: int, samples: int, hosts: int, node: bool = False,
+                 soaked: bool = False) -> None:
         self.gpus, self.samples, self.hosts = gpus, samples, hosts
-        self.templates = {v: factory.document(gpus=gpus, variant=v, runs=samples)
+        # Soaked (harness 1.3): ingest reads each GPU's series for the repeat interval's
+        # history, 100 results a GPU by the end (1,000 hosts).
+        self.templates = {v: factory.document(gpus=gpus, variant=v, runs=samples,
+                                              harness="1.3.0" if soaked else "1")
                           for v in VARIANTS}
         if node:  # the node suite's figures as agent/node.py measures them
             for template in self.templates.values():
@@ -84,8 +90,12 @@ class Documents:
             median = flops / (peak * (1 + rng.gauss(0, 0.02)) * 1e12) * 1e3
             values = factory.samples(rng, median, self.samples)
             stats = factory.summary(values)
-            result.update(samples_ms=values, stats=stats,
-                          tflops=flops / (stats["median_ms"] * 1e-3) / 1e12)
+            statistic = result.get("statistic") or "median"
+            tflops = flops / (stats[f"{statistic}_ms"] * 1e-3) / 1e12
+            result.update(samples_ms=values, stats=stats, tflops=tflops)
+            if result.get("soak"):
+                drop = result["soak"]["drop"]
+                result["soak"] = dict(result["soak"], first_20s_tflops=tflops / (1 - drop))
             results.append(result)
         doc["benchmarks"] = results
         if "node" in template:
@@ -107,9 +117,9 @@ def machine_busy_s() -> float:
 
 
 def write_documents(directory: Path, count: int, gpus: int, samples: int,
-                    node: bool = False) -> dict[str, list[str]]:
+                    node: bool = False, soaked: bool = False) -> dict[str, list[str]]:
     """The documents as files, one directory per provider (not timed)."""
-    documents = Documents(gpus, samples, hosts=1000, node=node)
+    documents = Documents(gpus, samples, hosts=1000, node=node, soaked=soaked)
     names: dict[str, list[str]] = {provider: [] for provider in PROVIDERS}
     for provider in PROVIDERS:
         (directory / provider).mkdir()
@@ -250,6 +260,9 @@ def main() -> None:
     parser.add_argument("--node", action="store_true",
                         help="documents carry the node suite's figures too (5 per GPU, 2 "
                              "per pair, 4 all-reduce sizes: 100 for 8 GPUs)")
+    parser.add_argument("--soaked", action="store_true",
+                        help="soaked results (harness 1.3), each stored with its repeat "
+                             "interval from its GPU's earlier results")
     parser.add_argument("--workers", type=int, default=1,
                         help="concurrent ingests (as several `fleet ingest` commands)")
     parser.add_argument("--jobs", type=int, default=default_jobs(),
@@ -276,7 +289,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             names = write_documents(Path(tmp), args.results // args.gpus, args.gpus,
-                                    args.samples, args.node)
+                                    args.samples, args.node, args.soaked)
             print(f"wrote {args.results // args.gpus} documents in "
                   f"{time.perf_counter() - t0:.0f} s (not timed)", flush=True)
             if not args.no_sqlite:

@@ -48,7 +48,7 @@ def history_of(records: np.ndarray, contended_bit: int) -> list[float]:
         return []
     kept = records[(records["flags"] & contended_bit) == 0]
     figures = kept["tflops"]
-    return [float(v) for v in figures[~np.isnan(figures)]]
+    return [float(v) for v in figures[~np.isnan(figures)][-HISTORY:]]
 
 
 def words(value: repeat.Interval) -> str:

@@ -531,7 +531,7 @@ class Ingest:
                     gpu_id=gpu_ids[row["gpu_index"]],
                     fingerprint_id=fingerprint_ids.get(row["gpu_index"]))
                     for row in prepared.benchmarks]
-                self._with_history(results)
+                self._with_history(cursor, results)
                 fast.benchmark.many(cursor, results)
                 fast.series.many(cursor, fast.series.rows(results,
                                                           epoch_us(prepared.collected_at)))
@@ -549,18 +549,18 @@ class Ingest:
                     occurred_at=collected_at) for row in prepared.errors])
         return document_id
 
-    def _with_history(self, results: list[dict[str, Any]]) -> None:
+    def _with_history(self, cursor: Any, results: list[dict[str, Any]]) -> None:
         """Each soaked result's repeat interval again, now with its GPU's earlier figures
-        under the same configuration (its series), where it has at least two."""
+        under the same configuration (its series), where it has at least two. On the
+        driver's cursor, as the inserts are: through SQLAlchemy the read doubled a
+        soaked document's cost to the writer (bench/store_ingest.py --soaked)."""
         contended = 1 << series.FLAG_COLUMNS.index("contended")
         for row in results:
             if row["wander"] is None:
                 continue
-            packed = self.conn.execute(
-                select(models.ResultSeries.packed).where(
-                    models.ResultSeries.gpu_id == row["gpu_id"],
-                    models.ResultSeries.key == series.series_key(row))).scalar_one_or_none()
-            history = fleet_repeat.history_of(series.unpack(packed), contended) \
+            packed = self._fast.history.one(
+                cursor, {"gpu_id": row["gpu_id"], "key": series.series_key(row)})
+            history = fleet_repeat.history_of(series.unpack(bytes(packed)), contended) \
                 if packed else []
             if len(history) >= 2:
                 row.update(_repeat_columns(row["tflops"], row["variant"], row["wander"],

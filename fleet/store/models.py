@@ -383,7 +383,7 @@ class BenchmarkResult(Base):
     first_20s_tflops: Mapped[float | None] = mapped_column(Float)
     soak_drop: Mapped[float | None] = mapped_column(Float)
 
-    # Soaked results, harness 1.4 and later (0012): where a repeat run of this card should
+    # Soaked results stored at 0012 or later: where a repeat run of this card should
     # land (95%), as ingest built it from the variant's run-to-run spread, the GPU's earlier
     # figures and the run's own wander (agent/repeat.py); the relative sd it rests on; which
     # evidence set the width ("variant", "history", "run"); the run's own wander.

@@ -130,8 +130,8 @@ class ResultRow:
     soak_s: float | None
     first_20s_tflops: float | None  # soaked results: the level of the first 20 s of load
     soak_drop: float | None  # 1 - tflops / first_20s_tflops
-    # Soaked results, harness 1.4 and later (stores at 0012): where a repeat run of the
-    # card lands, 95%, and which evidence set the width (fleet/repeat.py); None before.
+    # Soaked results stored at 0012 or later: where a repeat run of the card lands, 95%,
+    # and which evidence set the width (fleet/repeat.py); None for the rest.
     repeat_low_tflops: float | None
     repeat_high_tflops: float | None
     repeat_basis: str | None

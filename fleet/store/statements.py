@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Dialect, TableClause, case, insert, text
+from sqlalchemy import Dialect, TableClause, bindparam, case, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
@@ -140,6 +140,13 @@ class Statements:
                                      pipelined=not self.sqlite)
         self.benchmark = build(insert(tables["benchmark_result"]))
         self.series = Appender.for_dialect(dialect, target)
+        # A GPU's series under one configuration: its earlier figures, which a soaked
+        # result's repeat interval pools with (fleet/repeat.py).
+        series = tables["result_series"]
+        self.history = Statement(str(
+            select(series.c.packed).where(series.c.gpu_id == bindparam("gpu_id"),
+                                          series.c.key == bindparam("key"))
+            .compile(dialect=target)), True)
         self.error = build(insert(tables["host_error"]))
         self.node = build(insert(tables["node_result"]))
         # A run's host is settled once stored: a later document or failure for it (a
