@@ -4,7 +4,8 @@ they still find one that is.
 
 Every fleet is constructed: all GPUs of a variant have the same true level (700 TFLOP/s),
 and each result is that level times a draw of the run-to-run wander measured on the lent
-cards (agent/repeat.py's SPREADS, bench/RESULTS.md "Repeat intervals"):
+cards, each card's own five soaked runs (bench/RESULTS.md "Repeat intervals"; the
+catalog in agent/repeat.py pools more records than these):
 
 - H100 SXM5: relative sd 0.495% (soaked, bench/records/2026-11-25-h100-soak-*);
 - H200 SXM: 0.268% (bench/records/2026-11-25-h200-soak-*);
@@ -30,7 +31,7 @@ the rule as it was. For gaps both run with `min_hosts` 1: the default (2) never 
 host a side, so there the old and new rates are both 0. The gaps' bootstrap takes 1,000
 resamples (GapOptions.resamples; the report takes 4,000) to keep the run under a minute.
 
-    python bench/false_flags.py --out bench/records/false-flags.json
+    python bench/false_flags.py --out bench/records/2026-11-26-repeat-intervals/false-flags.json
 """
 
 from __future__ import annotations
