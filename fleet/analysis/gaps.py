@@ -87,8 +87,43 @@ class Difference:
     slower: str
 
 
+class Sides:
+    """What any two-provider comparison (the matmul's here, the node suite's in
+    node_gaps.py) reads off its verdict's fields alike."""
+
+    ratio: float  # slower median / faster median
+    faster_hosts: int
+    slower_hosts: int
+    host_p_adjusted: float | None
+    ranges_separate: bool
+    p_value: float
+    p_adjusted: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def gap(self) -> float:
+        """How much lower the slower provider's figure is: 0.1 is 10% lower."""
+        return 1.0 - self.ratio
+
+    @property
+    def single_node(self) -> bool:
+        """One side's figures are all of one host: not evidence about a provider."""
+        return min(self.faster_hosts, self.slower_hosts) < 2
+
+    @property
+    def tests(self) -> str:
+        """The ratio's interval and the tests in words, as both evidences end."""
+        host_p = ("p: not testable (fewer than two hosts a side)"
+                  if self.host_p_adjusted is None else f"p = {self.host_p_adjusted:.2g} (Holm)")
+        return (f"ratio {self.ratio:.3f}, 95% interval {self.ci_low:.3f}-{self.ci_high:.3f}; "
+                f"rank test p = {self.p_value:.2g} (Holm-adjusted {self.p_adjusted:.2g}); "
+                f"between hosts {host_p}; "
+                f"ranges {'separate' if self.ranges_separate else 'overlap'}")
+
+
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Sides):
     """Two providers' GPUs of one group and configuration, compared on throughput."""
 
     config: Config
@@ -118,28 +153,12 @@ class Comparison:
     repeat_margin: float | None = None
 
     @property
-    def gap(self) -> float:
-        """How much slower the slower provider is: 0.1 is 10% slower."""
-        return 1.0 - self.ratio
-
-    @property
-    def single_node(self) -> bool:
-        """One side's GPUs are all on one host: not evidence about a provider."""
-        return min(self.faster_hosts, self.slower_hosts) < 2
-
-    @property
     def evidence(self) -> str:
         """The comparison's figures in words: both medians, the ratio's interval and the tests."""
-        host_p = ("p: not testable (fewer than two hosts a side)"
-                  if self.host_p_adjusted is None else f"p = {self.host_p_adjusted:.2g} (Holm)")
         return (f"{self.slower} {self.slower_median:.1f} TFLOP/s (median of "
                 f"{counted(self.slower_gpus, 'GPU')} on {counted(self.slower_hosts, 'host')}) "
                 f"vs {self.faster} {self.faster_median:.1f} ({counted(self.faster_gpus, 'GPU')} "
-                f"on {counted(self.faster_hosts, 'host')}): "
-                f"ratio {self.ratio:.3f}, 95% interval {self.ci_low:.3f}-{self.ci_high:.3f}; "
-                f"rank test p = {self.p_value:.2g} (Holm-adjusted {self.p_adjusted:.2g}); "
-                f"between hosts {host_p}; "
-                f"ranges {'separate' if self.ranges_separate else 'overlap'}"
+                f"on {counted(self.faster_hosts, 'host')}): {self.tests}"
                 f"{repeat_words(self.gap, self.repeat_margin)}")
 
 

@@ -22,13 +22,13 @@ from itertools import combinations
 
 import pandas as pd
 
-from fleet.analysis.gaps import Difference, GapOptions, Sample, judge
+from fleet.analysis.gaps import Difference, GapOptions, Sample, Sides, judge
 from fleet.analysis.node import HOST_LINK_KINDS, NodeConfig, link_text, optional_int
 from fleet.words import counted
 
 
 @dataclass(frozen=True)
-class NodeComparison:
+class NodeComparison(Sides):
     """Two providers' figures of one variant and node configuration, compared."""
 
     config: NodeConfig
@@ -52,29 +52,14 @@ class NodeComparison:
     differences: tuple[Difference, ...]
 
     @property
-    def gap(self) -> float:
-        """How much lower the slower provider's figure is: 0.1 is 10% lower."""
-        return 1.0 - self.ratio
-
-    @property
-    def single_node(self) -> bool:
-        """One side's figures are all of one host: not evidence about a provider."""
-        return min(self.faster_hosts, self.slower_hosts) < 2
-
-    @property
     def evidence(self) -> str:
         """Both medians, the ratio's interval and the tests, in words."""
         unit = self.config.unit
-        host_p = ("p: not testable (fewer than two hosts a side)"
-                  if self.host_p_adjusted is None else f"p = {self.host_p_adjusted:.2g} (Holm)")
         return (f"{self.config.figure}: {self.slower} {self.slower_median:,.1f} GB/s (median "
                 f"of {counted(self.slower_units, unit)} on "
                 f"{counted(self.slower_hosts, 'host')}) vs {self.faster} "
                 f"{self.faster_median:,.1f} ({counted(self.faster_units, unit)} on "
-                f"{counted(self.faster_hosts, 'host')}): ratio {self.ratio:.3f}, 95% interval "
-                f"{self.ci_low:.3f}-{self.ci_high:.3f}; rank test p = {self.p_value:.2g} "
-                f"(Holm-adjusted {self.p_adjusted:.2g}); between hosts {host_p}; ranges "
-                f"{'separate' if self.ranges_separate else 'overlap'}")
+                f"{counted(self.faster_hosts, 'host')}): {self.tests}")
 
 
 def _common(values: list[str]) -> str:
