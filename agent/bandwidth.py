@@ -76,7 +76,9 @@ def time_op(torch: Any, op: Op, counted_bytes: int, stream: Any = None,
     return [_gbs(counted_bytes, start.elapsed_time(stop) / 1e3) for start, stop in pairs]
 
 
-SUITE_VERSION = "1.0.0"
+# 1.1.0: host copies run from the GPU's own CPUs (agent/numa.py), and every figure
+# says who else was on its GPUs; the all-reduce names NCCL's transports and settings.
+SUITE_VERSION = "1.1.0"
 TIMING_METHOD = "cuda-events-per-copy"
 CPU_TIMING_METHOD = "host-clock-per-copy"
 

@@ -19,19 +19,67 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agent import bandwidth
 
 WARMUP = 5  # nccl-tests' default warm-up iterations
 ITERATIONS = 20  # and its default timed ones
 RESULT_PREFIX = "fleet-allreduce "
+# NCCL says at INFO which transport each channel's connection took ("Channel 00/0 :
+# 0[0] -> 1[1] via P2P/CUMEM/read", "via SHM/direct/direct", "[send] via NET/Socket/0")
+# and which of its settings came from the environment ("NCCL_P2P_DISABLE set by
+# environment to 1."). INIT and ENV are the subsystems that print both; the rest (graph
+# search, tuning tables) would be hundreds of lines a rank.
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+_VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS|PXN)(/[\w./-]*)?")
+_SET_BY_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to ([^\s]{1,128})")
+# NVLS shows as channels of its own ("24 coll channels, ..., 0 nvls channels, ..."), not
+# as a "via": counted where NCCL built some.
+_NVLS = re.compile(r"\b[1-9][0-9]* nvls channels\b|\bConnected NVLS\b")
+# The settings that steer NCCL's transports or the ranks' GPUs, as the agent ran under
+# them: what a finding names as a cause. Bounded: a value is a setting, not a payload.
+MAX_SETTINGS = 32
+
+
+def settings(environ: "Dict[str, str] | os._Environ[str]") -> Dict[str, str]:
+    """The NCCL_* and CUDA_VISIBLE_DEVICES variables of `environ`, values cut at 128."""
+    named = sorted(k for k in environ if k.startswith("NCCL_") or k == "CUDA_VISIBLE_DEVICES")
+    return {k[:64]: str(environ[k])[:128] for k in named[:MAX_SETTINGS]}
+
+
+def transports(logs: Sequence[str]) -> Dict[str, Any]:
+    """What NCCL's INFO lines of every rank say it used: {"transports": {"P2P": 24, ...}
+    (connections per transport), "paths": the distinct "P2P/CUMEM/read" forms,
+    "set_by_environment": ["NCCL_P2P_DISABLE=1", ...]}."""
+    counts: Dict[str, int] = {}
+    paths: List[str] = []
+    said: List[str] = []
+    for log in logs:
+        for line in log.splitlines():
+            if "NCCL INFO" not in line:
+                continue
+            via = _VIA.search(line)
+            if via:
+                counts[via.group(1)] = counts.get(via.group(1), 0) + 1
+                path = (via.group(1) + (via.group(2) or ""))[:64]
+                if path not in paths and len(paths) < 8:
+                    paths.append(path)
+            elif _NVLS.search(line):
+                counts["NVLS"] = counts.get("NVLS", 0) + 1
+            env = _SET_BY_ENV.search(line)
+            if env:
+                text = f"{env.group(1)}={env.group(2).rstrip('.')}"[:160]
+                if text not in said and len(said) < 16:
+                    said.append(text)
+    return {"transports": counts, "paths": paths, "set_by_environment": said}
 
 
 class CollectiveError(Exception):
@@ -65,10 +113,14 @@ def _rank_command(rank: int, world: int, port: int, backend: str, device: Option
 
 def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],
         timeout_s: float, warmup: int = WARMUP, iterations: int = ITERATIONS
-        ) -> List[Dict[str, Any]]:
+        ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """All-reduce over one rank per entry of `devices` (torch indexes; None on the CPU):
-    per size, the per-iteration times in ms of the slowest rank."""
+    per size, the per-iteration times in ms of the slowest rank; and, through NCCL, the
+    transports its ranks' logs name (`transports`)."""
     port = _free_port()
+    env = dict(os.environ)
+    if backend == "nccl":
+        env.update(NCCL_DEBUG_ENV)
     # Each rank writes to files, not pipes: a rank blocked on a full pipe while rank 0
     # waits for it in a collective would hold the node until the timeout.
     with contextlib.ExitStack() as files:
@@ -77,7 +129,8 @@ def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],
         procs = [subprocess.Popen(
             _rank_command(rank, len(devices), port, backend, device, sizes, warmup,
                           iterations),
-            stdout=streams[rank][0], stderr=streams[rank][1], stdin=subprocess.DEVNULL)
+            stdout=streams[rank][0], stderr=streams[rank][1], stdin=subprocess.DEVNULL,
+            env=env)
             for rank, device in enumerate(devices)]
         deadline = time.monotonic() + timeout_s
         try:
@@ -107,13 +160,17 @@ def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],
             if line.startswith(RESULT_PREFIX)]
     if len(rows) != len(sizes):
         raise CollectiveError(f"rank 0 reported {len(rows)} of {len(sizes)} sizes")
-    return rows
+    # NCCL logs to stdout unless NCCL_DEBUG_FILE says otherwise: read both.
+    seen = transports([out + "\n" + err for _, out, err in outputs])
+    return rows, seen
 
 
 def figures(rows: Sequence[Dict[str, Any]], ranks: int, backend: str, dtype: str,
             stack: bandwidth.Stack, started: float,
-            datasheet: "tuple[Optional[float], Optional[str]]") -> List[Dict[str, Any]]:
-    """One allreduce NodeResult per size: busbw samples and the median algbw beside."""
+            datasheet: "tuple[Optional[float], Optional[str]]",
+            **fields: Any) -> List[Dict[str, Any]]:
+    """One allreduce NodeResult per size: busbw samples and the median algbw beside;
+    `fields` (the transport, the settings) go on each."""
     factor = 2.0 * (ranks - 1) / ranks
     out = []
     for row in rows:
@@ -126,7 +183,7 @@ def figures(rows: Sequence[Dict[str, Any]], ranks: int, backend: str, dtype: str
             stack, "allreduce", busbw, size,
             f"bus bandwidth: algbw x 2(n-1)/n, n = {ranks} (nccl-tests)", backend, started,
             datasheet=datasheet, gpus_in_run=ranks, dtype=dtype,
-            nccl_version=stack.nccl_version if backend == "nccl" else None)
+            nccl_version=stack.nccl_version if backend == "nccl" else None, **fields)
         result["algbw_gbs"] = round(statistics.median(algbw), 3)
         out.append(result)
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from agent import capabilities, health, variants
+from agent import capabilities, health, nvlink, variants
 from agent.nvml import Arg, Handle, Nvml, NvmlError, call_key
 
 # NVML_GPU_VIRTUALIZATION_MODE_*: pass-through is an ordinary VM with the whole card.
@@ -33,7 +33,6 @@ CLOCKS_EVENT_REASONS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
-MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS in nvidia-ml-py 13; Blackwell has 18, Hopper 18
 MAX_MIG_DEVICES = 8  # an H100 splits into at most 7
 
 
@@ -183,19 +182,6 @@ def _clocks(r: Reader) -> Dict[str, Any]:
     }
 
 
-def _nvlinks(r: Reader) -> List[int]:
-    states: List[int] = []
-    for link in range(MAX_NVLINKS):
-        try:
-            states.append(int(r.nvml.call(r.handle, "nvmlDeviceGetNvLinkState", link)))
-        except NvmlError as exc:
-            # Link 0 answering NOT_SUPPORTED means no NVLink; a later link's error is the end.
-            if link == 0:
-                r.unavailable[call_key("nvmlDeviceGetNvLinkState", (0,))] = exc.name
-            break
-    return states
-
-
 def _mig_devices(nvml: Nvml, handle: Handle) -> List[Dict[str, Any]]:
     devices: List[Dict[str, Any]] = []
     r = Reader(nvml, handle)
@@ -270,7 +256,7 @@ def fingerprint_gpu(
     compute_mode = _int(r.get("nvmlDeviceGetComputeMode"))
     pstate = _int(r.get("nvmlDeviceGetPerformanceState"))
     util = r.get("nvmlDeviceGetUtilizationRates") or {}
-    links = _nvlinks(r)
+    links, remotes = nvlink.read(nvml, handle, r.unavailable)
     name = r.get("nvmlDeviceGetName")
     virtualization = VIRTUALIZATION_MODES.get(virt) if virt is not None else None
     mig_enabled = _bool(_pair(mig, 0))
@@ -323,6 +309,8 @@ def fingerprint_gpu(
         "pcie_width_max": _int(r.get("nvmlDeviceGetMaxPcieLinkWidth")),
         "nvlink_links_active": sum(1 for s in links if s),
         "nvlink_links_total": len(links),
+        # Where each active link goes (agent/nvlink.py); None: NVML did not say.
+        "nvlink_remotes": remotes,
         "clocks_event_reasons": reasons,
         "clocks_event_reason_names": decode_event_reasons(reasons),
         "temperature_c": _int(r.get("nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU")),
@@ -332,13 +320,17 @@ def fingerprint_gpu(
     }
     gpu.update(_clocks(r))
     gpu["variant"] = variants.classify_variant(raw_id, name, virtualization)
+    gpu["nvlink_links_variant"] = variants.nvlink_links(gpu["variant"])
     api_restriction = r.get(
         "nvmlDeviceGetAPIRestriction", "NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS")
     gpu["capabilities"] = capabilities.assess(gpu, r.unavailable, api_restriction, euid)
     if probe_writes:
         capabilities.probe_writes(gpu, _setter(nvml, handle))
     gpu["health"] = health.read_and_judge(nvml, handle, r.unavailable, arch, pci.get("busId"),
-                                          _kernel_log(nvml))
+                                          _kernel_log(nvml), health.NvLinks(
+                                              gpu["nvlink_links_active"],
+                                              gpu["nvlink_links_variant"],
+                                              gpu["variant"].get("label")))
     gpu["unavailable"] = dict(sorted(r.unavailable.items()))
     return gpu
 

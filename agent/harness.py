@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
 
+from agent import contention as contended_by
 from agent import soak, stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
@@ -440,25 +441,12 @@ class Runner:
         return self.collect(self.launch(1))[0]
 
 
-def _other_processes(target: GpuTarget) -> List[int]:
-    if target.nvml is None or target.handle is None:
-        return []
-    pids: List[int] = []
-    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        try:
-            pids += [int(p.get("pid", -1)) for p in target.nvml.call(target.handle, fn) or []]
-        except NvmlError:
-            continue
-    return sorted({p for p in pids if p != os.getpid()})
+def _other_processes(target: GpuTarget) -> List[Dict[str, Any]]:
+    return contended_by.others(target.nvml, target.handle)
 
 
 def _utilization(target: GpuTarget) -> Optional[int]:
-    if target.nvml is None or target.handle is None:
-        return None
-    try:
-        return int(target.nvml.call(target.handle, "nvmlDeviceGetUtilizationRates")["gpu"])
-    except (NvmlError, KeyError, TypeError):
-        return None
+    return contended_by.utilization(target.nvml, target.handle)
 
 
 def lock_clocks(target: GpuTarget, mhz: int) -> Dict[str, Any]:
@@ -847,10 +835,7 @@ def measure(
     tele = telemetry.summarise(window_samples)
     tolerance = TOLERANCE[cfg.dtype]
     contention: List[str] = []
-    if busy_before or busy_after:
-        contention.append(f"other processes on the GPU: {sorted(set(busy_before + busy_after))}")
-    if util_before is not None and util_before > 5:
-        contention.append(f"GPU utilization {util_before}% before the run started")
+    contention.extend(contended_by.reasons(busy_before + busy_after, util_before))
     if excluded:
         contention.append(
             f"{len(excluded)} interrupted run(s) excluded, at least {INTERRUPTED_FACTOR:g}x "

@@ -43,6 +43,9 @@ REMAP_SPARES = 512
 # How a reason about the host link under load begins: the report's host-link finding
 # names the same cause, and drops the health finding that would say it twice.
 LINK_REASON = "the host link ran at"
+# How a reason about missing NVLink links begins; judged again after load, it is carried
+# from the fingerprint's verdict (the link count is the fingerprint's reading).
+NVLINK_REASON = "NVLink:"
 RETIREMENT_TABLE = 64
 # Degraded once a quarter of those spares is used: NVIDIA publishes no threshold short of
 # a failure, and a quarter leaves the card repairing itself with visibly less margin than
@@ -63,7 +66,9 @@ RULE = (
     f"the driver loaded; {REMAPS_DEGRADED} or more remapped rows of the {REMAP_SPARES} "
     f"spares, or {RETIRED_DEGRADED} or more retired pages of {RETIREMENT_TABLE} (a quarter "
     "of the spares used); the PCIe replay counter rising while the agent ran; the host link "
-    "under load below the generation or width the card and slot support. "
+    "under load below the generation or width the card and slot support; fewer active "
+    "NVLink links than the variant carries (agent/variants.py), where at least one is "
+    "active: a single SXM card passed into a VM shows none, which proves nothing. "
     "unknown: none of these, and the driver did not answer the uncorrectable ECC count "
     "since it loaded, or answered neither remapped rows nor retired pages (ECC off, a vGPU "
     "guest, an old driver or recording). healthy: otherwise. Throttle time, energy, the "
@@ -123,6 +128,15 @@ DMESG_SECONDS = 5.0
 Ask = Callable[..., Any]  # (fn, *args) -> the answer, or None when the driver gave none
 _XID_BUS = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})")
 _BUS_ID = re.compile(r"^([0-9A-Fa-f]+):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.\d)?$")
+
+
+class NvLinks(NamedTuple):
+    """A GPU's active NVLink links, how many its variant carries (None: not in the
+    catalog) and the variant's label, for the verdict."""
+
+    active: int
+    carried: Optional[int]
+    variant: Optional[str]
 
 
 class KernelLog(NamedTuple):
@@ -356,13 +370,26 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
+def nvlink_reason(links: Optional[NvLinks]) -> Optional[str]:
+    """Why a GPU with fewer active NVLink links than its variant carries is degraded;
+    None when it has them all, shows none at all, or the count is not known."""
+    if links is None or not links.carried or not 0 < links.active < links.carried:
+        return None
+    return (f"{NVLINK_REASON} {links.active} of {links.carried} links active "
+            f"({links.variant or 'the variant'} carries {links.carried})")
+
+
 def judge(
     health: Dict[str, Any],
     pcie_gen_max: Optional[int] = None,
     pcie_width_max: Optional[int] = None,
+    nvlink: Optional[NvLinks] = None,
+    carried: Sequence[str] = (),
 ) -> Tuple[str, List[str]]:
     """(verdict, reasons) by RULE. The link is judged only when both its state under load
-    (in `health`) and the most the card and slot support are known."""
+    (in `health`) and the most the card and slot support are known; NVLink only when
+    `nvlink` says the count. `carried`: degraded reasons already found (NVLink's, judged
+    again after load)."""
     failing: List[str] = []
     degraded: List[str] = []
     ecc = health.get("ecc") or {}
@@ -409,6 +436,8 @@ def judge(
     if width is not None and pcie_width_max is not None and width < pcie_width_max:
         degraded.append(f"{LINK_REASON} x{width} under load; the card and slot "
                         f"support x{pcie_width_max}")
+    missing_links = nvlink_reason(nvlink)
+    degraded += [r for r in [missing_links, *carried] if r is not None]
 
     if failing:
         return "failing", failing + degraded
@@ -430,10 +459,12 @@ def judged(
     health: Dict[str, Any],
     pcie_gen_max: Optional[int] = None,
     pcie_width_max: Optional[int] = None,
+    nvlink: Optional[NvLinks] = None,
+    carried: Sequence[str] = (),
 ) -> Dict[str, Any]:
     """The Health model's document: the verdict, its reasons and rule, then the counters."""
     counters = {k: v for k, v in health.items() if k not in ("verdict", "reasons", "rule")}
-    verdict, reasons = judge(counters, pcie_gen_max, pcie_width_max)
+    verdict, reasons = judge(counters, pcie_gen_max, pcie_width_max, nvlink, carried)
     return {"verdict": verdict, "reasons": reasons, "rule": RULE, **counters}
 
 
@@ -444,9 +475,12 @@ def read_and_judge(
     architecture: Optional[int] = None,
     bus_id: Optional[str] = None,
     kernel_log: Optional[KernelLog] = None,
+    nvlink: Optional[NvLinks] = None,
 ) -> Dict[str, Any]:
-    """`read_health`, judged: what the fingerprint carries as `health`."""
-    return judged(read_health(nvml, handle, unavailable, architecture, bus_id, kernel_log))
+    """`read_health`, judged: what the fingerprint carries as `health`. `nvlink`: the
+    GPU's active NVLink links against its variant's (the fingerprint reads them)."""
+    return judged(read_health(nvml, handle, unavailable, architecture, bus_id, kernel_log),
+                  nvlink=nvlink)
 
 
 def update_after_load(
@@ -473,5 +507,6 @@ def update_after_load(
                                           and after is not None and after >= before else None)
     updated["pcie_gen_load"] = pcie_gen_load
     updated["pcie_width_load"] = pcie_width_load
+    kept = [r for r in health.get("reasons") or [] if str(r).startswith(NVLINK_REASON)]
     return judged(updated, ask("nvmlDeviceGetMaxPcieLinkGeneration"),
-                  ask("nvmlDeviceGetMaxPcieLinkWidth"))
+                  ask("nvmlDeviceGetMaxPcieLinkWidth"), carried=kept)

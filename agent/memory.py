@@ -1,9 +1,10 @@
 """A GPU's memory bandwidth: one large device-to-device copy, repeated.
 
-Counted as nvbandwidth and SuperBench's gpu-copy count it: the bytes read plus the bytes
-written (twice the buffer), so the figure stands beside the datasheet's HBM bandwidth. A
-slow HBM stack or a memory clock held low shows here, where the compute-bound matmul
-hides it.
+Counted as STREAM counts a copy: the bytes read plus the bytes written (twice the
+buffer), so that the figure stands beside the datasheet's HBM bandwidth, which counts
+both directions of the memory's traffic. nvbandwidth's device-local copy and SuperBench's
+gpu-copy count the buffer once: their figure for the same copy is half fleet's. A slow
+HBM stack or a memory clock held low shows here, where the compute-bound matmul hides it.
 """
 
 from __future__ import annotations

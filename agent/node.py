@@ -16,11 +16,12 @@ coordination for real.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent import bandwidth, collective, hostlink, links, memory, peers
+from agent import bandwidth, collective, contention, hostlink, links, memory, numa, peers
 from agent.harness import Config as HarnessConfig
 from agent.harness import GpuTarget, HarnessError, import_torch, match_targets
 from agent.nvml import Nvml
@@ -29,6 +30,8 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 Progress = Callable[[str], None]
+# Longer than NVML's utilization sample period (1/6 s to 1 s, by product).
+IDLE_BEFORE_UTILIZATION_S = 1.2
 
 
 @dataclass
@@ -92,17 +95,82 @@ def _why(exc: BaseException) -> str:
 
 def allreduce_datasheet(paths: Sequence[Optional[str]], gpus: Sequence[Dict[str, Any]]
                         ) -> Tuple[Optional[float], Optional[str]]:
-    """Bus bandwidth can reach each GPU's one-way link: NVLink where NVML says every pair
-    has it, else the slowest host link."""
-    if paths and all(p == "NVLINK" for p in paths):
-        known = [f for f in (links.nvlink_figure(g) for g in gpus) if f[0] is not None]
-        if known:
-            return min(known, key=lambda f: float(f[0] or 0.0))
-    known = [f for f in (links.pcie_figure(g.get("pcie_gen_max"), g.get("pcie_width_max"))
-                         for g in gpus) if f[0] is not None]
-    if not known:
+    """Bus bandwidth can reach each GPU's one-way NVLink toward the other ranks, the
+    slowest GPU's (agent/nvlink.py: through NVSwitch, all its links to switches; direct,
+    its links to the other ranks; a GPU none of whose links reaches a rank, its host
+    link). Where NVML says NVLink joins every pair but not where the links go (an old
+    driver or recording): each GPU's active links, said to assume a switched board. The
+    slowest host link only where every pair's path is known and none is NVLink; None
+    where a path is unknown."""
+    from agent import nvlink
+
+    def slowest(figures: List[Tuple[Optional[float], Optional[str]]]
+                ) -> Tuple[Optional[float], Optional[str]]:
+        return min(figures, key=lambda f: float(f[0] or 0.0))
+
+    if not paths or any(p != "NVLINK" and p not in peers.PCIE_PATHS for p in paths):
         return None, None
-    return min(known, key=lambda f: float(f[0] or 0.0))
+    hosts = [links.pcie_figure(g.get("pcie_gen_max"), g.get("pcie_width_max")) for g in gpus]
+    if "NVLINK" not in paths:
+        known = [f for f in hosts if f[0] is not None]
+        return slowest(known) if known else (None, None)
+    ranks = nvlink.rank_figures(gpus)
+    if ranks is None:
+        if any(p != "NVLINK" for p in paths):
+            return None, None  # some pairs over PCIe, and where the links go not known
+        known = [f for f in (links.nvlink_figure(g) for g in gpus) if f[0] is not None]
+        if not known:
+            return None, None
+        gbs, source = slowest(known)
+        return gbs, (f"{source}; assumed a switched board: NVML did not say where the "
+                     "links go")
+    figures = [ranks[i] if ranks[i][0] is not None else (
+        hosts[i][0], f"GPU {gpus[i].get('index')} has no NVLink toward the other ranks, "
+                     f"through the host: {hosts[i][1]}") for i in range(len(gpus))]
+    if any(f[0] is None for f in figures):
+        return None, None
+    return slowest(figures)
+
+
+class _Watch:
+    """Who else is on some GPUs around a figure: their processes read before it and after
+    it, as the harness does around the matmul (agent/contention.py), and how busy each was
+    when the suite began (`busy`)."""
+
+    def __init__(self, targets: Sequence[GpuTarget], busy: Dict[int, Optional[int]]
+                 ) -> None:
+        self.targets = targets
+        self.seen: List[Dict[str, Any]] = []
+        known = [busy.get(t.index) for t in targets]
+        self.busy = max((b for b in known if b is not None), default=None)
+
+    def __enter__(self) -> "_Watch":
+        for t in self.targets:
+            self.seen += contention.others(t.nvml, t.handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for t in self.targets:
+            self.seen += contention.others(t.nvml, t.handle)
+
+    def mark(self, figures: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """The figures with what was seen around them."""
+        lines = contention.reasons(self.seen, self.busy)
+        processes = list({p["pid"]: p for p in self.seen}.values())
+        for figure in figures:
+            figure["contention"] = lines
+            figure["processes"] = processes
+        return figures
+
+
+def _busy(targets: Sequence[GpuTarget]) -> Dict[int, Optional[int]]:
+    """Each GPU's utilization once the agent's own matmul has left it: NVML averages over
+    its last sample period (up to a second), so a reading taken at once would show the
+    agent's own load. A process in another container is invisible to the process list;
+    this is where it shows."""
+    if any(t.nvml is not None and t.handle is not None for t in targets):
+        time.sleep(IDLE_BEFORE_UTILIZATION_S)
+    return {t.index: contention.utilization(t.nvml, t.handle) for t in targets}
 
 
 def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
@@ -116,6 +184,7 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
         torch.cuda.empty_cache()  # the matmul's operands, still cached
     stack = bandwidth.Stack(torch)
     outcome = Outcome()
+    busy = _busy(targets) if cuda else {}
     prints = [_fingerprint(t, gpus) for t in targets]
     for target, gpu in ((targets[i], prints[i]) for i in range(len(targets))):
         device = torch.device(f"cuda:{target.index}" if cuda else "cpu")
@@ -123,13 +192,22 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
         label = f"GPU {gpu.get('index')}" if cuda else "the CPU"
         try:
             progress(f"node: {label} memory copy")
-            outcome.results.append(memory.measure(torch, device, stream, gpu, cfg.copy_bytes,
-                                                  stack, cfg.repeats))
+            with _Watch([target], busy) as watch:
+                copied = memory.measure(torch, device, stream, gpu, cfg.copy_bytes, stack,
+                                        cfg.repeats)
+            outcome.results += watch.mark([copied])
             progress(f"node: {label} host link, pinned and pageable")
-            figures, link = hostlink.measure(torch, device, stream, gpu, target.nvml,
-                                             target.handle, cfg.host_bytes, stack,
-                                             cfg.repeats)
-            outcome.results += figures
+            # From the GPU's own CPUs, so that the host buffers land on its NUMA node.
+            place = (numa.locality(gpu, target.nvml, target.handle) if cuda
+                     else {"numa_node": None, "cpus": None})
+            with _Watch([target], busy) as watch, numa.pinned_to(place["cpus"]) as ran_on:
+                figures, link = hostlink.measure(torch, device, stream, gpu, target.nvml,
+                                                 target.handle, cfg.host_bytes, stack,
+                                                 cfg.repeats)
+            for figure in figures:
+                figure["numa_node"] = place["numa_node"]
+                figure["cpus"] = numa.cpulist(ran_on) if ran_on else None
+            outcome.results += watch.mark(figures)
             if cuda and gpu.get("index") is not None:
                 outcome.links[int(gpu["index"])] = link
         except Exception as exc:  # one GPU's failure must not lose the others' figures
@@ -146,13 +224,14 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
                 progress(f"node: GPU {ga.get('index')} and GPU {gb.get('index')}, "
                          "one way and both ways")
                 try:
-                    figures = peers.measure(
-                        torch, (torch.device(f"cuda:{ta.index}"),
-                                torch.device(f"cuda:{tb.index}")),
-                        (ga, gb), (ta.handle, tb.handle), nvml, cfg.peer_bytes, stack,
-                        cfg.repeats)
+                    with _Watch([ta, tb], busy) as watch:
+                        figures = peers.measure(
+                            torch, (torch.device(f"cuda:{ta.index}"),
+                                    torch.device(f"cuda:{tb.index}")),
+                            (ga, gb), (ta.handle, tb.handle), nvml, cfg.peer_bytes, stack,
+                            cfg.repeats, node=gpus)
                     paths.append(figures[0].get("topology"))
-                    outcome.results += figures
+                    outcome.results += watch.mark(figures)
                 except Exception as exc:
                     paths.append(None)
                     outcome.fail(f"GPU {ga.get('index')} and GPU {gb.get('index')}: "
@@ -167,12 +246,17 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
                  f"{len(cfg.allreduce_sizes)} sizes")
         started = time.monotonic()
         try:
-            rows = collective.run(ranks, backend, cfg.allreduce_sizes,
-                                  cfg.allreduce_timeout_s, cfg.allreduce_warmup,
-                                  cfg.allreduce_iterations)
-            outcome.results += collective.figures(
+            # The ranks have not started before, and have ended after: whoever is seen
+            # on the GPUs then is someone else.
+            with _Watch(targets if cuda else [], busy) as watch:
+                rows, seen = collective.run(ranks, backend, cfg.allreduce_sizes,
+                                            cfg.allreduce_timeout_s, cfg.allreduce_warmup,
+                                            cfg.allreduce_iterations)
+            outcome.results += watch.mark(collective.figures(
                 rows, len(ranks), backend, "bf16" if cuda else "fp32", stack, started,
-                allreduce_datasheet(paths, prints) if cuda else (None, None))
+                allreduce_datasheet(paths, prints) if cuda else (None, None),
+                transport=seen if backend == "nccl" else None,
+                settings=collective.settings(os.environ)))
         except (collective.CollectiveError, OSError, ValueError) as exc:
             outcome.fail(f"all-reduce over {len(ranks)} ranks: {_why(exc)}")
     return outcome

@@ -13,13 +13,15 @@ directions over that time).
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent import bandwidth, links
+from agent import bandwidth, links, nvlink
 from agent.nvml import Handle, Nvml, NvmlError
 
 # nvmlGpuTopologyLevel_t, as nvidia-smi topo -m names the levels.
 TOPOLOGY_LEVELS = {0: "SAME", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# The paths that are known to run over PCIe (through the host or a PCIe switch).
+PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 P2P_STATUS_OK = 0
 
 
@@ -43,15 +45,31 @@ def topology(nvml: Optional[Nvml], first: Optional[Handle], second: Optional[Han
     return TOPOLOGY_LEVELS.get(level, str(level))
 
 
-def pair_datasheet(path: Optional[str], first: Dict[str, Any], second: Dict[str, Any]
+def pair_datasheet(path: Optional[str], first: Dict[str, Any], second: Dict[str, Any],
+                   node: Optional[Sequence[Dict[str, Any]]] = None
                    ) -> Tuple[Optional[float], Optional[str]]:
-    """One way between two GPUs: the fewer NVLink of the two where NVML says NVLink joins
-    them (every active link, as on a switched HGX board), else the slower host link."""
+    """One way between two GPUs. Where NVML says NVLink joins them: the links that join
+    the pair (agent/nvlink.py: through NVSwitch, the fewer of the two GPUs' switch links;
+    direct, the links whose far end is the other GPU) x the per-link rate; where NVML did
+    not say where the links go (an old driver or recording), the fewer of the two GPUs'
+    active links, said to assume a switched board. The slower host link only where the
+    path is known to be PCIe; None where the path is unknown. `node`: every GPU of the
+    node, so that a link to a third one is known to be no link of this pair."""
     if path == "NVLINK":
-        figures = [links.nvlink_figure(first), links.nvlink_figure(second)]
-        known = [f for f in figures if f[0] is not None]
-        if known:
-            return min(known, key=lambda f: float(f[0] or 0.0))
+        count, fabric = nvlink.pair_links(first, second, node)
+        if count is None:
+            figures = [links.nvlink_figure(first), links.nvlink_figure(second)]
+            known = [f for f in figures if f[0] is not None]
+            if not known:
+                return None, None
+            gbs, source = min(known, key=lambda f: float(f[0] or 0.0))
+            return gbs, (f"{source}; assumed a switched board: NVML did not say where the "
+                         "links go")
+        if fabric is None:
+            return None, None  # NVML's path says NVLink, its links say none: no figure
+        return nvlink.pair_figure(count, fabric, (first, second))
+    if path not in PCIE_PATHS:
+        return None, None
     figures = [links.pcie_figure(g.get("pcie_gen_max"), g.get("pcie_width_max"))
                for g in (first, second)]
     known = [f for f in figures if f[0] is not None]
@@ -95,15 +113,17 @@ def _both_ways(torch: Any, streams: Tuple[Any, Any], buffers: Dict[str, Any], si
 
 def measure(torch: Any, pair: Tuple[Any, Any], gpus: Tuple[Dict[str, Any], Dict[str, Any]],
             handles: Tuple[Optional[Handle], Optional[Handle]], nvml: Optional[Nvml],
-            size: int, stack: bandwidth.Stack, repeats: int = bandwidth.REPEATS
-            ) -> List[Dict[str, Any]]:
+            size: int, stack: bandwidth.Stack, repeats: int = bandwidth.REPEATS,
+            node: Optional[Sequence[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """The one-way (first to second) and both-ways figures of a pair of GPUs, given as
-    torch devices, their fingerprints and NVML handles."""
+    torch devices, their fingerprints and NVML handles (`node`: every GPU's fingerprint,
+    which tells a link to a third GPU apart from an unknown one)."""
     device_a, device_b = pair
     access = bool(torch.cuda.can_device_access_peer(device_a.index, device_b.index)
                   and torch.cuda.can_device_access_peer(device_b.index, device_a.index))
     path = topology(nvml, handles[0], handles[1])
-    one_way = pair_datasheet(path, gpus[0], gpus[1])
+    one_way = pair_datasheet(path, gpus[0], gpus[1], node)
+    joined, fabric = nvlink.pair_links(gpus[0], gpus[1], node)
     both = ((one_way[0] * 2, f"twice one way ({one_way[1]})") if one_way[0] is not None
             else (None, None))
     buffers = {
@@ -115,7 +135,8 @@ def measure(torch: Any, pair: Tuple[Any, Any], gpus: Tuple[Dict[str, Any], Dict[
     streams = (torch.cuda.Stream(device_a), torch.cuda.Stream(device_b))
     common = {"gpu_index": gpus[0].get("index"), "gpu_uuid": gpus[0].get("uuid"),
               "peer_index": gpus[1].get("index"), "peer_uuid": gpus[1].get("uuid"),
-              "peer_access": access, "topology": path}
+              "peer_access": access, "topology": path, "nvlink_links": joined,
+              "nvlink_fabric": fabric}
     started = time.monotonic()
     samples = bandwidth.time_op(
         torch, lambda: buffers["dst_b"].copy_(buffers["src_a"], non_blocking=True), size,

@@ -2,26 +2,28 @@
 
 A 20-s measurement knows its own level to ±0.02-0.2% (the within-run interval, from its
 ~1 s sub-windows). A reader wants something else: where the card's figure would be if
-they measured again. On the lent cards a repeat minutes later moved by 0.05-1.06%, and
-several percent where a card switched operating point (bench/RESULTS.md, "Repeat
-intervals"): the card wanders on time scales longer than one run, mostly with its
-temperature, and a single run cannot see that. So the interval is built from three kinds
-of evidence, and the widest wins:
+they measured again. On the lent cards a repeat minutes later moved by 0.44% RMS and up
+to 2.0% (45 repeats), and several percent where a card switched operating point
+(bench/RESULTS.md, "Repeat intervals"): the card wanders on time scales longer than one
+run, mostly with its temperature, and a single run cannot see that. So the interval is
+built from three kinds of evidence, and the widest wins:
 
 - the variant's run-to-run spread as fleet measured it (`SPREADS`, each with the
   records it came from): the standard deviation of a soaked figure between runs of one
   card, pooled over cards;
 - the GPU's own history, where it has one: its earlier soaked figures pool with the
-  variant's spread, which counts as `PRIOR_DOF` degrees of freedom (a scaled inverse
-  chi-square update), so a card that wanders more than its variant widens its own
-  interval after a few nights and a steadier one narrows it;
+  variant's spread, which counts as the degrees of freedom it was measured over (a scaled
+  inverse chi-square update), so a card that wanders more than its variant widens its own
+  interval as its nights add up, a steadier one narrows it, and history never leaves the
+  interval resting on fewer degrees of freedom than the variant's spread alone;
 - what the run itself shows (`wander`): how far its soaked windows moved once it had
   soaked, and how far apart the operating points it measured on are. A run that
   switched between points 2% apart says a repeat may land on either.
 
 The next run differs from this one by two draws of the card's wander, so the half-width
 is t(0.975, dof) x sqrt(2) x sigma: a prediction interval for one new run, not a
-confidence interval of this one's level.
+confidence interval of this one's level. Where the run's own wander sets sigma, the
+normal's 1.959964 stands for t: its sigma is not a count of runs.
 
 Standard library only, Python 3.8: the agent and fleet both import it.
 """
@@ -34,9 +36,6 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from agent import stats
 
-# How many degrees of freedom the variant's spread counts for when it pools with one GPU's
-# own history: after four earlier nights the GPU's figures weigh as much as the variant's.
-PRIOR_DOF = 4
 # An operating point counts when it held at least this many sub-windows (as the harness's
 # operating_point_switch flag counts them): a lone sub-window is the switch itself.
 POINT_SUB_WINDOWS = 1.5
@@ -50,21 +49,30 @@ class Spread:
     sd: float
     dof: int
     source: str
+    # The bench/records/ folders pooled, each card's deviations about its own mean
+    # (bench/repeat_records.py pools them again; bench/repeat_coverage.py leaves each out).
+    records: Tuple[str, ...] = ()
 
 
 # Measured by fleet on lent cards, nothing changed on the GPU: soaked runs of one card,
 # each a process of its own, minutes apart; the sd of the work-over-time figure about
-# the card's mean, pooled over cards (`python bench/repeat_records.py` prints it from
-# the records named). The H200's pools the five-run card with the four GPUs of a node,
-# each measured together and then alone. Coverage of the intervals they give, on these
-# records and on repeats made after they were fixed: bench/RESULTS.md, "Repeat intervals".
+# the card's mean, pooled over cards (`python bench/repeat_records.py` pools them again
+# from the records named). Left out: repeats of harness 1.2.0 after a bench's 60-s soak,
+# the card kept under load by other methods between them (no idle, not the harness's
+# soak), and a harness run beside a graph reference (another method). Coverage of the
+# intervals they give, each record checked with a spread pooled without it:
+# bench/RESULTS.md, "Repeat intervals".
 SPREADS: Dict[str, Spread] = {
-    "H100-SXM5-80GB": Spread(0.00495, 4, "five soaked runs of one H100 SXM5, "
-                             "bench/records/2026-11-25-h100-soak-1752624020993"),
-    "H200-SXM-141GB": Spread(0.00216, 8, "five soaked runs of one H200 SXM and four "
-                             "GPUs measured together and alone, bench/records/"
-                             "2026-11-25-h200-soak-1653724065387 and "
-                             "2026-11-26-h200x4-node-probe"),
+    "H100-SXM5-80GB": Spread(
+        0.00571, 9, "three H100 SXM5s: five soaked runs of one (1.3.0), five of another "
+        "(1.4.0), `fleet probe` then `fleet bench` on a third",
+        ("2026-11-25-h100-soak-1752624020993", "2026-11-26-h100-probe-bench-1753124019022",
+         "2026-11-26-h100-repeat-1752824029521")),
+    "H200-SXM-141GB": Spread(
+        0.00188, 12, "six H200 SXMs: five soaked runs of one (1.3.0), five of another "
+        "(1.4.0), four GPUs of a node measured together then alone",
+        ("2026-11-25-h200-soak-1653724065387", "2026-11-26-h200-repeat-1653724033734",
+         "2026-11-26-h200x4-node-probe")),
 }
 # A variant fleet has not measured takes the widest spread it has, said so.
 UNMEASURED = "no run-to-run spread measured for this variant: the widest fleet measured"
@@ -76,7 +84,7 @@ def variant_spread(variant: Optional[str]) -> Tuple[Spread, bool]:
     if found is not None:
         return found, True
     widest = max(SPREADS.values(), key=lambda s: s.sd)
-    return Spread(widest.sd, widest.dof, UNMEASURED), False
+    return Spread(widest.sd, widest.dof, UNMEASURED, widest.records), False
 
 
 def _relative_sd(values: Sequence[float]) -> float:
@@ -89,14 +97,14 @@ def _relative_sd(values: Sequence[float]) -> float:
 
 
 def pooled_sd(spread: Spread, history: Sequence[float]) -> Tuple[float, int]:
-    """The card's run-to-run sd (relative) and its dof: the variant's spread as a prior
-    worth PRIOR_DOF dof, pooled with the GPU's earlier figures (at least two)."""
-    prior = min(spread.dof, PRIOR_DOF)
+    """The card's run-to-run sd (relative) and its dof: the variant's spread, worth the
+    dof it was measured over, pooled with the GPU's earlier figures (at least two), which
+    add theirs: never fewer dof than the variant's alone."""
     if len(history) < 2:
         return spread.sd, spread.dof
     own = _relative_sd(history)
-    dof = prior + len(history) - 1
-    return math.sqrt((prior * spread.sd ** 2 + (len(history) - 1) * own ** 2) / dof), dof
+    dof = spread.dof + len(history) - 1
+    return math.sqrt((spread.dof * spread.sd ** 2 + (len(history) - 1) * own ** 2) / dof), dof
 
 
 def wander(curve: Sequence[Sequence[float]], settled_s: Optional[float],
@@ -125,7 +133,7 @@ class Interval:
     low: float
     high: float
     sd: float  # relative, the sigma the width was built from
-    dof: int
+    dof: Optional[int]  # None where the run's wander set sigma: the normal quantile stood
     basis: str  # "variant", "history" or "run": which evidence was the widest
     source: str  # the variant spread's source
 
@@ -145,7 +153,9 @@ def interval(figure: float, variant: Optional[str], run_wander: float,
     if run_wander > card:
         # A run's wander is its own sub-windows' evidence; its dof is not a count of
         # runs, so the normal quantile (the t's limit) stands for it.
-        card, basis, dof = run_wander, "run", 10_000
+        half = stats.Z975 * math.sqrt(2.0) * run_wander
+        return Interval(figure * (1.0 - half), figure * (1.0 + half), run_wander, None,
+                        "run", spread.source)
     half = stats.t975(dof) * math.sqrt(2.0) * card
     return Interval(figure * (1.0 - half), figure * (1.0 + half), card, dof, basis,
                     spread.source)

@@ -67,6 +67,11 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 _T975_BEYOND = ((40, 2.021), (60, 2.000), (120, 1.980))
 
 
+# The normal's 97.5% quantile, the t's limit: for a width whose sigma is not a count of
+# runs (agent/repeat.py's run wander), not t's last row above (1.980 at 120 dof).
+Z975 = 1.959964
+
+
 def t975(dof: int) -> float:
     if dof <= len(_T975):
         return _T975[dof - 1]

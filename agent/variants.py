@@ -50,6 +50,11 @@ class CatalogRow:
     # Dense figures only; a read-only mapping, so it is left out of the row's hash.
     peak_tflops: Mapping[str, Optional[float]] = field(hash=False)
     source: str
+    # The NVLink links the board gives every GPU, and where that is published. None where
+    # it is not verified, and for cards whose links come from optional bridges (PCIe, NVL):
+    # a card without its bridge is not missing links.
+    nvlink_links: Optional[int] = None
+    nvlink_source: Optional[str] = None
 
 
 def _names(*printed: str) -> Tuple[str, ...]:
@@ -70,6 +75,24 @@ def _tflops(
 # A figure the reference marks [unverified] or does not give.
 _NONE = _tflops(None, None, None, None)
 
+# NVLink links per GPU of the SXM boards. Left None: the H100 SXM5 94GB / 64GB, H800 and
+# A800 (export parts whose link count is not published where it could be checked), GH200,
+# and every PCIe or NVL card (bridges are optional).
+_V100_LINKS = ("nvidia.com/data-center/nvlink: A100 'increased the number of links from 6 "
+               "to 12'; Dell EMC Ready Solutions for AI reference guide: 'each V100-SXM2 GPU "
+               "has 6 NVLinks'; reference gpu-variants.md, Links")
+_A100_LINKS = ("nvidia.com/data-center/nvlink: a single A100 supports up to 12 "
+               "third-generation NVLink connections, 600 GB/s; reference gpu-variants.md, "
+               "Links")
+_HOPPER_LINKS = ("reference gpu-variants.md, Links: NVLink 4, 18 links a card (NVIDIA "
+                 "product pages); NVIDIA developer blog 'Introducing NVIDIA HGX H100': 900 "
+                 "GB/s both ways per GPU, 18 x 50")
+_H200_LINKS = ("NVIDIA's MLPerf Inference v4.1 system H200-SXM-141GBx8 "
+               "(mlcommons/inference_results_v4.1): '18x 4th Gen NVLink, 900GB/s'; 18 active "
+               "on the real hosts (fixtures h200-sxm-x2-passthrough, h200-sxm-x4-lent)")
+_B200_LINKS = ("reference gpu-variants.md, Links: NVLink 5, 18 links, 1.8 TB/s both ways "
+               "(NVIDIA HGX B200 datasheet)")
+
 # The catalog. Each row: device id, names, family, memory GB, form factor, label, vGPU board;
 # then default power W, max SM MHz, memory GB/s, dense TFLOP/s (fp32, tf32, bf16, fp16);
 # then the source.
@@ -87,10 +110,10 @@ CATALOG: Tuple[CatalogRow, ...] = (
     # Volta: no TF32/BF16. Power and clocks are [unverified] in the reference.
     CatalogRow(0x1DB1, _names("Tesla V100-SXM2-16GB"), "V100", 16, "SXM", "V100-SXM2-16GB",
                "V100X", None, None, 900, _tflops(15.7, None, None, 125),
-               "pci.ids; vGPU docs; NVIDIA V100 datasheet"),
+               "pci.ids; vGPU docs; NVIDIA V100 datasheet", 6, _V100_LINKS),
     CatalogRow(0x1DB5, _names("Tesla V100-SXM2-32GB"), "V100", 32, "SXM", "V100-SXM2-32GB",
                "V100DX", None, None, 900, _tflops(15.7, None, None, 125),
-               "pci.ids; vGPU docs; NVIDIA V100 datasheet"),
+               "pci.ids; vGPU docs; NVIDIA V100 datasheet", 6, _V100_LINKS),
     CatalogRow(0x1DB4, _names("Tesla V100-PCIE-16GB"), "V100", 16, "PCIe", "V100-PCIe-16GB",
                "V100", None, None, 900, _tflops(14, None, None, 112),
                "pci.ids; vGPU docs; NVIDIA V100 datasheet"),
@@ -113,12 +136,12 @@ CATALOG: Tuple[CatalogRow, ...] = (
                "pci.ids; OGKM; vGPU docs; NVIDIA A100 datasheet (2021)"),
     CatalogRow(0x20B0, _names("NVIDIA A100-SXM4-40GB"), "A100", 40, "SXM", "A100-SXM4-40GB",
                "A100X", 400, 1410, 1555, _tflops(19.5, 156, 312, 312),
-               "pci.ids; OGKM; vGPU docs; NVIDIA A100 datasheet (2021)"),
+               "pci.ids; OGKM; vGPU docs; NVIDIA A100 datasheet (2021)", 12, _A100_LINKS),
     # 400 W is the usual board; a 275 W one exists, which is a cap worth flagging, not a
     # different variant.
     CatalogRow(0x20B2, _names("NVIDIA A100-SXM4-80GB"), "A100", 80, "SXM", "A100-SXM4-80GB",
                "A100DX", 400, 1410, 2039, _tflops(19.5, 156, 312, 312),
-               "pci.ids; OGKM; vGPU docs; NVIDIA A100 datasheet (2021)"),
+               "pci.ids; OGKM; vGPU docs; NVIDIA A100 datasheet (2021)", 12, _A100_LINKS),
     # The export A100: same compute as A100 (reference: "as A100"); power and memory
     # bandwidth are not given.
     CatalogRow(0x20F3, _names("NVIDIA A800-SXM4-80GB"), "A800", 80, "SXM", "A800-SXM4-80GB",
@@ -184,7 +207,8 @@ CATALOG: Tuple[CatalogRow, ...] = (
     # default (200 W minimum) and 1980 MHz.
     CatalogRow(0x2330, _names("NVIDIA H100 80GB HBM3"), "H100", 80, "SXM", "H100-SXM5-80GB",
                "H100XM", 700, 1980, 3350, _tflops(67, 495, 989, 989),
-               "pci.ids; OGKM; vGPU docs; NVIDIA H100 datasheet; real capture 2026-11-22"),
+               "pci.ids; OGKM; vGPU docs; NVIDIA H100 datasheet; real capture 2026-11-22",
+               18, _HOPPER_LINKS),
     # The 94GB and 64GB SXM5 boards: only ids, memory and board prefixes are known; the
     # 64GB board's nvidia-smi name is [unverified], so no name is listed for it.
     CatalogRow(0x2339, _names("NVIDIA H100"), "H100", 94, "SXM", "H100-SXM5-94GB",
@@ -210,7 +234,8 @@ CATALOG: Tuple[CatalogRow, ...] = (
     # NVL card is 233B. Its 600 W default is given, its clock and TFLOP/s are [unverified].
     CatalogRow(0x2335, _names("NVIDIA H200"), "H200", 141, "SXM", "H200-SXM-141GB",
                "H200X", 700, 1980, 4800, _tflops(67, 495, 989, 989),
-               "pci.ids; OGKM; vGPU docs; NVIDIA H200 datasheet; real capture 2026-11-22"),
+               "pci.ids; OGKM; vGPU docs; NVIDIA H200 datasheet; real capture 2026-11-22",
+               18, _H200_LINKS),
     CatalogRow(0x233B, _names("NVIDIA H200 NVL"), "H200", 141, "NVL", "H200-NVL-141GB",
                "H200", 600, None, 4800, _NONE,
                "pci.ids; OGKM; vGPU docs; NVIDIA H200 datasheet"),
@@ -228,7 +253,7 @@ CATALOG: Tuple[CatalogRow, ...] = (
     # Blackwell. The datasheet rounds TF32 to 0.1 PFLOPS, hence 1100.
     CatalogRow(0x2901, _names("NVIDIA B200"), "B200", 180, "SXM", "B200-SXM-180GB",
                None, 1000, None, 7700, _tflops(75, 1100, 2250, 2250),
-               "pci.ids; OGKM; NVIDIA HGX B200 datasheet"),
+               "pci.ids; OGKM; NVIDIA HGX B200 datasheet", 18, _B200_LINKS),
 )
 
 
@@ -252,6 +277,7 @@ def _index() -> Tuple[
 
 
 _BY_ID, _BY_NAME, _BY_BOARD = _index()
+_BY_LABEL = {row.label: row for row in CATALOG}
 
 
 def _one_product(rows: List[CatalogRow]) -> Optional[CatalogRow]:
@@ -486,6 +512,15 @@ def classify_variant(
                    pci_id, profile, row, notes)
 
 
+def nvlink_links(variant: Dict[str, Any]) -> Optional[int]:
+    """The NVLink links the variant `classify_variant` named carries per GPU; None when the
+    catalog does not say, and for a vGPU slice, which gets no board's links."""
+    if variant.get("form_factor") in ("vGPU", "unknown"):
+        return None
+    row = _BY_LABEL.get(str(variant.get("label")))
+    return None if row is None else row.nvlink_links
+
+
 def catalog_rows() -> List[Dict[str, Any]]:
     """The catalog as plain data, one dict per row, for reports."""
     return [
@@ -499,6 +534,8 @@ def catalog_rows() -> List[Dict[str, Any]]:
             "label": row.label,
             "vgpu_board": row.vgpu_board,
             **_datasheet(row),
+            "nvlink_links": row.nvlink_links,
+            "nvlink_source": row.nvlink_source,
         }
         for row in CATALOG
     ]

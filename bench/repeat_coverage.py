@@ -9,15 +9,20 @@ card's runs before the predecessor.
 
 The variant's spread must not be measured on the runs it is checked on. Two ways:
 
-- "records": each record is checked with a spread pooled from every *other* record of
-  its variant (any protocol; where none is left, the widest other variant's), so no
-  record predicts itself;
-- "catalog": records made after agent/repeat.py's SPREADS were fixed (the
-  2026-11-26-*-repeat-* ones, bench/device_repeat.sh) are checked with SPREADS as
-  committed.
+- "left out": a record that agent/repeat.py's SPREADS pools is checked with its
+  variant's spread pooled again from the catalog's *other* records (bench/
+  repeat_records.py's `catalog_spreads`; where none is left, the widest other variant's),
+  so no record predicts itself;
+- "catalog": a record the catalog does not pool (the repeats of harness 1.2.0 after a
+  bench's soak) is checked with SPREADS as committed.
+
+Per variant and overall: how many repeats fell inside, the median half-width, and the
+RMS of the relative movement between consecutive runs, the scale the half-width answers:
+were the runs normal with sd s, the movement's RMS would be sqrt(2) s, and a 95%
+half-width about 2 x that RMS (t(0.975) of the spread's dof x it).
 
 Also printed: whether the 10%-trimmed mean (the headline of 1.2-1.3) read above the
-work over the time on each run.
+work over the time on each run that keeps its samples.
 
     python bench/repeat_coverage.py [--out coverage.json]
 """
@@ -31,6 +36,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,6 +45,7 @@ from repeat_records import (
     RECORDS,
     RecordedRun,
     by_card,
+    catalog_spreads,
     load_runs,
     trimmed,
     work_over_time,
@@ -46,8 +53,8 @@ from repeat_records import (
 
 from agent import repeat
 
-# Records made after SPREADS were fixed: checked against the catalog as committed.
-CATALOG_CHECKED = "-repeat-"
+LEFT_OUT = "left out"  # a record the catalog pools: its variant's spread pooled without it
+CATALOG = "catalog"  # a record the catalog does not pool: SPREADS as committed
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class Check:
     low: float
     high: float
     basis: str
-    way: str  # "records" (leave-one-record-out spread) or "catalog"
+    way: str  # LEFT_OUT or CATALOG
 
     @property
     def inside(self) -> bool:
@@ -72,6 +79,11 @@ class Check:
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2 / self.previous
+
+    @property
+    def movement(self) -> float:
+        """The repeat's figure relative to the run before it, minus one."""
+        return self.figure / self.previous - 1.0
 
 
 def _wander(run: RecordedRun, figure: float) -> float:
@@ -83,20 +95,18 @@ def _wander(run: RecordedRun, figure: float) -> float:
                          int(measurement.get("sub_windows") or 0), figure)
 
 
-def left_out_spreads(groups: dict[tuple[str, str], list[RecordedRun]], record: str
-                     ) -> dict[str, repeat.Spread]:
-    """Per variant, the within-card sd pooled over every record but `record`."""
-    sums: dict[str, list[float]] = {}
-    for (name, _), runs in groups.items():
-        if name == record or name.find(CATALOG_CHECKED) >= 0:
-            continue
-        values = [work_over_time(run) for run in runs]
-        mean = statistics.fmean(values)
-        acc = sums.setdefault(runs[0].variant, [0.0, 0.0])
-        acc[0] += math.fsum((v / mean - 1.0) ** 2 for v in values)
-        acc[1] += len(values) - 1
-    return {variant: repeat.Spread(math.sqrt(ss / dof), int(dof), f"records but {record}")
-            for variant, (ss, dof) in sums.items() if dof > 0}
+def spreads_for(groups: dict[tuple[str, str], list[RecordedRun]],
+                catalog: dict[str, repeat.Spread], record: str
+                ) -> tuple[dict[str, repeat.Spread], str]:
+    """The spreads `record` is checked with, and the way: the catalog, with each variant
+    whose spread pools `record` pooled again from its other records (dropped where it has
+    none, so the widest other variant's stands in)."""
+    pooling = {variant: spread for variant, spread in catalog.items()
+               if record in spread.records}
+    if not pooling:
+        return dict(catalog), CATALOG
+    kept = {variant: spread for variant, spread in catalog.items() if variant not in pooling}
+    return {**kept, **catalog_spreads(groups, pooling, leave_out=record)}, LEFT_OUT
 
 
 def check(groups: dict[tuple[str, str], list[RecordedRun]]) -> list[Check]:
@@ -105,10 +115,9 @@ def check(groups: dict[tuple[str, str], list[RecordedRun]]) -> list[Check]:
     saved = dict(repeat.SPREADS)
     try:
         for (record, card), runs in sorted(groups.items()):
-            way = "catalog" if CATALOG_CHECKED in record else "records"
+            spreads, way = spreads_for(groups, saved, record)
             repeat.SPREADS.clear()
-            repeat.SPREADS.update(saved if way == "catalog" else
-                                  left_out_spreads(groups, record))
+            repeat.SPREADS.update(spreads)
             figures = [work_over_time(run) for run in runs]
             for i in range(1, len(runs)):
                 before = runs[i - 1]
@@ -122,12 +131,27 @@ def check(groups: dict[tuple[str, str], list[RecordedRun]]) -> list[Check]:
     return checks
 
 
-def _summary(checks: list[Check]) -> dict[str, object]:
+def summarise(checks: list[Check]) -> dict[str, Any]:
+    """Coverage, half-widths and the RMS movement of a set of checks (at least one)."""
     widths = [c.half_width for c in checks]
+    rms = math.sqrt(math.fsum(c.movement ** 2 for c in checks) / len(checks))
+    median = statistics.median(widths)
     return {"repeats": len(checks), "inside": sum(c.inside for c in checks),
-            "coverage": sum(c.inside for c in checks) / len(checks) if checks else None,
-            "half_width_median": statistics.median(widths) if widths else None,
-            "half_width_range": [min(widths), max(widths)] if widths else None}
+            "coverage": sum(c.inside for c in checks) / len(checks),
+            "half_width_median": median, "half_width_range": [min(widths), max(widths)],
+            "rms_movement": rms, "largest_movement": max(abs(c.movement) for c in checks),
+            "half_width_over_rms": median / rms if rms > 0 else None}
+
+
+def _line(label: str, found: dict[str, Any]) -> str:
+    low, high = found["half_width_range"]
+    ratio = found["half_width_over_rms"]
+    return (f"{label:26} {found['inside']:>2}/{found['repeats']:<2} inside "
+            f"({100 * found['coverage']:3.0f}%), half-width median "
+            f"{100 * found['half_width_median']:.2f}% ({100 * low:.2f}-{100 * high:.2f}%), "
+            f"RMS movement {100 * found['rms_movement']:.2f}% "
+            f"(largest {100 * found['largest_movement']:.2f}%), median / RMS "
+            + ("-" if ratio is None else f"{ratio:.1f}"))
 
 
 def main() -> None:
@@ -145,24 +169,18 @@ def main() -> None:
         print(f"{name:44} {c.order:>3} {c.previous:8.1f} {c.figure:7.1f} "
               f"{c.low:6.1f}-{c.high:6.1f} {'yes' if c.inside else 'NO'}")
     print()
-    summary: dict[str, object] = {}
-    for way in ("records", "catalog"):
-        for variant in sorted({c.variant for c in checks}):
-            chosen = [c for c in checks if c.way == way and c.variant == variant]
+    summary: dict[str, Any] = {}
+    variants = sorted({c.variant for c in checks})
+    for way in (LEFT_OUT, CATALOG, None):
+        for variant in [*variants, None]:
+            chosen = [c for c in checks if way in (None, c.way) and variant in (None, c.variant)]
             if not chosen:
                 continue
-            found = _summary(chosen)
-            summary[f"{way} {variant}"] = found
-            widths: list[float] = found["half_width_range"]  # type: ignore[assignment]
-            low, high = widths
-            print(f"{way:8} {variant:15} {found['inside']}/{found['repeats']} inside "
-                  f"({100 * found['coverage']:.0f}%), half-width median "  # type: ignore[operator]
-                  f"{100 * found['half_width_median']:.2f}% "  # type: ignore[operator]
-                  f"({100 * low:.2f}-{100 * high:.2f}%)")
-        every = [c for c in checks if c.way == way]
-        if every:
-            summary[way] = _summary(every)
-    above = [(r.record, r.card, r.order, trimmed(r) / work_over_time(r) - 1.0) for r in runs]
+            label = " ".join(part for part in (way or "all", variant) if part)
+            summary[label] = summarise(chosen)
+            print(_line(label, summary[label]))
+    above = [(r.record, r.card, r.order, t / work_over_time(r) - 1.0)
+             for r in runs if (t := trimmed(r)) is not None]
     print(f"\ntrimmed mean above the work over the time: "
           f"{sum(1 for *_, d in above if d > 0)} of {len(above)} runs, by "
           f"{100 * min(d for *_, d in above):+.2f}% to {100 * max(d for *_, d in above):+.2f}%")

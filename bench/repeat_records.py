@@ -24,9 +24,22 @@ before each measurement:
   soaked all four GPUs at once (its document is the test fixture command.txt names), then
   `agent bench --sequential` soaked each alone (sequential.jsonl). A pair a GPU, keyed by
   its gpu_uuid.
+- "soaked (1.4.0)": `bench/device_repeat.sh`'s five soaked runs of one card, each a process
+  of its own after 20 s idle (2026-11-26-h100-repeat-*, 2026-11-26-h200-repeat-*).
+- "probe" then "bench": the README's first command, `fleet probe`, then `fleet bench
+  --gemm-only` minutes later on the same card (2026-11-26-h100-probe-bench-*): the probe's
+  whole result is in the store it made (fleet.db.gz, the document's body), the bench's
+  only as its printed table (bench-80.txt): its work over the time to 0.1 TFLOP/s (at
+  most 0.007% off, under the 2% the card moved) and its temperature, no samples.
 
 Everything else in bench/records/ is one run a card, unsoaked, or not the agent's harness
-(dwell, placement and transient diagnostics, node suites, graph references).
+(dwell, placement and transient diagnostics, node suites, graph references). A run of the
+harness beside a graph reference (2026-11-26-h100x2-probe-reference, the references of
+the soak checks) is no repeat: the reference is another method, with its own offset from
+the harness (bench/RESULTS.md, "Soaked").
+
+Last, the catalog: each of agent/repeat.py's SPREADS pooled again from the records it
+names, beside the figure it states.
 
     python bench/repeat_records.py
 """
@@ -38,11 +51,17 @@ import gzip
 import json
 import math
 import re
+import sqlite3
 import statistics
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent import repeat
 
 RECORDS = Path(__file__).parent / "records"
 
@@ -60,6 +79,10 @@ FIDELITY_METHOD = "fleet harness"  # the agent's harness, not a reference beside
 PROBE_DOCUMENT = re.compile(r"tests/fixtures/nodes/[\w.-]+/document\.json")
 HARNESS_VERSION = re.compile(r"harness (\d+\.\d+\.\d+)")
 SERIAL_SUFFIX = re.compile(r"-(\d{13})$")
+# `fleet bench`'s table (fleet/cli/display.py): a GPU's row opens with its index and
+# TFLOP/s and carries the soak's seconds, then the temperature, clock and power under load.
+BENCH_ROW = re.compile(r"^(?P<gpu>\d+)\s+(?P<tflops>\d+\.\d)\s.*?\s\d+ s\s+(?P<c>\d+)\s+\d+\s+\d+")
+BENCH_TITLE = re.compile(r"Standard harness: \d+ x (?P<variant>[\w.-]+), \w+ (?P<size>\d+)³")
 
 
 @dataclass(frozen=True)
@@ -187,6 +210,55 @@ def _node_pairs(directory: Path, repo: Path) -> list[RecordedRun]:
     return runs
 
 
+def _store_results(path: Path) -> list[dict[str, Any]]:
+    """Every result of every agent document a store (a gzipped fleet.db) holds."""
+    image = bytearray(gzip.decompress(path.read_bytes()))
+    # The store was written in WAL mode (header bytes 18-19 = 2), which an in-memory copy
+    # cannot open; the rollback journal's 1 reads the same pages.
+    image[18:20] = b"\x01\x01"
+    db = sqlite3.connect(":memory:")
+    try:
+        db.deserialize(bytes(image))
+        bodies = [row[0] for row in db.execute("SELECT body FROM document ORDER BY id")]
+    finally:
+        db.close()
+    return [result for body in bodies for result in json.loads(body)["benchmarks"]]
+
+
+def _probe_bench_runs(directory: Path) -> list[RecordedRun]:
+    """`fleet probe`'s soaked result (in the store it made), then `fleet bench`'s printed
+    row for the same GPU: two runs of one card, minutes apart."""
+    store, printed = directory / "fleet.db.gz", directory / "bench-80.txt"
+    if not store.is_file() or not printed.is_file():
+        return []
+    text = printed.read_text()
+    title = BENCH_TITLE.search(" ".join(text.split()))
+    version = HARNESS_VERSION.search(" ".join(text.split()))
+    if title is None or version is None or "soaked" not in text:
+        return []
+    rows = {int(m["gpu"]): m for m in map(BENCH_ROW.match, text.splitlines()) if m}
+    card = _serial(directory)
+    runs = []
+    for first in _store_results(store):
+        row = rows.get(int(first["gpu_index"]))
+        if first.get("thermal") != "soaked" or row is None:
+            continue
+        key = card or first["gpu_uuid"]
+        size = int(title["size"])
+        # harness 1.4's headline is the work over the time, which is all the row keeps.
+        second = {"tflops": float(row["tflops"]), "thermal": "soaked", "m": size, "n": size,
+                  "k": size, "harness_version": version.group(1),
+                  "soak": {"temperature_c": float(row["c"])}}
+        for order, (protocol, result) in enumerate(
+                ((f"probe ({first['harness_version']})", first),
+                 (f"bench ({version.group(1)})", second))):
+            runs.append(RecordedRun(
+                record=directory.name, card=key, variant=title["variant"], order=order,
+                harness_version=result["harness_version"], protocol=protocol, result=result,
+                temperature_c=_temperature(result), flop=_flop(result)))
+    return runs
+
+
 def _repeat_runs(directory: Path) -> list[RecordedRun]:
     """`bench/device_repeat.sh`'s soaked repeats (harness 1.4 on): one agent document a
     run, run-N.jsonl(.gz), N in the order they ran."""
@@ -223,6 +295,7 @@ def load_runs(root: Path = RECORDS) -> list[RecordedRun]:
             runs += _fidelity_runs(directory, fidelity)
         runs += _node_pairs(directory, repo)
         runs += _repeat_runs(directory)
+        runs += _probe_bench_runs(directory)
     grouped = by_card(runs)
     return [run for group in grouped.values() if len(group) >= 2 for run in group]
 
@@ -236,14 +309,23 @@ def by_card(runs: Iterable[RecordedRun]) -> dict[tuple[str, str], list[RecordedR
 
 
 def work_over_time(run: RecordedRun) -> float:
-    """TFLOP/s as total work over total time of the measured samples (the plain mean)."""
+    """TFLOP/s as total work over total time of the measured samples (the plain mean); a
+    printed 1.4 result, with neither samples nor stats, is its headline, the same figure."""
     samples = run.result.get("samples_ms")
-    mean_ms = math.fsum(samples) / len(samples) if samples else run.result["stats"]["mean_ms"]
+    if samples:
+        mean_ms = math.fsum(samples) / len(samples)
+    elif "stats" in run.result:
+        mean_ms = run.result["stats"]["mean_ms"]
+    else:
+        return float(run.result["tflops"])
     return run.flop / mean_ms / 1e9
 
 
-def trimmed(run: RecordedRun) -> float:
-    """TFLOP/s from the 10%-trimmed mean, the harness's own statistic since 1.2."""
+def trimmed(run: RecordedRun) -> float | None:
+    """TFLOP/s from the 10%-trimmed mean, the harness's own statistic from 1.2 to 1.3
+    (None for a printed result, which keeps no stats)."""
+    if "stats" not in run.result:
+        return None
     return run.flop / float(run.result["stats"]["trimmed_mean_ms"]) / 1e9
 
 
@@ -277,6 +359,30 @@ def pooled(groups: dict[tuple[str, str], list[RecordedRun]]
             for key, (ss, dof, cards) in sums.items() if dof > 0}
 
 
+def catalog_spreads(groups: dict[tuple[str, str], list[RecordedRun]],
+                    catalog: Mapping[str, repeat.Spread], leave_out: str | None = None
+                    ) -> dict[str, repeat.Spread]:
+    """Each catalog spread pooled again, as `pooled` pools, from the records it names,
+    `leave_out` left out (a variant with nothing left drops out: the widest other stands
+    in, as for an unmeasured variant)."""
+    found = {}
+    for variant, spread in catalog.items():
+        named = set(spread.records) - {leave_out}
+        chosen = {key: runs for key, runs in groups.items()
+                  if key[0] in named and runs[0].variant == variant}
+        sums = [0.0, 0.0]
+        for runs in chosen.values():
+            values = [work_over_time(run) for run in runs]
+            mean = statistics.fmean(values)
+            sums[0] += math.fsum((v / mean - 1.0) ** 2 for v in values)
+            sums[1] += len(values) - 1
+        if sums[1] > 0:
+            source = spread.source if leave_out is None else f"{spread.source}, but {leave_out}"
+            found[variant] = repeat.Spread(math.sqrt(sums[0] / sums[1]), int(sums[1]), source,
+                                           tuple(sorted(named & {k[0] for k in chosen})))
+    return found
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -299,10 +405,18 @@ def main() -> None:
               f"{'trimmed':>9} {'temp C':>6}")
         for run, value in zip(runs, values, strict=True):
             print(f"  {run.order:>3}  {run.protocol:<20} {run.result['tflops']:9.2f} "
-                  f"{value:9.2f} {trimmed(run):9.2f} {_fmt(run.temperature_c, '6.1f')}")
+                  f"{value:9.2f} {_fmt(trimmed(run), '9.2f'):>9} "
+                  f"{_fmt(run.temperature_c, '6.1f')}")
     print("\npooled within-card sd of work/time, relative to each card's mean:")
     for (variant, protocol), (sd, dof, cards) in sorted(pooled(groups).items()):
-        print(f"  {variant:<16} {protocol:<20} {100 * sd:.3f}%  dof {dof}  ({cards} cards)")
+        print(f"  {variant:<16} {protocol:<28} {100 * sd:.3f}%  dof {dof}  ({cards} cards)")
+    print("\nagent/repeat.py's SPREADS, pooled again from the records each names:")
+    again = catalog_spreads(groups, repeat.SPREADS)
+    for variant, stated in sorted(repeat.SPREADS.items()):
+        found = again.get(variant)
+        print(f"  {variant:<16} stated {100 * stated.sd:.3f}% dof {stated.dof}; records "
+              + ("none found" if found is None else
+                 f"{100 * found.sd:.4f}% dof {found.dof}: {', '.join(found.records)}"))
 
 
 if __name__ == "__main__":

@@ -239,10 +239,16 @@ NIGHT_COLUMNS = _columns(
 
 FINDING_COLUMNS = _columns(
     ("kind", "category", "mismatch, gap, cooling, drift, straggler, duplicate, health, "
-                         "hostlink or peer"),
+                         "hostlink, peer, shortfall or contention"),
+    ("side", "category", '"provider" (what to dispute) or "renter" (what the renter\'s '
+                         "own side disturbed: measure again once fixed)"),
     ("provider", "category", "the provider the finding is about"),
-    ("title", "string", "what to act on, in one line"),
-    ("evidence", "string", "what it rests on: GPUs, hosts, intervals, what differs"),
+    ("title", "string", "what to act on, in one line: what, where, how far off"),
+    ("cause", "string", "the likely cause in a few words, where one was seen ('one "
+                        "machine listed twice'); missing for none"),
+    ("evidence", "string", "what it rests on: GPUs, hosts, intervals, the rule"),
+    ("details", "object", "the evidence's items, a list, one per line (each outlying "
+                          "figure, each difference); empty for none"),
 )
 
 
@@ -718,7 +724,8 @@ class Store:
         return build_report(self.engine, options, str(self.location))
 
     def findings(self, **options: Any) -> pd.DataFrame:
-        """What the report says to dispute, one row per finding, in its order: duplicates,
+        """What the report says to dispute (`side` "provider"), then what the renter's own
+        side disturbed (`side` "renter"), one row per finding, in its order: duplicates,
         health (each failing or degraded GPU, and once per provider its GPUs whose health
         the driver could not tell), mismatches, gaps, cooling, stragglers, and power-limit
         drift (the report's other drift and the sweep's regressions are on `report()` and
@@ -732,8 +739,10 @@ class Store:
         Columns:
         """
         report = self.report(**options)
-        return _frame(FINDING_COLUMNS, ((f.kind, f.provider, f.title, f.evidence)
-                                        for f in report.dispute))
+        sides = [("provider", f) for f in report.dispute] + [("renter", f)
+                                                              for f in report.renter]
+        return _frame(FINDING_COLUMNS, ((f.kind, side, f.provider, f.title, f.cause,
+                                         f.evidence, list(f.details)) for side, f in sides))
 
     # --- probing ------------------------------------------------------------------------
 

@@ -202,6 +202,15 @@ class Health(Strict):
     xid: Xid | None
 
 
+class NvLinkRemote(Strict):
+    """One active NVLink link of a GPU and what NVML says sits at its other end: the PCI
+    bus id and the kind of device (None where NVML did not answer)."""
+
+    link: Annotated[int, Field(ge=0, le=64)]
+    remote_bus_id: Name | None
+    remote_type: Literal["gpu", "switch", "ibmnpu"] | None
+
+
 class Gpu(Strict):
     """One GPU's fingerprint, as `agent.fingerprint.fingerprint_gpu` builds it."""
 
@@ -244,6 +253,11 @@ class Gpu(Strict):
     pcie_width_max: Count | None
     nvlink_links_active: Annotated[int, Field(ge=0, le=64)]
     nvlink_links_total: Annotated[int, Field(ge=0, le=64)]
+    # Where each active link goes (agent/nvlink.py); None where NVML did not say whether
+    # the GPU has NVLink, and in documents of agents before the per-link facts.
+    nvlink_remotes: list[NvLinkRemote] | None = Field(default=None, max_length=64)
+    # The NVLink links the variant carries per GPU (agent/variants.py); None: not known.
+    nvlink_links_variant: Annotated[int, Field(ge=0, le=64)] | None = None
     clocks_event_reasons: Count | None
     clocks_event_reason_names: list[Name] | None = Field(max_length=64)
     temperature_c: Annotated[int, Field(ge=-100, le=300)] | None
@@ -613,6 +627,28 @@ NodeKind = Literal["memory_copy", "host_to_device", "device_to_host", "peer_copy
                    "allreduce"]
 
 
+class SeenProcess(Strict):
+    """A process the agent saw on a GPU around a figure, with its owner where /proc shows
+    it (agent/contention.py): `own` is whether it runs as the agent's own user."""
+
+    pid: Annotated[int, Field(ge=0, le=2**31)]
+    uid: Annotated[int, Field(ge=0, le=2**32)] | None = None
+    user: Annotated[str, StringConstraints(max_length=64)] | None = None
+    own: bool | None = None
+
+
+class NcclTransport(Strict):
+    """What NCCL's INFO lines said the all-reduce used (agent/collective.py): connections
+    per transport ("P2P", "SHM", "NET", "COLLNET", "NVLS", "PXN"), the distinct forms
+    ("P2P/CUMEM/read"), and the settings NCCL said came from the environment."""
+
+    transports: dict[Annotated[str, StringConstraints(max_length=16)],
+                     Annotated[int, Field(ge=0, le=1_000_000)]] = Field(max_length=8)
+    paths: list[Annotated[str, StringConstraints(max_length=64)]] = Field(max_length=8)
+    set_by_environment: list[Annotated[str, StringConstraints(max_length=160)]] = Field(
+        max_length=16)
+
+
 class NodeResult(Strict):
     """One figure of the node suite (agent/node.py): a GPU's memory or host link, a pair's
     copy, or the node's all-reduce, with what it counts and its datasheet figure."""
@@ -647,6 +683,11 @@ class NodeResult(Strict):
     # path between them ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS").
     peer_access: bool | None = None
     topology: Annotated[str, StringConstraints(max_length=32)] | None = None
+    # peer_copy: the NVLink links joining the pair, from each GPU's per-link far ends
+    # (agent/nvlink.py), and through what; 0 where NVML says none joins them, None where
+    # it did not say where the links go.
+    nvlink_links: Annotated[int, Field(ge=0, le=64)] | None = None
+    nvlink_fabric: Literal["switch", "direct"] | None = None
     link: HostLinkState | None = None
     # What NVIDIA publishes for this figure, and where that comes from.
     datasheet_gbs: GBps | None
@@ -656,6 +697,21 @@ class NodeResult(Strict):
     cuda_runtime_version: Name | None
     nccl_version: Name | None = None
     wall_s: Seconds
+    # What was seen on the figure's GPUs before and after it (agent/contention.py): the
+    # lines a reader sees, and the other processes with their owners. Empty: nothing
+    # seen, or an agent older than suite 1.1.0, which did not look.
+    contention: list[Text] = Field(default_factory=list, max_length=16)
+    processes: list[SeenProcess] = Field(default_factory=list, max_length=64)
+    # Host copies: the GPU's NUMA node (None where the host does not say) and the CPUs
+    # the copy ran from, as Linux writes a CPU set (agent/numa.py).
+    numa_node: Annotated[int, Field(ge=0, le=4096)] | None = None
+    cpus: Annotated[str, StringConstraints(max_length=512)] | None = None
+    # allreduce through NCCL: the transports it used, and the NCCL_* and
+    # CUDA_VISIBLE_DEVICES settings it ran under.
+    transport: NcclTransport | None = None
+    settings: dict[Annotated[str, StringConstraints(max_length=64)],
+                   Annotated[str, StringConstraints(max_length=128)]] | None = Field(
+        default=None, max_length=32)
 
     @model_validator(mode="after")
     def _says_what_it_measured(self) -> NodeResult:

@@ -267,6 +267,9 @@ class SharedHosts:
 # report can keep it as it is.
 SHARED_REASON = ("measured in a run where another host answered with the same GPUs "
                  "(see its duplicate finding)")
+# Why a contended result is left out (fleet/analysis/contention.py says what was seen).
+CONTENDED_REASON = ("measured beside another process on the GPU, or on a GPU already "
+                    "busy (see its contention finding)")
 
 # Besides the fingerprint table's own columns, `Dataset.gpus` has these.
 GPU_FRAME_EXTRA = ("provider", "host", "collected_at", "software_stack")
@@ -676,23 +679,34 @@ def _measures(engine: Engine, found: series.Read, gpus: pd.DataFrame, scope: Sco
     rest = kind // (FLAG_SPACE * variant_count)
     failed, rest = rest % 2, rest // 2
     stack, config = rest % max(1, len(stacks)), rest // max(1, len(stacks))
+    # The per-row codes travel with the rows, so that leaving rows out keeps them aligned.
+    rows = {**rows, "_flags": flag_bits, "_variant": variant, "_failed": failed,
+            "_stack": stack, "_config": config}
     excluded: list[Excluded] = []
-    if contended and len(kind):
-        pairs = pd.MultiIndex.from_arrays([rows["probe_run_id"], rows["host_id"]])
-        shared = np.asarray(pairs.isin(list(contended)))
-        counts = pd.DataFrame({"p": rows["provider_id"][shared], "h": rows["host_id"][shared],
-                               "i": rows["gpu_index"][shared], "v": variant[shared]}
+
+    def leave_out(mask: NDArray[np.bool_], reason: str) -> dict[str, NDArray[Any]]:
+        """Count each GPU's results under `mask` into `excluded`; the rows without them."""
+        counts = pd.DataFrame({"p": rows["provider_id"][mask], "h": rows["host_id"][mask],
+                               "i": rows["gpu_index"][mask], "v": rows["_variant"][mask]}
                               ).groupby(["p", "h", "i", "v"]).size()
         held = zip(*(counts.index.get_level_values(level).tolist() for level in range(4)),
                    strict=True)
-        excluded = sorted((Excluded(providers[p], host_names[h], i, variants[v], n,
-                                    SHARED_REASON)
-                           for (p, h, i, v), n in zip(held, counts.tolist(), strict=True)),
-                          key=lambda e: (e.provider, e.host, e.gpu_index, e.variant))
-        keep = ~shared
-        rows = {name: values[keep] for name, values in rows.items()}
-        flag_bits, variant, failed = flag_bits[keep], variant[keep], failed[keep]
-        stack, config = stack[keep], config[keep]
+        excluded.extend(Excluded(providers[p], host_names[h], i, variants[v], n, reason)
+                        for (p, h, i, v), n in zip(held, counts.tolist(), strict=True))
+        excluded.sort(key=lambda e: (e.provider, e.host, e.gpu_index, e.variant))
+        return {name: values[~mask] for name, values in rows.items()}
+
+    if contended and len(kind):
+        pairs = pd.MultiIndex.from_arrays([rows["probe_run_id"], rows["host_id"]])
+        rows = leave_out(np.asarray(pairs.isin(list(contended))), SHARED_REASON)
+    # A result measured beside another process is the renter's contention, not the
+    # card's figure: out of every median, like a shared host's (DESIGN.md, "Judging one
+    # node"). Row by row, so that a GPU's other nights stand.
+    busy = (rows["_flags"] & (1 << FLAG_COLUMNS.index("contended"))) != 0
+    if busy.any():
+        rows = leave_out(busy, CONTENDED_REASON)
+    flag_bits, variant, failed = rows["_flags"], rows["_variant"], rows["_failed"]
+    stack, config = rows["_stack"], rows["_config"]
     if not len(rows["kind"]):
         return [], excluded
     stack_key = np.zeros_like(stack) if across_stacks else stack

@@ -38,6 +38,10 @@ CONFIG_COLUMNS = ("kind", "direction", "memory", "size_bytes", "gpus_in_run", "d
 # Read as plain Python values, None where missing: pandas' NA has no truth value.
 _OPTIONAL = ("gpu_index", "peer_index", "peer_access", "topology", "link_gen", "link_width",
              "link_gen_max", "link_width_max")
+# Read where the frame has them (suite 1.1.0's, migration 0013), None where not: what was
+# seen around a figure and the causes a finding names.
+_CAUSES = ("contention", "transport", "nccl_settings", "numa_node", "nvlink_links",
+           "nvlink_fabric")
 
 
 def link_text(gen: int | None, width: int | None) -> str:
@@ -144,6 +148,13 @@ def prepare(frame: pd.DataFrame, names: dict[int, tuple[str, str]] | None = None
         plain[column] = frame[column].astype("float64").tolist()
     for column in _OPTIONAL:
         plain[column] = pd.Series(_plain(frame[column]), dtype=object)
+    for column in _CAUSES:
+        plain[column] = pd.Series(_plain(frame[column]) if column in frame
+                                  else [None] * len(plain), dtype=object)
+    plain["cv"] = (frame["cv"].astype("float64").tolist() if "cv" in frame
+                   else [0.0] * len(plain))
+    plain["contended"] = ([bool(v) for v in _plain(frame["contended"])]
+                          if "contended" in frame else [False] * len(plain))
     if plain.empty:
         plain["config_id"] = pd.Series(dtype="int64")
         plain["config"] = pd.Series(dtype=object)

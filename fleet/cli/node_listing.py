@@ -30,7 +30,7 @@ from fleet.api import Store
 from fleet.cli.options import err_console, note_created
 from fleet.document import AgentDocument
 from fleet.sanitize import safe
-from fleet.store.node import KINDS
+from fleet.store.node import KINDS, settings_text, transport_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,7 +104,13 @@ def document_records(document: AgentDocument) -> list[dict[str, Any]]:
         index = result.gpu_index if result.gpu_index is not None else first
         low, high = result.stats.ci95_gbs or (None, None)
         records.append({
-            **result.model_dump(exclude={"stats", "link"}),
+            **result.model_dump(exclude={"stats", "link", "contention", "processes",
+                                         "transport", "settings"}),
+            # As the store keeps them (fleet/store/ingest.py), so one table serves both.
+            "contended": bool(result.contention),
+            "contention": "; ".join(result.contention) or None,
+            "transport": transport_text(result.transport),
+            "nccl_settings": settings_text(result.settings),
             "document_id": 0, "host": document.host.hostname or "this machine",
             "provider": "this machine", "collected_at": document.collected_at,
             "variant": variants.get(index, "no GPU") if index is not None else "no GPU",
@@ -150,7 +156,8 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
 
 def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     """What went wrong with a link, each once with the GPUs or pairs it concerns: a host
-    link that ran below what the card supports, pairs without peer access."""
+    link that ran below what the card supports, pairs without peer access; figures
+    measured beside other work; an all-reduce NCCL sent off its peer-to-peer path."""
     slow: dict[str, dict[str, None]] = {}
     apart: dict[str, dict[str, None]] = {}
     for row in rows:
@@ -165,8 +172,23 @@ def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
             path = f" (path {row['topology']})" if row["topology"] else ""
             apart.setdefault(f"No peer access{path}", {})[
                 f"{row['gpu_index']}-{row['peer_index']}"] = None
+    busy: dict[str, dict[str, None]] = {}
+    through: list[str] = []
+    for row in rows:
+        if row.get("contended"):
+            busy.setdefault(str(row.get("contention") or "other work"), {})[
+                figure_name(row)] = None
+        transport = row.get("transport")
+        if row["kind"] == "allreduce" and transport and "P2P" not in transport:
+            settings = f", under {row['nccl_settings']}" if row.get("nccl_settings") else ""
+            said = f"{figure_name(row)} went through {transport}, not P2P{settings}"
+            if said not in through:
+                through.append(said)
     return ([f"{said}: GPU {', '.join(gpus)}" for said, gpus in slow.items()]
-            + [f"{said}: GPUs {', '.join(pairs)}" for said, pairs in apart.items()])
+            + [f"{said}: GPUs {', '.join(pairs)}" for said, pairs in apart.items()]
+            + [f"Measured beside other work, left out of comparisons "
+               f"({', '.join(figures)}): {said}" for said, figures in busy.items()]
+            + through)
 
 
 def _base(row: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -50,7 +51,7 @@ from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
-                 "duplicate", "health", "hostlink", "peer")
+                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention")
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,36 @@ class ReportOptions:
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the summary: what to act on, and the evidence it rests on."""
+    """One line of the summary, and what is folded beneath it.
+
+    The line is `title` (what, where, how far off: "gpu-03 GPU 3: 53% below the rest of
+    its node on the matmul") and `cause`, the likely cause in a few words where one was
+    seen ("another process on the GPU"). Beneath it, `evidence` (what the finding rests
+    on, in words) and `details`, its items one a line (each outlying figure, each
+    difference), which `evidence` does not repeat.
+    """
 
     kind: str  # one of FINDING_KINDS
     provider: str
     title: str
     evidence: str
+    cause: str | None = None
+    details: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A list given for `details` (a 6-tuple built elsewhere) is kept as a tuple: the
+        # finding stays hashable and frozen.
+        object.__setattr__(self, "details", tuple(self.details))
+
+    @classmethod
+    def of(cls, found: Finding | tuple[Any, ...]) -> Finding:
+        """A finding from a Finding, or from (kind, provider, title, evidence) with or
+        without (cause, details) after them."""
+        if isinstance(found, Finding):
+            return found
+        if len(found) not in (4, 6):
+            raise ValueError(f"a finding is 4 or 6 values, not {len(found)}: {found!r}")
+        return cls(*found)
 
 
 @dataclass(frozen=True)
@@ -106,6 +131,8 @@ class Report:
     headline: Config | None  # the configuration with the most GPUs measured
     buy: tuple[Offer, ...]
     dispute: tuple[Finding, ...]
+    # What the renter's own side disturbed, said apart (DESIGN.md, "Judging one node").
+    renter: tuple[Finding, ...]
     mismatches: tuple[Mismatch, ...]
     mixed: tuple[MixedListing, ...]
     drift: tuple[Drift, ...]
@@ -150,7 +177,8 @@ class Report:
                 "straggler": len(self.stragglers) + node["straggler"],
                 "regression": self.regressions, "duplicate": len(self.shared),
                 "health": self.health.findings, "hostlink": node["hostlink"],
-                "peer": node["peer"]}
+                "peer": node["peer"], "shortfall": node["shortfall"],
+                "contention": node["contention"]}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -211,27 +239,55 @@ def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison]
     return offers
 
 
+def _below(share: float) -> str:
+    """A shortfall in a title: whole percent from 10% up, a tenth below ("53%", "3.5%")."""
+    return f"{share:.0%}" if share >= 0.095 else f"{share:.1%}"
+
+
 def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[Comparison],
              cooling: list[CoolingComparison], stragglers: list[Straggler],
              drift: list[Drift]) -> list[Finding]:
     found = [Finding("mismatch", m.provider, f"{m.host}: listed {m.listed}, found {m.found}",
-                     "; ".join(m.problems)) for m in mismatches]
+                     "the host's newest document against its listing (the inventory's "
+                     "expect when it was probed)" + (
+                         f"; not checked: {'; '.join(m.unchecked)}" if m.unchecked else ""),
+                     details=m.problems) for m in mismatches]
     found += [Finding("mismatch", m.provider,
-                      f"one listing, several variants: {m.listed}", m.evidence) for m in mixed]
+                      f"listing {m.listed}: {len(m.variants)} variants behind it",
+                      "hosts ordered under one listing carry different variants: the next "
+                      "order may get any of them",
+                      details=tuple(f"{variant} on {counted(gpus, 'GPU')} of "
+                                    f"{counted(hosts, 'host')}"
+                                    for variant, gpus, hosts in m.variants)) for m in mixed]
     for gap in gaps:
-        reasons = ", ".join(f"{d.what} {d.slower} vs {d.faster}" for d in gap.differences[:3])
+        # explain() names only what can slow a matmul, the operating point (power limit,
+        # SM clock, power drawn) first: the first it names is the likely cause.
+        differs = tuple(f"{d.what}: {d.slower} on {gap.slower}, {d.faster} on {gap.faster}"
+                        for d in gap.differences)
+        first = gap.differences[0] if gap.differences else None
         found.append(Finding(
             "gap", gap.slower,
             f"{gap.slower} is {gap.gap:.1%} slower than {gap.faster} on {gap.group}",
-            gap.evidence + (f". Differs: {reasons}" if reasons else
-                            ". No difference in fingerprint or telemetry explains it")))
-    found += [Finding("cooling", c.hotter.provider,
-                      f"{c.hotter.provider}'s {c.variant} run {c.temperature_difference_c:.1f} °C "
-                      f"hotter than {c.cooler.provider}'s and lose "
-                      f"{c.drop_difference * 100:.2f} points more from the first 20 s to "
-                      "soaked, at the same power cap", c.evidence) for c in cooling]
-    found += [Finding("straggler", s.provider, f"{s.host} GPU {s.gpu_index} is a straggler",
-                      s.evidence) for s in stragglers]
+            f"{gap.config.label}: {gap.evidence}" + (
+                ". What differs:" if differs else
+                ". No difference in fingerprint or telemetry explains it"),
+            cause=None if first is None else f"{first.what} {first.slower} vs {first.faster}",
+            details=differs))
+    for c in cooling:
+        # Each side's figures a line; the differences and their tests stay the evidence.
+        sides = (c.hotter.describe(), c.cooler.describe())
+        tests = c.evidence.removeprefix(f"{sides[0]}; {sides[1]}. ")
+        found.append(Finding(
+            "cooling", c.hotter.provider,
+            f"{c.hotter.provider}'s {c.variant} run {c.temperature_difference_c:.1f} °C "
+            f"hotter than {c.cooler.provider}'s and lose {c.drop_difference * 100:.2f} "
+            "points more once soaked",
+            f"{c.config.label}, at the same power cap: {tests[:1].lower()}{tests[1:]}",
+            details=sides))
+    found += [Finding("straggler", s.provider,
+                      f"{s.host} GPU {s.gpu_index}: {_below(s.deficit)} below the rest of its "
+                      "node on the matmul", f"{s.config.label}: {s.evidence}")
+              for s in stragglers]
     # Of drift, what costs throughput: a power limit below the datasheet's, or below
     # what the rest of the variant runs at (once per provider and value).
     said: set[tuple[str, str, str]] = set()
@@ -244,8 +300,17 @@ def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[C
                                _watts(outlier.value) >= _watts(d.usual)):
                 continue
             said.add(key)
-            found.append(Finding("drift", outlier.provider,
-                                 f"{d.variant}: {d.attribute} {outlier.value}", d.evidence))
+            datasheet = d.reference == "datasheet"
+            usual = "the datasheet's" if datasheet else "the variant's usual"
+            found.append(Finding(
+                "drift", outlier.provider,
+                f"{d.variant}: power limit {outlier.value} on "
+                f"{counted(outlier.gpus, 'GPU')}, below {usual} {d.usual}",
+                (f"datasheet default {d.usual}" if datasheet else
+                 f"{d.usual} on {d.usual_gpus} of {counted(d.total_gpus, 'GPU')} of the "
+                 "variant") + f"; {outlier.value} on {counted(outlier.gpus, 'GPU')} of "
+                f"{outlier.provider}, on {counted(len(outlier.hosts), 'host')}:",
+                details=outlier.hosts))
     return found
 
 
@@ -255,24 +320,30 @@ def _duplicates(shared: tuple[SharedHosts, ...], anonymized: bool) -> list[Findi
         other = (pair.other_host if pair.other_provider == pair.provider
                  else f"{pair.other_provider}'s {pair.other_host}")
         cards = counted(pair.gpu_count, "GPU")
-        which = ("" if anonymized or not pair.gpus else f" ({', '.join(pair.gpus)})")
         runs = ", ".join(f"#{run}" for run in pair.runs)
         found.append(Finding(
             "duplicate", pair.provider, f"{pair.host} has the same GPUs as {other}",
-            f"{cards} in common{which} in run {runs}: one machine listed twice (an "
-            "inventory mistake, or one node sold as two listings), and figures measured "
-            "on both at once were contended. Both hosts' results of those runs are left "
-            "out of every comparison, cost and chart until one of the two is chosen: "
-            "remove the other from the inventory, and the next run probes the machine "
-            "once"))
+            f"{cards} in common in run {runs}: one machine listed twice (an inventory "
+            "mistake, or one node sold as two listings), and figures measured on both at "
+            "once were contended. Both hosts' results of those runs are left out of every "
+            "comparison, cost and chart until one of the two is chosen: remove the other "
+            "from the inventory, and the next run probes the machine once",
+            cause="one machine listed twice",
+            # The GPUs in common, a line each; an anonymized report keeps only their count.
+            details=() if anonymized else pair.gpus))
     return found
 
 
 def _health(health: FleetHealth) -> list[Finding]:
+    # The agent's reasons are few and short: they stay the evidence, a line.
     found = [Finding("health", g.provider, f"{g.host} GPU {g.gpu_index} ({g.variant}) is "
                      f"{g.verdict}", g.evidence) for g in health.unwell]
     found += [Finding("health", u.provider, u.title, u.evidence) for u in health.unknown]
     return found
+
+
+def _node_findings(node: NodeSection) -> list[Finding]:
+    return [Finding.of(item) for item in node.findings()]
 
 
 def _watts(text: str) -> float:
@@ -353,7 +424,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         dispute=tuple(_duplicates(data.shared, options.anonymize) + _health(health)
                       + _dispute(mismatches, mixed, gaps,
                                  [c for c in cooling if c.called], stragglers, drift)
-                      + [Finding(*found) for found in node.findings()]),
+                      + _node_findings(node)),
+        renter=tuple(Finding.of(item) for item in node.renter()),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),

@@ -13,13 +13,17 @@ pairs.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
+import pandas as pd
 from sqlalchemy import Engine
 
-from fleet.analysis.dataset import Dataset
+from fleet.analysis.contention import Contention, find_contention, mark
+from fleet.analysis.dataset import CONTENDED_REASON, Dataset
 from fleet.analysis.gaps import GapOptions
 from fleet.analysis.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues
+from fleet.analysis.nccl import transport_cause
 from fleet.analysis.node import HOST_LINK_KINDS, NodeFound, nodes_as_found, prepare
 from fleet.analysis.node_gaps import NodeComparison, compare_node_figures
 from fleet.analysis.node_outliers import NodeOutlier, NodeOutlierOptions, find_node_outliers
@@ -30,8 +34,17 @@ from fleet.analysis.peers import (
     find_missing_peers,
     find_nodes_apart,
 )
+from fleet.analysis.shortfall import (
+    MatmulShortfall,
+    MatmulShortfallOptions,
+    Shortfall,
+    ShortfallOptions,
+    find_matmul_shortfalls,
+    find_shortfalls,
+)
 from fleet.analysis.sync import SyncNode, synchronous_nodes
 from fleet.store.node import read_node_results
+from fleet.store.query import contention_words
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,8 @@ class NodeOptions:
     host_link: HostLinkOptions = field(default_factory=HostLinkOptions)
     peers: PeerOptions = field(default_factory=PeerOptions)
     outliers: NodeOutlierOptions = field(default_factory=NodeOutlierOptions)
+    shortfall: ShortfallOptions = field(default_factory=ShortfallOptions)
+    matmul: MatmulShortfallOptions = field(default_factory=MatmulShortfallOptions)
 
 
 # What a node's outliers of one kind are, in a finding's title.
@@ -51,19 +66,31 @@ _OUTLYING = {"memory_copy": "memory copy", "host_to_device": "pinned host copies
 @dataclass(frozen=True)
 class OutlierGroup:
     """A node's GPUs or pairs whose figures of one kind (a pair's one way and both ways,
-    a GPU's copies to and from the device) stand below the rest of the node."""
+    a GPU's copies to and from the device) stand below the rest of the node.
+
+    One line in the summary: where (the GPU every outlying pair shares, else the pairs
+    or GPUs), which figures and how far below; each GPU or pair a line of `details`.
+    """
 
     provider: str
     host: str
     variant: str
     kind: str
     outliers: tuple[NodeOutlier, ...]
+    cause: str | None = None  # the likely cause in a few words, where one was seen
+
+    # Named in a title before "and N more": seven is every pair of one GPU of eight.
+    NAMED: ClassVar[int] = 7
+    # A figure's name in a detail line, where a GPU or pair has two that may stand out.
+    FIGURE_WORDS: ClassVar[dict[tuple[str, str], str]] = {
+        ("peer_copy", "one_way"): "one way ", ("peer_copy", "both_ways"): "both ways ",
+        ("host_to_device", ""): "to the device ", ("device_to_host", ""): "from the device "}
 
     @property
     def units(self) -> tuple[str, ...]:
         """"GPU 6", "pair 0-3": each GPU or pair once, whichever of its figures stood out."""
         names = []
-        for o in self.outliers:
+        for o in self._in_order():
             name = (f"GPU {o.gpu_index}" if o.peer_index is None
                     else f"pair {min(o.gpu_index, o.peer_index)}-"
                          f"{max(o.gpu_index, o.peer_index)}")
@@ -71,18 +98,88 @@ class OutlierGroup:
                 names.append(name)
         return tuple(names)
 
+    def _in_order(self) -> list[NodeOutlier]:
+        """By GPU or pair, then one way before both ways, to the device before from it."""
+        def key(o: NodeOutlier) -> tuple[int, int, bool, bool]:
+            peer = -1 if o.peer_index is None else max(o.gpu_index, o.peer_index)
+            first = o.gpu_index if o.peer_index is None else min(o.gpu_index, o.peer_index)
+            return (first, peer, o.config.direction == "both_ways",
+                    o.config.kind == "device_to_host")
+        return sorted(self.outliers, key=key)
+
+    @property
+    def shared_gpu(self) -> int | None:
+        """The GPU that every outlying pair has in it, where there are two pairs or more:
+        the pairs then point at that GPU (its links, or its load) more than at each pair."""
+        pairs = [{o.gpu_index, o.peer_index} for o in self.outliers
+                 if o.peer_index is not None]
+        if len(self.units) < 2 or len(pairs) != len(self.outliers):
+            return None
+        common = set.intersection(*pairs)
+        return next(iter(common)) if len(common) == 1 else None
+
     @property
     def title(self) -> str:
-        """The finding in a line."""
-        names = ", ".join(self.units[:4])
-        if len(self.units) > 4:
-            names += f" and {len(self.units) - 4} more"
-        return f"{self.host} {names}: {_OUTLYING[self.kind]} below the rest of the node"
+        """The finding in a line: where, which figures, how far below the node's others."""
+        numbers = [u.split(" ", 1)[1] for u in self.units]
+        named = ", ".join(numbers[:self.NAMED]) + (
+            f" and {len(numbers) - self.NAMED} more" if len(numbers) > self.NAMED else "")
+        how_far = self._how_far()
+        if self.kind == "peer_copy":
+            ways = " and ".join(w for d, w in (("one_way", "one way"),
+                                                ("both_ways", "both ways"))
+                                if any(o.config.direction == d for o in self.outliers))
+            gpu = self.shared_gpu
+            if gpu is not None:
+                return (f"{self.host} GPU {gpu}: pairs {named} ({ways}) {how_far} below the "
+                        "rest of its node")
+            pairs = "pair" if len(numbers) == 1 else "pairs"
+            return (f"{self.host} {pairs} {named} ({ways}): {how_far} below the rest of its "
+                    "node")
+        gpus = "GPU" if len(numbers) == 1 else "GPUs"
+        what = _OUTLYING[self.kind]
+        if self.kind in HOST_LINK_KINDS:
+            directions = [w for k, w in (("host_to_device", "to"), ("device_to_host", "from"))
+                          if any(o.config.kind == k for o in self.outliers)]
+            what += f" ({' and '.join(directions)} the device)"
+        return f"{self.host} {gpus} {named}: {what} {how_far} below the rest of its node"
+
+    def _how_far(self) -> str:
+        """"15%", or the range of the figures' shortfalls: "8.2-12%"."""
+        def below(share: float) -> str:
+            return f"{share:.0%}" if share >= 0.095 else f"{share:.1%}"
+        low = below(min(o.deficit for o in self.outliers))
+        high = below(max(o.deficit for o in self.outliers))
+        return high if low == high else f"{low.removesuffix('%')}-{high}"
 
     @property
     def evidence(self) -> str:
-        """Each outlying figure against its node's."""
-        return "; ".join(f"{o.name}: {o.evidence}" for o in self.outliers)
+        """What each figure is compared with, and in which configurations: the figures
+        themselves are the `details`."""
+        labels = "; ".join(dict.fromkeys(o.config.label for o in self._in_order()))
+        others = {o.others for o in self.outliers}
+        unit = "pairs" if self.kind == "peer_copy" else "GPUs"
+        count = f"{others.pop()} " if len(others) == 1 else ""
+        return (f"each figure against the median of the same figure on the node's {count}"
+                f"other {unit}, with how many robust standard deviations of theirs it lies "
+                f"below, at {labels}")
+
+    @property
+    def details(self) -> tuple[str, ...]:
+        """Each GPU or pair a line, with its figures that stood out: "pair 0-3: one way
+        336.4 GB/s against 396.0 (15.1% lower; 30 robust sd), both ways 655.0 against
+        771.2 (15.1% lower; 30 robust sd)"."""
+        by_unit: dict[str, list[str]] = {}
+        for o in self._in_order():
+            unit = (f"GPU {o.gpu_index}" if o.peer_index is None
+                    else f"pair {min(o.gpu_index, o.peer_index)}-"
+                         f"{max(o.gpu_index, o.peer_index)}")
+            figures = by_unit.setdefault(unit, [])
+            which = self.FIGURE_WORDS.get((o.config.kind, o.config.direction), "")
+            figures.append(f"{which}{o.gbs:,.1f}{'' if figures else ' GB/s'} against "
+                           f"{o.node_median:,.1f} ({o.deficit:.1%} lower; "
+                           f"{(o.node_median - o.gbs) / o.sigma:.0f} robust sd)")
+        return tuple(f"{unit}: {', '.join(figures)}" for unit, figures in by_unit.items())
 
 
 @dataclass(frozen=True)
@@ -97,6 +194,14 @@ class NodeSection:
     comparisons: tuple[NodeComparison, ...] = ()
     sync: tuple[SyncNode, ...] = ()
     options: NodeOptions = field(default_factory=NodeOptions)
+    # Nodes measured beside other work: the renter's to fix, kept out of the rest.
+    contention: tuple[Contention, ...] = ()
+    # Figures below what a healthy node of their variant gives (fleet/expected.py),
+    # judged on every node, alone or in a crowd; those whose cause is a setting of the
+    # renter's run are in `renters_shortfalls`.
+    shortfalls: tuple[Shortfall, ...] = ()
+    renters_shortfalls: tuple[Shortfall, ...] = ()
+    matmul_shortfalls: tuple[MatmulShortfall, ...] = ()
 
     @property
     def gaps(self) -> tuple[NodeComparison, ...]:
@@ -108,22 +213,45 @@ class NodeSection:
         it shares with the matmul."""
         return {"hostlink": len(self.host_links),
                 "peer": len(self.missing_peers) + len(self.apart),
-                "straggler": len(self.outliers), "gap": len(self.gaps)}
+                "straggler": len(self.outliers), "gap": len(self.gaps),
+                "contention": len(self.contention),
+                "shortfall": (len(self.shortfalls) + len(self.renters_shortfalls)
+                              + len(self.matmul_shortfalls))}
 
-    def findings(self) -> list[tuple[str, str, str, str]]:
-        """(kind, provider, title, evidence) of each finding, for the report's summary."""
-        found = [("hostlink", i.provider, i.title, i.evidence) for i in self.host_links]
-        found += [("peer", m.provider, m.title, m.evidence) for m in self.missing_peers]
+    def renter(self) -> list[tuple[str, str, str, str, str | None, tuple[str, ...]]]:
+        """(kind, provider, title, evidence, cause, details) of each finding that is the
+        renter's to fix, said apart from what to dispute (DESIGN.md, "Judging one node")."""
+        found: list[tuple[str, str, str, str, str | None, tuple[str, ...]]] = [
+            ("contention", c.provider, c.title, c.evidence, c.cause, c.seen)
+            for c in self.contention]
+        found += [("shortfall", f.provider, f.title, f.evidence, f.cause, ())
+                  for f in self.renters_shortfalls]
+        return found
+
+    def findings(self) -> list[tuple[Any, ...]]:
+        """(kind, provider, title, evidence, cause, details) of each finding the provider
+        answers for, for the report's summary."""
+        found: list[tuple[Any, ...]] = [
+            ("shortfall", f.provider, f.title, f.evidence, None, ())
+            for f in self.matmul_shortfalls]
+        found += [("shortfall", f.provider, f.title, f.evidence, f.cause, ())
+                  for f in self.shortfalls]
+        found += [("hostlink", i.provider, i.title, i.evidence, None, ())
+                  for i in self.host_links]
+        found += [("peer", m.provider, m.title, m.evidence, None, ())
+                  for m in self.missing_peers]
         found += [("peer", a.provider,
                    f"{a.host}: {a.config.figure} {a.deficit:.0%} below the other "
-                   f"{a.variant} nodes", a.evidence) for a in self.apart]
-        found += [("straggler", g.provider, g.title, g.evidence) for g in self.outliers]
+                   f"{a.variant} nodes", a.evidence, None, ()) for a in self.apart]
+        found += [("straggler", g.provider, g.title, g.evidence, g.cause, g.details)
+                  for g in self.outliers]
         found += [("gap", c.slower,
                    f"{c.slower}'s {c.config.figure} is {c.gap:.1%} lower than {c.faster}'s "
-                   f"on {c.variant}",
-                   c.evidence + (". Differs: " + ", ".join(
-                       f"{d.what} {d.slower} vs {d.faster}" for d in c.differences)
-                       if c.differences else ""))
+                   f"on {c.variant}", c.evidence,
+                   (f"{c.differences[0].what} {c.differences[0].slower} vs "
+                    f"{c.differences[0].faster}" if c.differences else None),
+                   tuple(f"{d.what}: {d.slower} on {c.slower}, {d.faster} on {c.faster}"
+                         for d in c.differences))
                   for c in self.gaps]
         return found
 
@@ -152,15 +280,58 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     names = {h.document_id: (h.provider, h.host) for h in data.hosts}
     if not names:
         return NodeSection(sync=sync, options=options)
-    figures = prepare(read_node_results(engine, documents=sorted(names)), names)
+    figures = mark(prepare(read_node_results(engine, documents=sorted(names)), names))
+    words = contention_words(engine, sorted(names))
+    documents = {(p, h): d for d, (p, h) in names.items()}
+    contended = [(e, words.get((documents.get((e.provider, e.host), -1), e.gpu_index)))
+                 for e in data.excluded if e.reason == CONTENDED_REASON]
+    seen = tuple(find_contention(figures, contended))
     if figures.empty:
-        return NodeSection(sync=sync, options=options)
+        return NodeSection(sync=sync, options=options, contention=seen)
+    # A figure measured beside other work is the renter's contention: none of the rules
+    # below, nor the node as found, may count it (fleet/analysis/contention.py).
+    figures = figures[~figures["contended"]].reset_index(drop=True)
+    if figures.empty:
+        return NodeSection(sync=sync, options=options, contention=seen)
     host_links = find_host_link_issues(figures, options.host_link)
     missing = find_missing_peers(figures, data.gpus)
-    apart = find_nodes_apart(figures, options.peers,
-                             skip=frozenset((m.provider, m.host) for m in missing))
-    outliers = _grouped(find_node_outliers(figures, options.outliers), host_links, missing)
+    no_peers = frozenset((m.provider, m.host) for m in missing)
+    # Against the catalog, one node alone is judged too; a node called for missing peer
+    # access is not called again for the pairs and all-reduce that follow from it.
+    short = [f for f in find_shortfalls(figures, options.shortfall)
+             if not ((f.provider, f.host) in no_peers and f.figure in ("pairs", "all-reduce"))]
+    caused = [_with_cause(f, figures) for f in short]
+    short = [f for f, _ in caused]
+    said = {(f.provider, f.host, f.config.kind) for f in short}
+    apart = [a for a in find_nodes_apart(figures, options.peers, skip=no_peers)
+             if (a.provider, a.host, a.config.kind) not in said]
+    outliers = [g for g in _grouped(find_node_outliers(figures, options.outliers),
+                                    host_links, missing)
+                if (g.provider, g.host, g.kind) not in said]
     return NodeSection(
         found=tuple(nodes_as_found(figures)), host_links=tuple(host_links),
         missing_peers=tuple(missing), apart=tuple(apart), outliers=tuple(outliers),
-        comparisons=tuple(compare_node_figures(figures, gaps)), sync=sync, options=options)
+        comparisons=tuple(compare_node_figures(figures, gaps)), sync=sync, options=options,
+        contention=seen,
+        shortfalls=tuple(f for f, renters in caused if not renters),
+        renters_shortfalls=tuple(f for f, renters in caused if renters),
+        matmul_shortfalls=tuple(find_matmul_shortfalls(data.measures, options.matmul)))
+
+
+def _with_cause(shortfall: Shortfall, figures: pd.DataFrame) -> tuple[Shortfall, bool]:
+    """An all-reduce shortfall with the cause NCCL's transport names, where it names one
+    (fleet/analysis/nccl.py), and whether that cause is a setting of the renter's run."""
+    if shortfall.figure != "all-reduce":
+        return shortfall, False
+    node = figures[(figures["provider"] == shortfall.provider)
+                   & (figures["host"] == shortfall.host)]
+    rows = node[node["kind"] == "allreduce"]
+    if rows.empty:
+        return shortfall, False
+    pairs = node[(node["kind"] == "peer_copy") & node["peer_access"].notna()]
+    access = None if pairs.empty else bool(pairs["peer_access"].astype(bool).all())
+    row = rows.iloc[0]
+    cause = transport_cause(row["transport"], row["nccl_settings"], access)
+    if cause is None:
+        return shortfall, False
+    return replace(shortfall, cause=cause.words), cause.renters

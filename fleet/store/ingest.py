@@ -49,6 +49,7 @@ from fleet.store import models, series
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
+from fleet.store.node import settings_text, transport_text
 from fleet.store.series import epoch_us
 from fleet.store.statements import Statements, to_json
 
@@ -726,6 +727,7 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "max_rel_error": result.correctness.max_rel_error,
         "power_capped": flags.power_capped, "thermal_throttled": flags.thermal_throttled,
         "hw_slowdown": flags.hw_slowdown, "contended": flags.contended,
+        "contention": "; ".join(result.contention)[:1024] or None,
         "not_steady": flags.not_steady, "correctness_failed": flags.correctness_failed,
         "clocks_locked": flags.clocks_locked, "not_soaked": flags.not_soaked,
         "clock_lock_mhz": lock.requested_mhz if lock is not None and lock.applied else None,
@@ -819,4 +821,11 @@ def _node_row(result: NodeResult, gpus: dict[int, Gpu]) -> dict[str, Any]:
         "torch_version": result.torch_version,
         "cuda_runtime_version": result.cuda_runtime_version,
         "nccl_version": result.nccl_version, "wall_s": result.wall_s,
+        "contended": bool(result.contention),
+        "contention": "; ".join(result.contention)[:1024] or None,
+        "numa_node": result.numa_node,
+        "transport": transport_text(result.transport),
+        "nccl_settings": settings_text(result.settings),
+        "nvlink_links": result.nvlink_links, "nvlink_fabric": result.nvlink_fabric,
     }
+

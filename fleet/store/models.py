@@ -40,6 +40,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -361,6 +362,9 @@ class BenchmarkResult(Base):
     thermal_throttled: Mapped[bool] = mapped_column(Boolean)
     hw_slowdown: Mapped[bool] = mapped_column(Boolean)
     contended: Mapped[bool] = mapped_column(Boolean)
+    # The result's contention in words (0013): whose processes were on the GPU, how busy
+    # it was, runs excluded as interrupted; None before 0013 and where there was none.
+    contention: Mapped[str | None] = mapped_column(String(1024))
     not_steady: Mapped[bool] = mapped_column(Boolean)
     correctness_failed: Mapped[bool] = mapped_column(Boolean)
     clocks_locked: Mapped[bool] = mapped_column(Boolean)
@@ -497,6 +501,18 @@ class NodeResult(Base):
     cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
     nccl_version: Mapped[str | None] = mapped_column(String(128))
     wall_s: Mapped[float] = mapped_column(Float)
+    # Suite 1.1.0 and later (0013): what was seen on the figure's GPUs around it (other
+    # processes with their owners, a busy GPU), joined in words, and whether anything
+    # was; a host copy's NUMA node; the all-reduce's NCCL transports (most used first)
+    # and the NCCL_* / CUDA_VISIBLE_DEVICES settings it ran under; a pair's NVLink links
+    # and fabric ("switch" or "direct").
+    contended: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    contention: Mapped[str | None] = mapped_column(String(1024))
+    numa_node: Mapped[int | None] = mapped_column(Integer)
+    transport: Mapped[str | None] = mapped_column(String(64))
+    nccl_settings: Mapped[str | None] = mapped_column(String(1024))
+    nvlink_links: Mapped[int | None] = mapped_column(Integer)
+    nvlink_fabric: Mapped[str | None] = mapped_column(String(16))
 
 
 class HostError(Base):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.orm import aliased
 
-from fleet.document import NodeKind
+from fleet.document import NcclTransport, NodeKind
 from fleet.errors import InputError
 from fleet.frames import columns, typed
 from fleet.store.models import Gpu, Host, NodeResult, ProbeRun, Provider
@@ -92,6 +92,18 @@ NODE_COLUMNS = columns(
     ("torch_version", "string", "torch on the host"),
     ("cuda_runtime_version", "string", "the CUDA runtime torch ran on"),
     ("nccl_version", "string", "the all-reduce's NCCL; missing for copies"),
+    ("contended", "boolean", "whether another process was on the figure's GPUs, or one of "
+                             "them busy, before or after it (suite 1.1.0 and later; false "
+                             "before, where the agent did not look)"),
+    ("contention", "string", "what was seen, in words: each other process with its owner "
+                             "where the host showed it, a busy GPU"),
+    ("numa_node", "Int64", "host copies: the GPU's NUMA node, which the copy ran from"),
+    ("transport", "string", 'the all-reduce: the transports NCCL took, most used first '
+                            '("P2P", "SHM", "NET")'),
+    ("nccl_settings", "string", "the all-reduce: the NCCL_* and CUDA_VISIBLE_DEVICES "
+                                'settings it ran under ("NCCL_P2P_DISABLE=1 ...")'),
+    ("nvlink_links", "Int64", "peer_copy: the NVLink links joining the pair"),
+    ("nvlink_fabric", "string", 'peer_copy: "switch" (through NVSwitch) or "direct"'),
     ("stack", "string", 'the software stack: "torch 2.9.0, CUDA 12.8", with ", NCCL '
                         '2.28.9" for an all-reduce through NCCL'),
     ("wall_s", "float64", "seconds the figure took to measure, warm-up included"),
@@ -199,3 +211,18 @@ def read_node_results(engine_or_conn: Engine | Connection, *,
              "id": True}
     return frame.sort_values(list(order), ascending=list(order.values()),
                              na_position="first", kind="stable", ignore_index=True)
+
+
+def transport_text(transport: NcclTransport | None) -> str | None:
+    """"P2P", "SHM, NET": the transports NCCL named, most connections first."""
+    if transport is None or not transport.transports:
+        return None
+    ordered = sorted(transport.transports.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(name for name, _ in ordered)[:64]
+
+
+def settings_text(settings: dict[str, str] | None) -> str | None:
+    """"NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0": the settings the all-reduce ran under."""
+    if not settings:
+        return None
+    return " ".join(f"{name}={value}" for name, value in sorted(settings.items()))[:1024]

@@ -346,3 +346,19 @@ def load_document(engine: Engine, document_id: int) -> AgentDocument:
         body = conn.execute(select(Document.body).where(Document.id == document_id)
                             ).scalar_one()
     return AgentDocument.model_validate(body)
+
+
+def contention_words(engine: Engine, documents: Sequence[int]
+                     ) -> dict[tuple[int, int], str | None]:
+    """(document id, GPU index) -> the stored words of each contended matmul result of
+    those documents (0013; None for results stored before): what the agent saw, for the
+    report's contention finding."""
+    r = BenchmarkResult
+    words: dict[tuple[int, int], str | None] = {}
+    with engine.connect() as conn:
+        for chunk in in_chunks(sorted(set(documents))):
+            stmt = (select(r.document_id, r.gpu_index, r.contention)
+                    .where(r.contended, r.document_id.in_(chunk)))
+            for document, gpu, text in conn.execute(stmt):
+                words[(int(document), int(gpu))] = text
+    return words

@@ -33,8 +33,9 @@ And tonight must also fall below the centre by more than repeat runs of the card
 with sd a night's stored relative run-to-run sd (its results' `repeat_sd`, else the
 variant's measured spread; agent/repeat.py), sd_past the median over the n past nights
 (pi/2: the centre is their median, not their mean), and dof what agent/repeat.py gives a
-card with those n nights of history (the variant's spread worth up to 4 dof, pooled with
-n - 1). A steady card's margin (1.3% on an H100 at its 0.5%, five nights) is under the
+card with those n nights of history (the variant's spread worth the dof it was measured
+over, pooled with n - 1). A steady card's margin (1.4% on an H100 at its 0.57%, five
+nights) is under the
 3%; a card that states a repeat sd of 2% (one switching between operating points)
 needs a drop of 5.3% before it alarms.
 

@@ -116,10 +116,12 @@ LENT = GPU_CASES / "h100-sxm5-lent-device"
 
 def before_health(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fingerprints as agents before the health counters sent them: no `health`, and none
-    of its calls among the getters that gave no answer."""
+    of its calls among the getters that gave no answer; nor the NVLink far ends and the
+    variant's link count (issue 38), which came later still."""
     out = []
     for gpu in gpus:
-        gpu = {k: v for k, v in gpu.items() if k != "health"}
+        gpu = {k: v for k, v in gpu.items()
+               if k not in ("health", "nvlink_remotes", "nvlink_links_variant")}
         gpu["unavailable"] = {k: v for k, v in gpu["unavailable"].items()
                               if k.split("(")[0] not in health.CALLS}
         out.append(gpu)

@@ -285,16 +285,16 @@ def test_a_soaked_result_shows_where_the_next_run_lands_in_80_columns() -> None:
     from fleet.cli.display import bench_table
 
     # The lent H100's soaked document (harness 1.3.0): 679.8 TFLOP/s, one operating point,
-    # its soaked windows within 0.14%, so the variant's spread sets the width: sd 0.495%
-    # over 4 dof, t = 2.776, half-width 2.776 x sqrt(2) x 0.495% = 1.943%: 666.6-693.0.
+    # its soaked windows within 0.14%, so the variant's spread sets the width: sd 0.571%
+    # over 9 dof, t = 2.262, half-width 2.262 x sqrt(2) x 0.571% = 1.827%: 667.4-692.2.
     real = json.loads((ROOT / "tests/fixtures/nodes/h100-sxm5-lent/document.json").read_text())
     console = Console(record=True, width=80)
     console.print(bench_table(parse_document(real, "fleet bench on the lent H100")))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     [row] = [line for line in text.splitlines() if line.startswith("0 ")]
-    assert row.split()[1:3] == ["679.8", "667-693"]
-    assert "GPU 0: next run ±1.94% from the variant's run-to-run spread" in " ".join(
+    assert row.split()[1:3] == ["679.8", "667-692"]
+    assert "GPU 0: next run ±1.83% from the variant's run-to-run spread" in " ".join(
         text.split())
 
 

@@ -72,7 +72,11 @@ def test_a_pair_is_held_to_nvlink_only_where_nvml_says_nvlink() -> None:
     assert gbs == 63.02 and source is not None and "through the host" in source
     assert peers.pair_datasheet("PHB", H100, A100_PCIE)[0] == 31.51
     assert node.allreduce_datasheet(["NVLINK"] * 6, [H100] * 4)[0] == 450.0
-    assert node.allreduce_datasheet(["NVLINK", "SYS"], [H100] * 3)[0] == 63.02
+    # Some pairs on NVLink, some through the host, and NVML did not say where the links
+    # go: whether a ring can keep off the host is not known, so no figure (issue 38; it
+    # was the host link's, which made the share look higher than it is).
+    assert node.allreduce_datasheet(["NVLINK", "SYS"], [H100] * 3) == (None, None)
+    assert node.allreduce_datasheet(["SYS", "NODE", "SYS"], [H100] * 3)[0] == 63.02
 
 
 def test_bus_bandwidth_is_nccl_tests_algbw_scaled_by_2_n_minus_1_over_n() -> None:

@@ -6,15 +6,21 @@ import math
 
 import pytest
 
-from agent import repeat
+from agent import repeat, stats
+
+H100, H200 = "H100-SXM5-80GB", "H200-SXM-141GB"
 
 
 def test_a_measured_variant_gives_t_times_root_two_times_its_spread() -> None:
-    # H100 SXM5: sd 0.495% over 4 dof; t(0.975, 4) = 2.776; 2.776 x 1.41421 x 0.495% = 1.943%.
-    found = repeat.interval(680.0, "H100-SXM5-80GB", 0.001)
-    assert found.basis == "variant" and found.dof == 4
-    assert found.low == pytest.approx(680.0 * (1 - 0.019433), abs=0.01)
-    assert found.high == pytest.approx(680.0 * (1 + 0.019433), abs=0.01)
+    # H100 SXM5: sd 0.571% over 9 dof; t(0.975, 9) = 2.262; 2.262 x 1.41421 x 0.571% = 1.8266%.
+    found = repeat.interval(680.0, H100, 0.001)
+    assert found.basis == "variant" and found.dof == 9
+    assert found.low == pytest.approx(680.0 * (1 - 0.018266), abs=0.01)
+    assert found.high == pytest.approx(680.0 * (1 + 0.018266), abs=0.01)
+    # H200 SXM: 0.188% over 12 dof, t 2.179: 0.5793%.
+    found = repeat.interval(680.0, H200, 0.0)
+    assert found.dof == 12
+    assert found.high - 680.0 == pytest.approx(680.0 * 0.005793, abs=0.01)
 
 
 def test_an_unmeasured_variant_takes_the_widest_spread_and_says_so() -> None:
@@ -23,16 +29,43 @@ def test_an_unmeasured_variant_takes_the_widest_spread_and_says_so() -> None:
     assert spread.sd == max(s.sd for s in repeat.SPREADS.values())
 
 
-def test_the_gpus_history_pools_with_the_variant_as_four_dof() -> None:
-    # History 100, 102, 98: sd 2 about 100, i.e. 2%. Pooled with 0.495% as 4 dof:
-    # sqrt((4 x 0.495%^2 + 2 x 2%^2) / 6) = 1.2045%, over 6 dof (t = 2.447).
-    sd, dof = repeat.pooled_sd(repeat.SPREADS["H100-SXM5-80GB"], [100.0, 102.0, 98.0])
-    assert dof == 6 and sd == pytest.approx(math.sqrt((4 * 0.00495**2 + 2 * 0.02**2) / 6))
-    found = repeat.interval(100.0, "H100-SXM5-80GB", 0.0, [100.0, 102.0, 98.0])
-    assert found.basis == "history"
-    assert found.high - found.low == pytest.approx(2 * 100 * 2.447 * math.sqrt(2) * sd)
+def test_the_gpus_history_pools_with_the_variant_as_its_own_dof() -> None:
+    # History 100, 102, 98: sd 2 about 100, i.e. 2%. Pooled with 0.571% as its 9 dof:
+    # sqrt((9 x 0.571%^2 + 2 x 2%^2) / 11) = 1.0195%, over 11 dof (t = 2.201).
+    sd, dof = repeat.pooled_sd(repeat.SPREADS[H100], [100.0, 102.0, 98.0])
+    assert dof == 11 and sd == pytest.approx(math.sqrt((9 * 0.00571**2 + 2 * 0.02**2) / 11))
+    found = repeat.interval(100.0, H100, 0.0, [100.0, 102.0, 98.0])
+    assert found.basis == "history" and found.dof == 11
+    assert found.high - found.low == pytest.approx(2 * 100 * 2.201 * math.sqrt(2) * sd)
     # One earlier figure says nothing of a spread: the variant's alone.
-    assert repeat.pooled_sd(repeat.SPREADS["H100-SXM5-80GB"], [100.0]) == (0.00495, 4)
+    assert repeat.pooled_sd(repeat.SPREADS[H100], [100.0]) == (0.00571, 9)
+
+
+@pytest.mark.parametrize("variant", [H100, H200, "a spread over 30 dof"])
+@pytest.mark.parametrize("nights", [2, 3, 5, 30])
+def test_history_never_leaves_fewer_dof_than_the_variant_alone(variant: str, nights: int
+                                                                ) -> None:
+    # Before issue 38 the variant counted for at most 4 dof once a GPU had two nights:
+    # the H200's 8 (now 12) fell to 5, and a history as steady as its variant widened
+    # the interval it was meant to sharpen.
+    spread = repeat.SPREADS.get(variant, repeat.Spread(0.003, 30, variant))
+    history = [100.0 + (1.0 if i % 2 else -1.0) for i in range(nights)]
+    _, dof = repeat.pooled_sd(spread, history)
+    assert dof == spread.dof + nights - 1 >= spread.dof
+
+
+def test_a_history_as_steady_as_its_variant_narrows_the_interval() -> None:
+    # Two nights 100 +- x with x chosen so their own sd is the variant's: the pooled sd is
+    # the variant's, and the dof rise from 12 to 13 (t 2.179 -> 2.160); the old cap gave
+    # 5 (t 2.571) and a wider interval than no history at all.
+    spread = repeat.SPREADS[H200]
+    x = spread.sd * 100.0 / math.sqrt(2)
+    alone = repeat.interval(100.0, H200, 0.0)
+    found = repeat.interval(100.0, H200, 0.0, [100.0 - x, 100.0 + x])
+    assert (alone.dof, found.dof) == (12, 13)
+    assert found.sd == pytest.approx(spread.sd)
+    assert found.high - 100.0 == pytest.approx(100.0 * 2.160 * math.sqrt(2) * spread.sd)
+    assert found.high < alone.high
 
 
 def test_a_run_that_switched_operating_points_states_its_own_wider_interval() -> None:
@@ -42,9 +75,20 @@ def test_a_run_that_switched_operating_points_states_its_own_wider_interval() ->
               {"tflops": 600.0, "share": 0.1}]  # one sub-window: the switch, not a point
     shown = repeat.wander([], None, points, 10, 680.0)
     assert shown == pytest.approx(8.0 / 680.0)
-    found = repeat.interval(680.0, "H100-SXM5-80GB", shown)
-    assert found.basis == "run" and found.sd == shown
-    assert found.high - 680.0 == pytest.approx(680.0 * 1.98 * math.sqrt(2) * shown)
+    found = repeat.interval(680.0, H100, shown)
+    assert found.basis == "run" and found.sd == shown and found.dof is None
+    assert found.high - 680.0 == pytest.approx(680.0 * 1.959964 * math.sqrt(2) * shown)
+
+
+@pytest.mark.parametrize("figure, wander", [(680.0, 0.01), (672.3, 0.0213), (1.0, 0.5)])
+def test_the_runs_own_wander_takes_the_normal_quantile(figure: float, wander: float) -> None:
+    # Not t's last row (1.980 at 120 dof, which stood in before issue 38): 1.959964.
+    assert stats.Z975 == 1.959964
+    found = repeat.interval(figure, H200, wander, [figure, figure * 1.001])
+    assert found.basis == "run"
+    half = figure * 1.959964 * math.sqrt(2) * wander
+    assert found.high - figure == pytest.approx(half, abs=1e-9)
+    assert figure - found.low == pytest.approx(half, abs=1e-9)
 
 
 def test_the_soaked_windows_count_from_the_moment_the_card_soaked() -> None:

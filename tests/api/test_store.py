@@ -201,7 +201,8 @@ def test_findings_as_typed_objects_and_as_a_frame(scene: fleet.Store) -> None:
     found = scene.findings(until="2026-11-22")
     assert isinstance(found.kind.dtype, pd.CategoricalDtype)
     assert isinstance(found.provider.dtype, pd.CategoricalDtype)
-    assert list(found.columns) == ["kind", "provider", "title", "evidence"]
+    assert list(found.columns) == ["kind", "side", "provider", "title", "cause", "evidence",
+                                   "details"]
     rows = set(zip(found.kind, found.provider, strict=True))
     assert {("gap", "beta"), ("straggler", "alpha"), ("mismatch", "gamma")} <= rows
     [gap_row] = found[found.kind == "gap"].itertuples()

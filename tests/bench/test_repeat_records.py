@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agent import repeat
 from tests.bench import scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,6 +19,7 @@ RECORDS = ROOT / "bench" / "records"
 H100_SOAK = "2026-11-25-h100-soak-1752624020993"
 H200_SOAK = "2026-11-25-h200-soak-1653724065387"
 NODE = "2026-11-26-h200x4-node-probe"
+PROBE_BENCH = "2026-11-26-h100-probe-bench-1753124019022"
 
 
 rr = scripts.load("repeat_records")
@@ -50,11 +52,39 @@ def test_the_repeats_found_and_those_left_out(groups: dict[tuple[str, str], list
         # bench/device_repeat.sh's repeats with harness 1.4.0, after the catalog was fixed.
         ("2026-11-26-h100-repeat-1752824029521", "1752824029521", h100, "soaked (1.4.0)", 5),
         ("2026-11-26-h200-repeat-1653724033734", "1653724033734", h200, "soaked (1.4.0)", 5),
+        (PROBE_BENCH, "1753124019022", h100, "probe (1.4.0)/bench (1.4.0)", 2),
     }
     records = {record for record, _ in groups}
     # Card 20 had no soak; cards 24 and 26 a 5-s one; 2026-11-23 none at all.
     assert not any("card20" in r or "card24" in r or "card26" in r for r in records)
     assert not any(r.startswith("2026-11-23") for r in records)
+    # One harness run a GPU beside a graph reference: no repeat.
+    assert "2026-11-26-h100x2-probe-reference" not in records
+
+
+def test_a_probe_then_a_bench_of_one_card(groups: dict[tuple[str, str], list[Any]]) -> None:
+    # The probe's result from the store it made; the bench's from its printed row,
+    # "0     675.3  662-688 674.4-676.3 669.8 +0.8%  68.3% 78 s 66 1350 697".
+    probe, bench = groups[(PROBE_BENCH, "1753124019022")]
+    assert (probe.protocol, bench.protocol) == ("probe (1.4.0)", "bench (1.4.0)")
+    assert probe.result["tflops"] == 662.1308225432957 and len(probe.result["samples_ms"]) == 12230
+    assert rr.work_over_time(probe) == pytest.approx(662.1308, abs=1e-3)
+    assert rr.work_over_time(bench) == 675.3 and rr.trimmed(bench) is None
+    assert (probe.temperature_c, bench.temperature_c) == (77.0, 66.0)
+    assert bench.flop == probe.flop == 2 * 8192**3
+
+
+def test_the_catalog_is_its_records_pooled(groups: dict[tuple[str, str], list[Any]]) -> None:
+    # Each of agent/repeat.py's SPREADS is what its named records give, to its rounding,
+    # and every record it names was found.
+    again = rr.catalog_spreads(groups, repeat.SPREADS)
+    assert set(again) == set(repeat.SPREADS)
+    for variant, stated in repeat.SPREADS.items():
+        assert again[variant].records == tuple(sorted(stated.records))
+        assert again[variant].dof == stated.dof
+        assert again[variant].sd == pytest.approx(stated.sd, abs=5e-6)
+    assert {v: (s.sd, s.dof) for v, s in repeat.SPREADS.items()} == {
+        "H100-SXM5-80GB": (0.00571, 9), "H200-SXM-141GB": (0.00188, 12)}
 
 
 def test_the_h100_soak_check(groups: dict[tuple[str, str], list[Any]]) -> None:
@@ -104,7 +134,8 @@ def test_pooled_spread_and_its_degrees_of_freedom(groups: dict[tuple[str, str], 
                    ("H200-SXM-141GB", "quick after a soak"): 8,
                    ("H200-SXM-141GB", "together/alone"): 4,
                    ("H100-SXM5-80GB", "soaked (1.4.0)"): 4,
-                   ("H200-SXM-141GB", "soaked (1.4.0)"): 4}
+                   ("H200-SXM-141GB", "soaked (1.4.0)"): 4,
+                   ("H100-SXM5-80GB", "probe (1.4.0)/bench (1.4.0)"): 1}
     # One card: the pooled sd is that card's own sd relative to its mean.
     runs = groups[(H100_SOAK, "1752624020993")]
     own = rr.relative_sd([rr.work_over_time(r) for r in runs])

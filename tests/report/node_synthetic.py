@@ -73,7 +73,9 @@ def _row(node: Node, **values: Any) -> dict[str, Any]:
             "link_width": None, "link_gen_max": None, "link_width_max": None,
             "datasheet_source": None, "suite_version": "1.0.0", "torch_version": torch,
             "cuda_runtime_version": cuda, "nccl_version": nccl,
-            "stack": node_stack(torch, cuda, nccl), "wall_s": 0.5, **values}
+            "stack": node_stack(torch, cuda, nccl), "wall_s": 0.5, "contended": False,
+            "contention": None, "numa_node": None, "transport": None, "nccl_settings": None,
+            "nvlink_links": None, "nvlink_fabric": None, **values}
 
 
 def node_rows(node: Node, rng: random.Random) -> list[dict[str, Any]]:

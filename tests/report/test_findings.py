@@ -83,7 +83,8 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
     # The scene's agents read no health counters: "not read" is counted, never a finding.
     assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
                                 "straggler": 1, "regression": 0, "duplicate": 0,
-                                "health": 0, "hostlink": 0, "peer": 0}
+                                "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
+            "contention": 0}
     assert [c.not_read for c in report.health.counts] == [16, 16, 16]
     kinds = [f.kind for f in report.dispute]
     assert kinds.count("mismatch") == 2 and kinds.count("gap") == 1
@@ -141,7 +142,8 @@ def test_anonymized_report_names_no_provider_or_host(engine: Engine) -> None:
     assert report.failures[0].message == "(hidden in an anonymized report)"
     assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
                                 "straggler": 1, "regression": 0, "duplicate": 0,
-                                "health": 0, "hostlink": 0, "peer": 0}
+                                "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
+            "contention": 0}
 
 
 def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
@@ -150,7 +152,8 @@ def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
         0, 0, (), ())
     assert report.counts() == {"mismatch": 0, "gap": 0, "cooling": 0, "drift": 0,
                                "straggler": 0, "regression": 0, "duplicate": 0, "health": 0,
-                               "hostlink": 0, "peer": 0}
+                               "hostlink": 0, "peer": 0, "shortfall": 0,
+            "contention": 0}
     assert (report.thermal, report.cooling) == ((), ())
 
 
@@ -246,8 +249,11 @@ def test_hosts_that_cool_worse_are_a_cooling_finding_with_its_evidence(engine: E
     (finding,) = [f for f in report.dispute if f.kind == "cooling"]
     assert finding.provider == "zeta"
     assert "hotter than alpha's and lose" in finding.title
-    assert "zeta: 16 GPUs on 2 hosts" in finding.evidence
-    assert "alpha: 16 GPUs on 2 hosts" in finding.evidence and "700 W cap" in finding.evidence
+    # Each side's figures a line beneath it; the differences and their tests the evidence.
+    hotter, cooler = finding.details
+    assert hotter.startswith("zeta: 16 GPUs on 2 hosts") and hotter.endswith("700 W cap")
+    assert cooler.startswith("alpha: 16 GPUs on 2 hosts") and cooler.endswith("700 W cap")
+    assert "at the same power cap: hotter by " in finding.evidence
     # What differs between them, as a gap (called or not) lists it.
     (pair,) = [c for c in report.comparisons if c.within == "variant"
                and {c.slower, c.faster} == {"alpha", "zeta"}]
@@ -312,8 +318,9 @@ def test_two_hosts_with_the_same_gpus_are_a_finding_and_out_of_the_statistics(
     assert report.counts()["duplicate"] == 1
     (finding,) = [f for f in report.dispute if f.kind == "duplicate"]
     assert finding.title == "eps-a has the same GPUs as eps-b"
-    assert uuids[0] in finding.evidence and "remove the other from the inventory" in \
-        finding.evidence
+    assert finding.cause == "one machine listed twice"
+    assert finding.details == uuids  # a line each, folded beneath the finding
+    assert "remove the other from the inventory" in finding.evidence
     measured = {(m.provider, m.host) for m in load_dataset(engine, Scope()).measures}
     assert ("epsilon", "eps-c") in measured
     assert not measured & {("epsilon", "eps-a"), ("epsilon", "eps-b")}

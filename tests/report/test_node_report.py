@@ -91,7 +91,10 @@ def test_the_node_figures_and_findings_of_a_stored_fleet(engine: Engine) -> None
     (pair,) = node.outliers
     assert (pair.host, pair.units) == ("gamma-01", ("pair 0-3",))
     assert [o.name for o in pair.outliers] == ["GPUs 0 and 3 (both ways)", "GPU 0 to GPU 3"]
-    assert pair.title == "gamma-01 pair 0-3: GPU pair copies below the rest of the node"
+    assert pair.title == ("gamma-01 pair 0-3 (one way and both ways): 15% below the rest of "
+                          "its node")
+    (line,) = pair.details  # the pair's two figures on one line
+    assert line.startswith("pair 0-3: one way 33") and ", both ways 65" in line
     assert node.gaps == ()  # two hosts a side, one of them faulty: never systematic
 
     (sync,) = [s for s in node.sync if s.host == "alpha-01"]

@@ -30,7 +30,7 @@ from tests.report.synthetic import SOAKED, dataset, measure
 from tests.store import factory
 
 ROOT = Path(__file__).resolve().parents[2]
-H100 = "H100-SXM5-80GB"  # agent/repeat.py's spread: 4 dof, so 8 with five nights
+H100 = "H100-SXM5-80GB"  # agent/repeat.py's spread: 9 dof, so 13 with five nights
 SIBLINGS = [699.0, 700.0, 701.0, 700.0, 699.5, 700.5, 700.0]  # median 700.0
 
 
@@ -143,21 +143,21 @@ def nights(past_sd: float | None, tonight_sd: float | None, tonight: float = 675
 
 
 def test_a_regression_beyond_the_nights_repeat_runs() -> None:
-    # dof 4 + 5 - 1 = 8, t975 2.306; 2.306 x sqrt((pi/2) x 0.003^2 / 5 + 0.003^2) =
-    # 0.7931%: the threshold stays 700 - max(4 x 0.2965, 3% x 700 = 21, 5.55) = 679.0,
+    # dof 9 + 5 - 1 = 13, t975 2.160; 2.160 x sqrt((pi/2) x 0.003^2 / 5 + 0.003^2) =
+    # 0.7428%: the threshold stays 700 - max(4 x 0.2965, 3% x 700 = 21, 5.20) = 679.0,
     # and 675.5 (3.5% down) is under it.
     (regression,) = compare_night(nights(0.003, 0.003)).regressions
-    assert regression.repeat_margin == pytest.approx(0.0079306, abs=1e-7)
+    assert regression.repeat_margin == pytest.approx(0.0074285, abs=1e-7)
     assert regression.threshold == pytest.approx(679.0)
-    assert "repeat margin 0.8%" in regression.describe()
+    assert "repeat margin 0.7%" in regression.describe()
 
 
 def test_a_drop_within_tonights_repeat_interval_is_no_regression() -> None:
-    # Tonight states 2%: 2.306 x sqrt((pi/2) x 0.003^2 / 5 + 0.02^2) = 4.6283%, threshold
-    # 700 x (1 - 0.046283) = 667.60; 675.5 is above it. 665.0 (5% down) is not.
+    # Tonight states 2%: 2.160 x sqrt((pi/2) x 0.003^2 / 5 + 0.02^2) = 4.3352%, threshold
+    # 700 x (1 - 0.043352) = 669.65; 675.5 is above it. 665.0 (5% down) is not.
     assert compare_night(nights(0.003, 0.02)).regressions == ()
     (regression,) = compare_night(nights(0.003, 0.02, tonight=665.0)).regressions
-    assert regression.threshold == pytest.approx(667.602, abs=1e-3)
+    assert regression.threshold == pytest.approx(669.653, abs=1e-3)
 
 
 def test_nights_without_a_stated_sd_take_the_variants_spread() -> None:
@@ -231,9 +231,9 @@ def test_the_report_states_the_repeat_margin_of_a_one_host_a_side_gap(tmp_path: 
     upgrade(engine)
     try:
         # One 8-GPU soaked host a provider, 2.5% apart. Each result's sd is the widest
-        # measured spread (the factory's "H100 SXM5 80GB" is no catalog label): 0.495%,
-        # one result a host, so the margin is 1.96 x hypot(680 x 0.495%, 663 x 0.495%)
-        # / 680 = 1.36% of the faster median.
+        # measured spread (the factory's "H100 SXM5 80GB" is no catalog label): 0.571%,
+        # one result a host, so the margin is 1.96 x hypot(680 x 0.571%, 663 x 0.571%)
+        # / 680 = 1.56% of the faster median.
         for provider, level in (("fast", 680.0), ("slow", 663.0)):
             data = factory.document(host=f"{provider}-1", gpus=8, harness="1.3.0",
                                     gpu_tflops=[level] * 8)
@@ -244,7 +244,7 @@ def test_the_report_states_the_repeat_margin_of_a_one_host_a_side_gap(tmp_path: 
     done = CliRunner().invoke(main, ["report", "--format", "md", "-o", "-", "--db", url])
     assert done.exit_code == 0, done.output
     [row] = [line for line in done.output.splitlines() if "| slow (" in line]
-    margin = 1.96 * ((680 * 0.00495) ** 2 + (663 * 0.00495) ** 2) ** 0.5 / 680
+    margin = 1.96 * ((680 * 0.00571) ** 2 + (663 * 0.00571) ** 2) ** 0.5 / 680
     # Shown, never called: one node a side is no provider's evidence, whatever its size.
     assert "one node: not a provider's evidence" in row
     assert f"(repeat runs could make ±{margin:.1%})" in row

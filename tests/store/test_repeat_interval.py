@@ -14,10 +14,10 @@ from fleet.store.ingest import Ingest, Origin, parse_text
 from fleet.store.models import BenchmarkResult
 from tests.store import factory
 
-T975 = {4: 2.776, 5: 2.571, 6: 2.447}
+T975 = {9: 2.262, 11: 2.201}
 # The factory's variant is no catalog label: the widest measured spread stands in, the
-# H100 SXM5's (sd 0.495% over 4 dof).
-SD, DOF = 0.00495, 4
+# H100 SXM5's (sd 0.571% over 9 dof).
+SD, DOF = 0.00571, 9
 
 
 def _store(engine: Engine, night: int, tflops: float) -> None:
@@ -51,14 +51,14 @@ def test_the_interval_pools_the_gpus_own_history_once_it_has_two_nights(
         assert (low, high) == (pytest.approx(tflops * (1 - half)),
                                pytest.approx(tflops * (1 + half)))
     # Night 3 sees nights 0-2: their sd about their mean, pooled with the variant's as
-    # 4 dof of prior: sqrt((4 x 0.495%^2 + 2 x own^2) / 6), t over 6 dof.
+    # its 9 dof: sqrt((9 x 0.571%^2 + 2 x own^2) / 11), t over 11 dof.
     earlier = figures[:3]
     own = statistics.stdev(earlier) / statistics.fmean(earlier)
-    pooled = math.sqrt((4 * SD ** 2 + 2 * own ** 2) / 6)
+    pooled = math.sqrt((DOF * SD ** 2 + 2 * own ** 2) / (DOF + 2))
     tflops, low, high, sd, basis = rows[3]
     assert basis == "history" and sd == pytest.approx(pooled)
     assert own > 0.01 and sd > SD  # a card that moved 1% a night widens its own interval
-    assert high - low == pytest.approx(2 * tflops * T975[6] * math.sqrt(2) * pooled)
+    assert high - low == pytest.approx(2 * tflops * T975[DOF + 2] * math.sqrt(2) * pooled)
 
 
 def test_a_cool_start_result_carries_no_repeat_interval(engine: Engine) -> None:

@@ -1,0 +1,189 @@
+"""Figures measured beside someone else's work: the renter's to fix, never the provider's.
+
+A GPU that another process was using while fleet measured it reads slow for a reason the
+provider does not answer for (issue 38: a probe beside a matmul on GPU 3 called GPU 3 a
+straggler and its pairs slow, and put its 312 TFLOP/s into the provider's median). Such
+a figure is:
+
+- **seen**: the agent looks at each GPU's processes and utilization before and after each
+  figure (the matmul since harness 1.0, the node suite since 1.1.0; agent/contention.py)
+  and says whose process it saw: the agent's own user (a forgotten job of the renter's)
+  or another (a shared machine, a provider's agent);
+- **or shown by its own repeats**: a node figure whose repeats spread far beyond their
+  kind's normal. Healthy lent nodes' repeats spread at most 0.31% (memory copy), 2.8%
+  (pinned host copy), 0.4% (pair one way), 0.6% (all-reduce at its largest size) over
+  the records of bench/records/2026-11-26-*-node-*; memory copies beside another
+  process spread 57-59% on a lent 2x H100 (bench/records/2026-11-26-h100x2-node-faults),
+  as in the issue. `SPREAD_CV` = 5% sits above every healthy figure judged and far below
+  that (`python bench/contention_flags.py`).
+  Host copies are left out: the host moves them (a healthy lent H100's pinned copy
+  spread 10% in one of six runs, pageable ones 25%), and the agent's process check
+  covers them. Figures of suite 1.0.0 are not judged by their spread (`spread_judged`).
+
+Each such figure is flagged, named, and left out of every median, straggler, gap, the
+synchronous figure, "what to buy" and cost (fleet/analysis/dataset.py leaves contended
+matmul results out as it does a shared host's; the report's node rules read figures
+without them). One finding per node says what was seen and what to do: measure again
+with the GPU free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fleet.analysis.dataset import CONTENDED_REASON, Excluded
+
+# A figure's repeats with a coefficient of variation above this were disturbed.
+SPREAD_CV = 0.05
+# Kinds whose repeats are judged by their spread (pageable copies are not: see above).
+SPREAD_JUDGED = ("memory_copy", "peer_copy", "allreduce")
+WHAT_TO_DO = ("measure again with the GPU free: the figure is the renter's contention, "
+              "left out of every comparison with the provider")
+
+
+def spread_judged(suite_version: str) -> bool:
+    """Whether a figure of this suite version is judged by its spread: from 1.1.0. Suite
+    1.0.0's both-ways pair copies could carry a first repeat that ran the two directions
+    one after the other (half the rest: bench/records/2026-11-26-h200x4-node-suite), a
+    spread of 17% that is the agent's, not the node's."""
+    parts = []
+    for part in str(suite_version).split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts) >= (1, 1)
+
+
+def spread_reason(cv: float) -> str:
+    """The contention line of a figure whose repeats spread too far."""
+    return (f"its repeats spread {cv:.0%} (CV), where a healthy node's spread under "
+            f"{SPREAD_CV:.0%}")
+
+
+def mark(figures: pd.DataFrame) -> pd.DataFrame:
+    """`figures` (fleet.analysis.node.prepare's frame) with `contended` also set where the
+    repeats spread beyond SPREAD_CV, and `contention` saying so."""
+    if figures.empty:
+        return figures
+    spread = (figures["kind"].isin(SPREAD_JUDGED) & (figures["cv"] > SPREAD_CV)
+              & figures["suite_version"].map(spread_judged))
+    if not spread.any():
+        return figures
+    out = figures.copy()
+    said = [spread_reason(cv) if wide else None
+            for wide, cv in zip(spread.tolist(), out["cv"].tolist(), strict=True)]
+    out["contention"] = pd.Series([
+        "; ".join(t for t in (seen, extra) if t) or None
+        for seen, extra in zip(out["contention"].tolist(), said, strict=True)],
+        index=out.index, dtype=object)
+    out["contended"] = out["contended"] | spread
+    return out
+
+
+def _unit(kind: str, gpu: object, peer: object) -> str:
+    if kind == "allreduce":
+        return "the all-reduce"
+    if kind == "peer_copy":
+        return f"pair {gpu}-{peer}"
+    return f"GPU {gpu}"
+
+
+@dataclass(frozen=True)
+class Contention:
+    """A node whose figures were measured beside someone else's work (or on a GPU that
+    was busy): which figures, what was seen, and what to do."""
+
+    provider: str
+    host: str
+    units: tuple[str, ...]  # "GPU 3", "pair 0-3", "the all-reduce", "GPU 3 matmul"
+    seen: tuple[str, ...]  # what the agent saw, each distinct line once
+    own: bool | None  # all processes the renter's own (True), some another's (False)
+
+    @property
+    def title(self) -> str:
+        """The finding in a line: where, and that it is left out."""
+        shown = ", ".join(self.units[:4])
+        if len(self.units) > 4:
+            shown += f" and {len(self.units) - 4} more"
+        return f"{self.host}: {shown} measured beside other work, left out"
+
+    @property
+    def cause(self) -> str:
+        """Whose work it was, as far as the host showed."""
+        if self.own is True:
+            return "a process of the renter's own user"
+        if self.own is False:
+            return "a process of another user"
+        if any("repeats spread" in s for s in self.seen):
+            return "disturbed repeats"
+        return "another process or a busy GPU"
+
+    @property
+    def evidence(self) -> str:
+        """What to do; what was seen is `seen`, a line each."""
+        return "What to do: " + WHAT_TO_DO
+
+
+def _owner(text: str) -> bool | None:
+    if "not the agent's user" in text:
+        return False
+    if "the agent's own user" in text:
+        return True
+    return None
+
+
+def _lines(seen: list[str], unit: str, text: str) -> None:
+    """Add what one figure carried to a node's lines: a process once, the busiest
+    utilization once, a spread with the figure it belongs to."""
+    for line in (t for t in text.split("; ") if t):
+        if line.startswith("GPU utilization "):
+            busy = [s for s in seen if s.startswith("GPU utilization ")]
+            if busy and int(busy[0].split()[2].rstrip("%")) >= int(line.split()[2].rstrip("%")):
+                continue
+            for old in busy:
+                seen.remove(old)
+        elif line.startswith("its repeats spread"):
+            line = f"{unit}: {line.removeprefix('its ')}"
+        if line not in seen:
+            seen.append(line)
+
+
+def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | None]]
+                    ) -> list[Contention]:
+    """One finding per node with contended figures (`figures` after `mark`) or matmul
+    results left out as contended (`matmul`: each Excluded entry with the stored
+    contention words of its newest contended result)."""
+    units: dict[tuple[str, str], list[str]] = defaultdict(list)
+    seen: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for excluded, words in matmul:
+        if excluded.reason != CONTENDED_REASON:
+            continue
+        key = (excluded.provider, excluded.host)
+        unit = f"GPU {excluded.gpu_index} matmul"
+        units[key].append(unit)
+        _lines(seen[key], unit, words or "another process or a busy GPU")
+    if not figures.empty:
+        busy = figures[figures["contended"]]
+        for provider, host, kind, gpu, peer, text, figure in zip(
+                *(busy[c].tolist() for c in ("provider", "host", "kind", "gpu_index",
+                                             "peer_index", "contention")),
+                [c.figure for c in busy["config"].tolist()], strict=True):
+            key = (str(provider), str(host))
+            unit = _unit(str(kind), gpu, peer)
+            if kind == "peer_copy" and f"pair {peer}-{gpu}" in units[key]:
+                unit = f"pair {peer}-{gpu}"
+            if unit not in units[key]:
+                units[key].append(unit)
+            label = (figure if kind == "allreduce"
+                     else f"{unit} {figure.removeprefix('GPU pairs, ')}")
+            _lines(seen[key], label, str(text or ""))
+    found = []
+    for (provider, host), named in sorted(units.items()):
+        owners = {_owner(s) for s in seen[(provider, host)]} - {None}
+        own = None if not owners else False not in owners
+        found.append(Contention(provider, host, tuple(named), tuple(seen[(provider, host)]),
+                                own))
+    return found

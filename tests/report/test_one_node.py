@@ -1,0 +1,140 @@
+"""One node, judged on its own (issue 38), on the documents a lent 2x H100 SXM5 node gave
+with the faults a renter meets made for real (bench/records/2026-11-26-h100x2-node-faults,
+tests/fixtures/nodes/h100x2-lent-faults/): healthy, NCCL's peer-to-peer off, peer-to-peer
+and shared memory off, another user's process on GPU 1, and one of the agent's own user
+on GPU 0. Each document is stored through the real ingest path and reported alone, as a
+buyer who probed one node would see it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from fleet.analysis.dataset import CONTENDED_REASON
+from fleet.document import parse_document
+from fleet.report import ReportOptions, build_report, render
+from fleet.report.build import Report
+from fleet.store.ingest import Ingest, Origin, RunInfo
+from fleet.store.node import read_node_results
+from tests.conftest import FIXTURES
+
+FAULTS = FIXTURES / "nodes" / "h100x2-lent-faults"
+
+
+def _document(case: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FAULTS / f"{case}.json").read_text())
+    return data
+
+
+def _report(engine: Engine, *cases: tuple[str, dict[str, Any]]) -> Report:
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        for host, data in cases:
+            ingest.store(parse_document(data, host), Origin("lent", host))
+    return build_report(engine, ReportOptions(), "test")
+
+
+def test_the_healthy_node_alone_raises_nothing(engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _document("healthy-1")))
+    assert report.dispute == () and report.renter == ()
+    figures = read_node_results(engine)
+    assert not figures["contended"].any()
+    allreduce = figures[figures["kind"] == "allreduce"]
+    assert set(allreduce["transport"]) == {"P2P"}
+    pairs = figures[figures["kind"] == "peer_copy"]
+    assert set(pairs["nvlink_links"]) == {18} and set(pairs["nvlink_fabric"]) == {"switch"}
+    host = figures[figures["memory"] == "pinned"]
+    # A one-node VM: sysfs says -1, kept as no node.
+    assert host["numa_node"].isna().all()
+
+
+def test_nccl_told_to_skip_peer_to_peer_is_the_renters_setting(engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _document("p2p-off")))
+    assert report.dispute == ()
+    [found] = report.renter
+    assert found.kind == "shortfall"
+    assert found.title.startswith("h100x2: all-reduce 28.5 GB/s, 9% of the 332 a healthy "
+                                  "2-GPU H100 SXM5 node gives (records: ")
+    assert found.cause == "NCCL went through host memory: NCCL_P2P_DISABLE=1 was set"
+    assert report.counts()["shortfall"] == 1
+
+
+def test_nccl_through_the_network_names_both_settings(engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _document("p2p-shm-off")))
+    [found] = report.renter
+    assert found.cause == ("NCCL went through the network stack: NCCL_P2P_DISABLE=1 and "
+                           "NCCL_SHM_DISABLE=1 were set")
+    assert "1% of the 332" in found.title
+
+
+def _no_setting(data: dict[str, Any], peer_access: bool) -> dict[str, Any]:
+    """The peer-to-peer-off node as a platform without the path would show it: the same
+    figures, no NCCL setting asking for it (constructed from the real document)."""
+    data = copy.deepcopy(data)
+    for result in data["node"]:
+        if result.get("settings"):
+            result["settings"].pop("NCCL_P2P_DISABLE")
+            result["transport"]["set_by_environment"] = [
+                s for s in result["transport"]["set_by_environment"]
+                if not s.startswith("NCCL_P2P_DISABLE")]
+        if result["kind"] == "peer_copy":
+            result["peer_access"] = peer_access
+    return data
+
+
+def test_a_platform_that_gives_no_peer_path_is_disputed(engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _no_setting(_document("p2p-off"), True)),
+                     ("h100x2-b", _no_setting(_document("p2p-off"), False)))
+    assert report.renter == ()
+    by_host = {f.title.split(":")[0]: f for f in report.dispute}
+    # Peer access works, yet NCCL took host memory with nothing asking it to.
+    assert by_host["h100x2"].kind == "shortfall"
+    assert by_host["h100x2"].cause == ("NCCL went through host memory, not peer-to-peer, "
+                                       "with no NCCL setting asking for it")
+    # No peer access on an SXM board: the peer finding names it, and the all-reduce that
+    # follows from it is not called again.
+    assert by_host["h100x2-b"].kind == "peer"
+    assert "no peer access" in by_host["h100x2-b"].title
+    assert [f.kind for f in report.dispute].count("shortfall") == 1
+
+
+@pytest.mark.parametrize(("case", "busy", "cause"), [
+    ("foreign", 1, "a process of another user"),
+    ("own", 0, "a process of the renter's own user"),
+])
+def test_a_busy_gpu_is_the_renters_contention_never_the_providers(
+        engine: Engine, case: str, busy: int, cause: str) -> None:
+    report = _report(engine, ("h100x2", _document(case)))
+    # Nothing to dispute: no straggler, no slow pair, no all-reduce shortfall.
+    assert report.dispute == ()
+    [found] = report.renter
+    assert found.kind == "contention" and found.cause == cause
+    assert f"GPU {busy}" in found.title and "the all-reduce" in found.title
+    assert found.evidence.startswith("What to do: measure again with the GPU free")
+    assert any(d.startswith("other processes on the GPU: pid ") for d in found.details)
+    assert any(f"GPU {busy} memory copy: repeats spread" in d for d in found.details)
+    assert report.counts()["contention"] == 1 and report.counts()["straggler"] == 0
+    # The node as found keeps only what ran free: GPU 0's memory copy on `foreign`.
+    [node] = report.node.found
+    assert node.allreduce is None and node.one_way is None
+    if case == "foreign":
+        # The matmul of GPU 1 is out of every median, the cost and "what to buy".
+        assert [(e.gpu_index, e.reason) for e in report.excluded] == [(1, CONTENDED_REASON)]
+        assert "GPU 1 matmul" in found.title
+        assert report.gpus_measured == 1
+        assert [row.gpus for row in report.cost] == [1]
+
+
+def test_whose_process_it_was_is_escaped(engine: Engine) -> None:
+    data = _document("foreign")
+    for result in data["node"] + data["benchmarks"]:
+        result["contention"] = [line.replace("user nobody", "user <img src=x onerror=alert(1)>")
+                                for line in result["contention"]]
+    report = _report(engine, ("h100x2", data))
+    html = render(report, "html")
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    markdown = render(report, "md")
+    assert "<img src=x" not in markdown
