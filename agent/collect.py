@@ -89,8 +89,8 @@ def _benchmark(
 
 
 def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
-                progress: Callable[..., None]) -> Tuple[List[Dict[str, Any]],
-                                                        List[Dict[str, Any]]]:
+                progress: Callable[..., None],
+                run_started: float) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     from agent import node
 
     progress("node", "measuring memory, host links, GPU pairs and the all-reduce")
@@ -99,16 +99,21 @@ def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml
     progress("node", f"node suite: {len(outcome.results)} figures, {len(outcome.errors)} "
              f"failed, in {time.monotonic() - started:.1f} s")
     if nvml is not None:
-        _health_after_load(gpus, nvml, outcome.links)
+        _health_after_load(gpus, nvml, outcome.links, run_started)
     return outcome.results, outcome.errors
 
 
 def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,
-                       links: Dict[int, Dict[str, Optional[int]]]) -> None:
+                       links: Dict[int, Dict[str, Optional[int]]], run_started: float) -> None:
     """Judge each GPU's health again with what only the load shows: the replays counted
     during the run and the host link as it ran (links drop a generation at idle)."""
     from agent import health
 
+    # `run_started` is time.monotonic() when collect began, the clock of the kernel log's
+    # stamps: the span the counters read again cover, and the start of "inside the run".
+    seconds = time.monotonic() - run_started
+    # Read again: Xid lines the load brought are newer than the fingerprint's reading.
+    log = health.read_kernel_log.__wrapped__() if nvml.source == "nvml" else None
     for gpu in gpus:
         if not gpu.get("health"):
             continue
@@ -118,7 +123,8 @@ def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,
         except NvmlError:
             continue
         gpu["health"] = health.update_after_load(gpu["health"], nvml, handle,
-                                                 link.get("gen"), link.get("width"))
+                                                 link.get("gen"), link.get("width"), seconds,
+                                                 log, run_started, gpu.get("pci_bus_id"))
 
 
 def _now() -> str:
@@ -181,12 +187,12 @@ def collect(
                 benchmarks, failures = _benchmark(bench, gpus, live, progress)
                 errors += failures
             if node is not None:
-                node_results, failures = _node_suite(node, gpus, live, progress)
+                node_results, failures = _node_suite(node, gpus, live, progress, started)
                 errors += failures
             elif bench is not None:
                 # The matmul alone (--suite gemm): no link was read under load, but the
                 # replays counted while it ran still tell.
-                _health_after_load(gpus, live, {})
+                _health_after_load(gpus, live, {}, started)
         finally:
             nvml.close()
         if recorder is not None:
@@ -202,7 +208,7 @@ def collect(
             errors.append({"stage": "benchmark", "message": "no NVIDIA GPU: nothing to benchmark"})
     if nvml is None and node is not None:
         if node.device == "cpu":
-            node_results, failures = _node_suite(node, [], None, progress)
+            node_results, failures = _node_suite(node, [], None, progress, started)
             errors += failures
         elif bench is None:  # with the matmul, its own line has said there is no GPU
             errors.append({"stage": "node", "message": "no NVIDIA GPU: no node to measure"})

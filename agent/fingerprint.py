@@ -330,7 +330,8 @@ def fingerprint_gpu(
                                           _kernel_log(nvml), health.NvLinks(
                                               gpu["nvlink_links_active"],
                                               gpu["nvlink_links_variant"],
-                                              gpu["variant"].get("label")))
+                                              gpu["variant"].get("label")),
+                                          nvlink_states=links)
     gpu["unavailable"] = dict(sorted(r.unavailable.items()))
     return gpu
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
 
 from agent import contention as contended_by
-from agent import soak, stats, steady, telemetry
+from agent import integrity, soak, stats, steady, telemetry
 from agent.nvml import Handle, Nvml, NvmlError
 
 HARNESS_VERSION = "1.4.0"
@@ -549,6 +549,7 @@ class Load:
     m0: float
     m1: float
     soak: Optional[Dict[str, Any]] = None
+    integrity: Optional[Dict[str, Any]] = None  # soaked loads only (agent/integrity.py)
 
 
 def _quick_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: Coordinator,
@@ -676,9 +677,15 @@ def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: So
     runs = 0
     m0 = m1 = soak_end = 0.0
     told = 0.0
+    # The product compared bit for bit with its first one, a soak window apart, queued
+    # between chunks (never inside a timed run) on the product's own stream.
+    check = integrity.Check(
+        runner.torch, runner.c, runner.stream, load0, cfg.soak_window_s,
+        lambda at: integrity.temperature_near(sampler.between(at - 1.0, at + 1.0), at))
     stream = runner.continuous(lambda: batch[0])
     try:
         for c0, c1, got in stream:
+            check.after_chunk(c1)
             batch[0] = max(2, min(4 * batch[0], int(len(got) * chunk_s / max(c1 - c0, 1e-6))))
             elapsed = c1 - load0
             if elapsed <= cfg.soak_first_s:
@@ -731,6 +738,12 @@ def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: So
         stream.close()
     if phase != "tail":  # only when the stream ended early, which it never does on its own
         m1 = time.perf_counter()
+    checked = check.finish()
+    if checked["mismatches"]:
+        progress(f"GPU {target.index}: product changed under load in "
+                 f"{checked['mismatches']} of {checked['checks']} checks, first at "
+                 f"{checked['first_mismatch_s']:.0f} s ({checked['first_mismatch_elements']} "
+                 "elements)")
     # The same statistic as the headline's, so that the drop (set by `measure`, once the
     # headline is known) compares like with like; the soak's own windows keep the
     # trimmed mean: they judge a slope, and one interrupted run must not tilt a 2-s window.
@@ -758,7 +771,7 @@ def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: So
     soak_levels = [levels_ms[i] for i, w in enumerate(windows) if w.end_s <= soak_end + 1e-9]
     return Load(soak_levels, steady.SETTLED if settled_s is not None else steady.DRIFTING,
                 settled_s is not None, soak_end, cfg.soak_throughput_tolerance,
-                cfg.measure_tolerance, chunks, m0, m1, detail)
+                cfg.measure_tolerance, chunks, m0, m1, detail, checked)
 
 
 def _rounded(value: Optional[float], digits: int) -> Optional[float]:
@@ -901,6 +914,7 @@ def measure(
         "contention": contention,
         "clock_lock": lock,
         "soak": load.soak,
+        "integrity": load.integrity,
         "telemetry": tele,
         "telemetry_series": telemetry.downsample(window_samples, load.m0),
         "samples_ms": [round(s, 6) for s in samples],  # the excluded runs are not here

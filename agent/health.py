@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from agent import xid as xids
 from agent.nvml import Arg, Handle, Nvml, NvmlError, call_key
 
 # What NVIDIA documents, and what the thresholds below rest on:
@@ -47,6 +49,9 @@ LINK_REASON = "the host link ran at"
 # from the fingerprint's verdict (the link count is the fingerprint's reading).
 NVLINK_REASON = "NVLink:"
 RETIREMENT_TABLE = 64
+# DCGM counts the retirement table full at DCGM_LIMIT_MAX_RETIRED_PAGES = 63 ("updated to
+# match the field diag"); NVIDIA's page-retirement document says 64 retirements at most.
+RETIRED_FULL = 63
 # Degraded once a quarter of those spares is used: NVIDIA publishes no threshold short of
 # a failure, and a quarter leaves the card repairing itself with visibly less margin than
 # a fresh one, where a handful of correctable remaps is the mechanism working as designed
@@ -55,25 +60,38 @@ REMAPS_DEGRADED = REMAP_SPARES // 4
 RETIRED_DEGRADED = RETIREMENT_TABLE // 4
 
 RULE = (
-    "failing: a row remapping failed (no spare row was left; NVIDIA's RMA criterion once "
-    "its field diagnostic confirms it); a row remap is pending (a row failed since the last "
-    "reset, and the repair waits for a GPU reset the provider has not done); any "
-    "uncorrectable ECC error since the driver loaded; a page retirement pending (before "
-    "Ampere); "
-    f"{RETIREMENT_TABLE} or more retired pages (the retirement table is full). "
-    "degraded: rows remapped, or pages retired, for uncorrectable errors (a past "
-    "uncorrectable error, repaired); uncorrectable errors in the card's life but none since "
-    f"the driver loaded; {REMAPS_DEGRADED} or more remapped rows of the {REMAP_SPARES} "
-    f"spares, or {RETIRED_DEGRADED} or more retired pages of {RETIREMENT_TABLE} (a quarter "
-    "of the spares used); the PCIe replay counter rising while the agent ran; the host link "
-    "under load below the generation or width the card and slot support; fewer active "
-    "NVLink links than the variant carries (agent/variants.py), where at least one is "
-    "active: a single SXM card passed into a VM shows none, which proves nothing. "
+    "Each reason asks for an action: none, reset (the card works on; the provider resets "
+    "it), drain_and_reset (the node's work is drained first), replace (NVIDIA's RMA "
+    "criteria); the verdict asks for the most any reason does. "
+    "failing: a row remapping failed (replace; NVIDIA's RMA criterion); the driver flags "
+    "unrepairable memory (replace); "
+    f"{RETIRED_FULL} or more retired pages (replace; DCGM_LIMIT_MAX_RETIRED_PAGES); any "
+    "uncorrectable ECC error since the driver loaded (reset); NVML's recovery action asks "
+    "for a GPU or bus reset (reset) or a node or system reboot (drain_and_reset); an NVLink "
+    "replay or recovery error during the run, or CRC errors at 100 a second or more "
+    "(reset; DCGM's NVLink watch fails on these); a hardware Xid (agent/xid.py) stamped "
+    "inside the agent's run whose action is drain_and_reset or replace. "
+    "degraded: a row remap, a page retirement, a memory channel or TPC repair pending "
+    "(reset: NVIDIA says unaffected work goes on until the reset, and DCGM does not fail "
+    "on them); NVML's recovery action asks to drain peer-to-peer traffic (drain_and_reset); "
+    "rows remapped, or pages retired, for uncorrectable errors; uncorrectable errors in the "
+    "card's life but none since the driver loaded; "
+    f"{REMAPS_DEGRADED} or more remapped rows of the {REMAP_SPARES} spares, or "
+    f"{RETIRED_DEGRADED} or more retired pages of {RETIREMENT_TABLE}; a memory bank with no "
+    "spare row left (the remap bank histogram's None); the driver's SRAM error threshold "
+    "exceeded (NVIDIA documents no action: fleet asks none); PCIe replays during the run "
+    "above DCGM's rate (ceil of 1e-12 x the lane speed x lanes a minute: 31 at Gen5 x16); "
+    "a hardware Xid "
+    "inside the run asking less than a drain (its action); the host link under load below "
+    "the generation or width the card and slot support; fewer active NVLink links than the "
+    "variant carries (agent/variants.py), where at least one is active: a single SXM card "
+    "passed into a VM shows none, which proves nothing. These ask for no action unless "
+    "said. "
     "unknown: none of these, and the driver did not answer the uncorrectable ECC count "
     "since it loaded, or answered neither remapped rows nor retired pages (ECC off, a vGPU "
-    "guest, an old driver or recording). healthy: otherwise. Throttle time, energy, the "
-    "replay count at rest and Xid lines are reported, not judged: they follow load and "
-    "history the renter cannot see."
+    "guest, an old driver or recording); no action. healthy: otherwise. Throttle time, "
+    "energy, the replay count at rest and Xid lines before the run are reported, not "
+    "judged: they follow load and history the renter cannot see."
 )
 
 ERROR_TYPES = (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
@@ -113,8 +131,47 @@ CALLS = (
     "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetRemappedRows",
     "nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetViolationStatus",
-    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetSramEccErrorStatus", "nvmlDeviceGetRepairStatus",
+    "nvmlDeviceGetUnrepairableMemoryFlag_v1", "nvmlDeviceGetRowRemapperHistogram",
+    "nvmlDeviceGetNvLinkErrorCounter",
 )
+# NVML's recovery action (nvmlDeviceGetFieldValues, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+# nvmlDeviceGpuRecoveryAction_t: 0 NONE "no action needed", 1 GPU_RESET, 2 NODE_REBOOT,
+# 3 DRAIN_P2P, 4 DRAIN_AND_RESET "Drain P2P and Reset Gpu", 5 RECOVER_IMEX_DOMAIN,
+# 6 BUS_RESET, 7 SYSTEM_REBOOT. NVIDIA's "Error Recovery and Response Flags"
+# (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html):
+# RESET "requires a reset to recover. Terminate all GPU processes, reset the GPU";
+# NODE_REBOOT "may have left the OS in an inconsistent state".
+RECOVERY_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
+# value -> (verdict, action, words): the reboots and resets stop the card until done
+# (failing); the drains leave it working for what does not cross to a peer (degraded).
+RECOVERY_ACTIONS = {
+    1: ("failing", "reset", "a GPU reset"),
+    2: ("failing", "drain_and_reset", "a node reboot"),
+    3: ("degraded", "drain_and_reset", "its peer-to-peer traffic drained"),
+    4: ("degraded", "drain_and_reset", "its peer-to-peer traffic drained and a GPU reset"),
+    5: ("failing", "drain_and_reset", "its IMEX domain recovered"),
+    6: ("failing", "reset", "a reset of its PCIe bus"),
+    7: ("failing", "drain_and_reset", "a system reboot"),
+}
+# The buyer's actions, least first; a verdict asks for the most any of its reasons asks.
+ACTIONS = ("none", "reset", "drain_and_reset", "replace")
+NVLINK_ERRORS = (("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
+                 ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
+                 ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
+                 ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"))
+# DCGM's health watch (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNvlink;
+# common/DcgmGPUHardwareLimits.h): a replay or recovery error (DCGM_LIMIT_MAX_NVLINK_ERROR
+# = 1) fails the watch; CRC errors warn, and fail at DCGM_LIMIT_MAX_NVLINK_CRC_ERROR = 100
+# a second ("RM has informed us that CRC errors only matter at rates of 100+ per second").
+NVLINK_CRC_PER_S = 100.0
+# DCGM's PCIe watch (MonitorPcie, GetExpectedPcieReplayRate) warns when the replays of a
+# minute exceed ceil(per-lane rate x lanes): a bit error rate of 1e-12 at the lane's
+# speed, 0.15 a minute per lane at Gen1 doubling each generation (1.92 at Gen5: 31 a
+# minute at Gen5 x16).
+PCIE_REPLAYS_PER_LANE_MIN = (0.15, 0.3, 0.48, 0.96, 1.92, 3.84)
+
 NOT_AVAILABLE = 2**63  # NVML's "no value" is ULLONG_MAX; a real counter never gets near
 
 XID_MARK = "NVRM: Xid"
@@ -168,12 +225,14 @@ def read_health(
     architecture: Optional[int] = None,
     bus_id: Optional[str] = None,
     kernel_log: Optional[KernelLog] = None,
+    nvlinks: Sequence[int] = (),
 ) -> Dict[str, Any]:
     """The counters of the GPU behind `handle`, as the Health model's fields (no verdict).
 
     Calls the driver does not answer go into `unavailable` (the GPU's map) by their
     recording key. `architecture` (NVML_DEVICE_ARCH_*) picks the memory locations to ask;
-    `bus_id` picks this GPU's Xid lines out of `kernel_log`; no log, no `xid`.
+    `bus_id` picks this GPU's Xid lines out of `kernel_log`; no log, no `xid`; `nvlinks`:
+    the active NVLink links, whose error counters are read.
     """
     missing: Dict[str, str] = {} if unavailable is None else unavailable
 
@@ -195,7 +254,54 @@ def read_health(
         "throttle_ns": _throttle(ask),
         "energy_mj": _count(ask("nvmlDeviceGetTotalEnergyConsumption")),
         "xid": None if kernel_log is None else xid(kernel_log, bus_id),
+        **_repair_flags(ask),
+        "nvlink_errors": nvlink_errors(ask, nvlinks),
+        "nvlink_errors_during_run": None,
+        "run_seconds": None,
+        "xid_during_run": None,
     }
+
+
+def _flag(value: Any) -> Optional[bool]:
+    number = _count(value)
+    return None if number is None else bool(number)
+
+
+def _repair_flags(ask: Ask) -> Dict[str, Any]:
+    """The recovery action, the remap bank histogram and the repair flags nvidia-smi -q
+    prints beside the ECC counts (drivers from R575; older ones do not answer)."""
+    histogram = ask("nvmlDeviceGetRowRemapperHistogram")
+    banks = None
+    if isinstance(histogram, dict):
+        banks = {k: _count(histogram.get(k)) for k in ("max", "high", "partial", "low", "none")}
+        if any(v is None for v in banks.values()):
+            banks = None
+    sram = ask("nvmlDeviceGetSramEccErrorStatus")
+    repair = ask("nvmlDeviceGetRepairStatus")  # pynvml: [channel pending, TPC pending]
+    pair = isinstance(repair, (list, tuple)) and len(repair) == 2
+    return {
+        "recovery_action": _count(ask("nvmlDeviceGetFieldValues", RECOVERY_FIELD)),
+        "remap_histogram": banks,
+        "sram_threshold_exceeded": _flag(sram.get("bThresholdExceeded"))
+        if isinstance(sram, dict) else None,
+        "channel_repair_pending": _flag(repair[0]) if pair else None,
+        "tpc_repair_pending": _flag(repair[1]) if pair else None,
+        "unrepairable_memory": _flag(ask("nvmlDeviceGetUnrepairableMemoryFlag_v1")),
+    }
+
+
+def nvlink_errors(ask: Ask, links: Sequence[int]) -> Optional[List[Dict[str, Any]]]:
+    """Per active link, nvmlDeviceGetNvLinkErrorCounter's replay, recovery and CRC counts
+    (what `nvidia-smi nvlink -e` prints); None when no link is active or none answered.
+    The per-link calls, because NVML's total fields answered NOT_SUPPORTED on the lent
+    H100's device handle (issue 36)."""
+    read = []
+    for link in links:
+        counts = {name: _count(ask("nvmlDeviceGetNvLinkErrorCounter", link, arg))
+                  for name, arg in NVLINK_ERRORS}
+        if any(v is not None for v in counts.values()):
+            read.append({"link": link, **counts})
+    return read or None
 
 
 def _ecc(ask: Ask, architecture: Optional[int]) -> Optional[Dict[str, Any]]:
@@ -360,7 +466,9 @@ def xid(log: KernelLog, bus_id: Optional[str]) -> Dict[str, Any]:
                 int(match.group(3), 16)) != want):
             continue
         events.append(line[:XID_LINE_CHARS])
-    return {"readable": True, "note": log.note, "events": events[-XID_EVENTS:]}
+    kept = events[-XID_EVENTS:]
+    return {"readable": True, "note": log.note, "events": kept,
+            "classified": [xids.classify(line) for line in kept]}
 
 
 # --- the verdict ----------------------------------------------------------------------
@@ -379,6 +487,188 @@ def nvlink_reason(links: Optional[NvLinks]) -> Optional[str]:
             f"({links.variant or 'the variant'} carries {links.carried})")
 
 
+class Finding(NamedTuple):
+    """One reason of a verdict: how bad, what the buyer asks for, in words."""
+
+    verdict: str  # "failing" or "degraded"
+    action: str  # one of ACTIONS
+    reason: str
+
+
+def _pcie_limit(gen: Optional[int], width: Optional[int]) -> Optional[int]:
+    """DCGM's most replays a minute for a link of `gen` and `width` (None: not known)."""
+    if not gen or not width:
+        return None
+    per_lane = PCIE_REPLAYS_PER_LANE_MIN[min(gen, len(PCIE_REPLAYS_PER_LANE_MIN)) - 1]
+    return math.ceil(round(per_lane * width, 6))
+
+
+def _memory(health: Dict[str, Any]) -> List[Finding]:
+    found: List[Finding] = []
+    ecc = health.get("ecc") or {}
+    rows = health.get("remapped_rows")
+    pages = health.get("retired_pages")
+    if rows is not None:
+        if rows["failure"]:
+            found.append(Finding("failing", "replace",
+                                 "a row remapping failed: no spare row was left"))
+        if rows["pending"]:
+            # NVIDIA: "unaffected applications can continue running ... and new workloads
+            # can be launched"; DCGM does not fail on it (DCGM_FR_PENDING_ROW_REMAP).
+            found.append(Finding("degraded", "reset", "a row remap is pending: it takes "
+                                 "effect only when the GPU is reset"))
+    if health.get("unrepairable_memory"):
+        found.append(Finding("failing", "replace", "the driver flags unrepairable memory"))
+    if health.get("channel_repair_pending"):
+        found.append(Finding("degraded", "reset", "a memory channel repair is pending until "
+                             "the GPU is reset"))
+    if health.get("tpc_repair_pending"):
+        found.append(Finding("degraded", "reset", "a TPC repair is pending until the GPU is "
+                             "reset"))
+    if rows is not None:
+        if rows["uncorrectable"]:
+            found.append(Finding("degraded", "none", _n(rows["uncorrectable"], "row")
+                                 + " remapped for uncorrectable errors"))
+        total = rows["correctable"] + rows["uncorrectable"]
+        if total >= REMAPS_DEGRADED:
+            found.append(Finding("degraded", "none",
+                                 f"{_n(total, 'remapped row')} of {REMAP_SPARES} spares"))
+    banks = health.get("remap_histogram") or {}
+    if banks.get("none"):
+        # A total of 128 of 512 hides a bank with no spare row left: its next failing row
+        # fails the remap, NVIDIA's RMA criterion. Not yet that: degraded, nothing to ask.
+        found.append(Finding("degraded", "none", _n(banks["none"], "memory bank") + " with "
+                             "no spare row left: the next row failing there fails its remap"))
+    if health.get("sram_threshold_exceeded"):
+        # NVIDIA documents no action for it; fleet reports it for the provider's field
+        # diagnostic rather than asking for a replacement on its own.
+        found.append(Finding("degraded", "none", "the driver's SRAM error threshold is "
+                             "exceeded"))
+    volatile = ecc.get("uncorrected_volatile")
+    aggregate = ecc.get("uncorrected_aggregate")
+    if volatile:
+        # A reset clears the errored state and activates the rows remapped for it.
+        found.append(Finding("failing", "reset", _n(volatile, "uncorrectable ECC error")
+                             + " since the driver loaded"))
+    elif aggregate:
+        found.append(Finding("degraded", "none", _n(aggregate, "uncorrectable ECC error")
+                             + " in the card's life" + (", none since the driver loaded"
+                                                        if volatile == 0 else "")))
+    if pages is not None:
+        if pages["pending"]:
+            # NVIDIA: pending "until the driver reloads or the GPU resets"; DCGM warns
+            # (DCGM_FR_PENDING_PAGE_RETIREMENTS), it does not fail.
+            found.append(Finding("degraded", "reset", "a page retirement is pending until "
+                                 "the GPU is reset"))
+        single, double = pages["single_bit"] or 0, pages["double_bit"] or 0
+        if single + double >= RETIRED_FULL:
+            found.append(Finding("failing", "replace", f"{single + double} retired pages: "
+                                 f"the table is full at {RETIRED_FULL} (DCGM)"))
+        elif single + double >= RETIRED_DEGRADED:
+            found.append(Finding("degraded", "none",
+                                 f"{single + double} retired pages of {RETIREMENT_TABLE}"))
+        if double:
+            found.append(Finding("degraded", "none",
+                                 _n(double, "page") + " retired for double-bit errors"))
+    return found
+
+
+def _recovery(health: Dict[str, Any]) -> List[Finding]:
+    value = health.get("recovery_action")
+    if not value:
+        return []
+    verdict, action, words = RECOVERY_ACTIONS.get(
+        value, ("failing", "drain_and_reset", f"recovery action {value}"))
+    return [Finding(verdict, action, f"the driver asks for {words} (NVML recovery action "
+                                     f"{value})")]
+
+
+def _links(health: Dict[str, Any], pcie_gen_max: Optional[int],
+           pcie_width_max: Optional[int]) -> List[Finding]:
+    found: List[Finding] = []
+    seconds = health.get("run_seconds")
+    rise = health.get("pcie_replays_during_run")
+    gen, width = health.get("pcie_gen_load"), health.get("pcie_width_load")
+    limit = _pcie_limit(gen or pcie_gen_max, width or pcie_width_max)
+    if rise and seconds and limit is not None:
+        per_min = rise * 60.0 / seconds
+        if per_min > limit:
+            found.append(Finding("degraded", "none", f"the PCIe replay counter rose "
+                                 f"{per_min:.0f} a minute during the run (DCGM warns above "
+                                 f"{limit})"))
+    if gen is not None and pcie_gen_max is not None and gen < pcie_gen_max:
+        found.append(Finding("degraded", "none", f"{LINK_REASON} Gen{gen} under load; the "
+                             f"card and slot support Gen{pcie_gen_max}"))
+    if width is not None and pcie_width_max is not None and width < pcie_width_max:
+        found.append(Finding("degraded", "none", f"{LINK_REASON} x{width} under load; the "
+                             f"card and slot support x{pcie_width_max}"))
+    for link in health.get("nvlink_errors_during_run") or []:
+        hard = [(link.get(k) or 0, k) for k in ("replay", "recovery")]
+        for count, kind in hard:
+            if count:
+                found.append(Finding("failing", "reset", f"{NVLINK_REASON} link "
+                                     f"{link['link']} logged {_n(count, kind + ' error')} "
+                                     "during the run (DCGM fails on any)"))
+        crc = (link.get("crc_flit") or 0) + (link.get("crc_data") or 0)
+        # Below DCGM's rate a CRC error is not judged: healthy lent H100s log 0.07-0.9
+        # data CRC errors a second on every link under load (NVML's CRC_DATA counter;
+        # nvidia-smi nvlink -e shows 0 CRC errors) while their pairs copy at full speed
+        # (bench/RESULTS.md, "Health that says what to do").
+        if crc and seconds and crc / seconds >= NVLINK_CRC_PER_S:
+            found.append(Finding("failing", "reset",
+                                 f"{NVLINK_REASON} link {link['link']} logged "
+                                 f"{_n(crc, 'CRC error')} during the run, "
+                                 f"{crc / seconds:.3g} a second (DCGM fails at "
+                                 f"{NVLINK_CRC_PER_S:g})"))
+    return found
+
+
+def _xid_found(health: Dict[str, Any]) -> List[Finding]:
+    found = []
+    for event in health.get("xid_during_run") or []:
+        if event.get("cause") != "hardware":
+            continue
+        action = str(event.get("action") or "none")
+        verdict = "failing" if action in ("drain_and_reset", "replace") else "degraded"
+        found.append(Finding(verdict, action, f"Xid {event.get('code')} ({event.get('name')}) "
+                             "during the agent's run"))
+    return found
+
+
+def decide(
+    health: Dict[str, Any],
+    pcie_gen_max: Optional[int] = None,
+    pcie_width_max: Optional[int] = None,
+    nvlink: Optional[NvLinks] = None,
+    carried: Sequence[str] = (),
+) -> Tuple[str, Optional[str], List[str]]:
+    """(verdict, action, reasons) by RULE: failing reasons first, then degraded; the action
+    is the most any reason asks for (None when unknown). The link is judged only when both
+    its state under load (in `health`) and the most the card and slot support are known;
+    NVLink only when `nvlink` says the count. `carried`: degraded reasons already found
+    (NVLink's, judged again after load)."""
+    found = (_memory(health) + _recovery(health) + _links(health, pcie_gen_max, pcie_width_max)
+             + _xid_found(health))
+    found += [Finding("degraded", "none", r) for r in [nvlink_reason(nvlink), *carried]
+              if r is not None]
+    if found:
+        verdict = "failing" if any(f.verdict == "failing" for f in found) else "degraded"
+        action = max((f.action for f in found), key=ACTIONS.index)
+        return verdict, action, ([f.reason for f in found if f.verdict == "failing"]
+                                 + [f.reason for f in found if f.verdict == "degraded"])
+    missing = []
+    pages = health.get("retired_pages")
+    if (health.get("ecc") or {}).get("uncorrected_volatile") is None:
+        missing.append("the driver did not answer the uncorrectable ECC count since it "
+                       "loaded")
+    if health.get("remapped_rows") is None and (
+            pages is None or pages["single_bit"] is None or pages["double_bit"] is None):
+        missing.append("the driver answered neither remapped rows nor retired pages")
+    if missing:
+        return "unknown", None, missing
+    return "healthy", "none", []
+
+
 def judge(
     health: Dict[str, Any],
     pcie_gen_max: Optional[int] = None,
@@ -386,73 +676,9 @@ def judge(
     nvlink: Optional[NvLinks] = None,
     carried: Sequence[str] = (),
 ) -> Tuple[str, List[str]]:
-    """(verdict, reasons) by RULE. The link is judged only when both its state under load
-    (in `health`) and the most the card and slot support are known; NVLink only when
-    `nvlink` says the count. `carried`: degraded reasons already found (NVLink's, judged
-    again after load)."""
-    failing: List[str] = []
-    degraded: List[str] = []
-    ecc = health.get("ecc") or {}
-    rows = health.get("remapped_rows")
-    pages = health.get("retired_pages")
-
-    if rows is not None:
-        if rows["failure"]:
-            failing.append("a row remapping failed: no spare row was left")
-        if rows["pending"]:
-            failing.append("a row remap is pending: it takes effect only when the GPU is "
-                           "reset")
-        if rows["uncorrectable"]:
-            degraded.append(_n(rows["uncorrectable"], "row") + " remapped for uncorrectable "
-                            "errors")
-        total = rows["correctable"] + rows["uncorrectable"]
-        if total >= REMAPS_DEGRADED:
-            degraded.append(f"{_n(total, 'remapped row')} of {REMAP_SPARES} spares")
-    volatile = ecc.get("uncorrected_volatile")
-    aggregate = ecc.get("uncorrected_aggregate")
-    if volatile:
-        failing.append(_n(volatile, "uncorrectable ECC error") + " since the driver loaded")
-    elif aggregate:
-        degraded.append(_n(aggregate, "uncorrectable ECC error") + " in the card's life"
-                        + (", none since the driver loaded" if volatile == 0 else ""))
-    if pages is not None:
-        if pages["pending"]:
-            failing.append("a page retirement is pending until the GPU is reset")
-        single, double = pages["single_bit"] or 0, pages["double_bit"] or 0
-        if single + double >= RETIREMENT_TABLE:
-            failing.append(f"{single + double} retired pages: the table of "
-                           f"{RETIREMENT_TABLE} is full")
-        elif single + double >= RETIRED_DEGRADED:
-            degraded.append(f"{single + double} retired pages of {RETIREMENT_TABLE}")
-        if double:
-            degraded.append(_n(double, "page") + " retired for double-bit errors")
-    rise = health.get("pcie_replays_during_run")
-    if rise:
-        degraded.append(f"the PCIe replay counter rose by {rise} during the run")
-    gen, width = health.get("pcie_gen_load"), health.get("pcie_width_load")
-    if gen is not None and pcie_gen_max is not None and gen < pcie_gen_max:
-        degraded.append(f"{LINK_REASON} Gen{gen} under load; the card and slot "
-                        f"support Gen{pcie_gen_max}")
-    if width is not None and pcie_width_max is not None and width < pcie_width_max:
-        degraded.append(f"{LINK_REASON} x{width} under load; the card and slot "
-                        f"support x{pcie_width_max}")
-    missing_links = nvlink_reason(nvlink)
-    degraded += [r for r in [missing_links, *carried] if r is not None]
-
-    if failing:
-        return "failing", failing + degraded
-    if degraded:
-        return "degraded", degraded
-    missing = []
-    if volatile is None:
-        missing.append("the driver did not answer the uncorrectable ECC count since it "
-                       "loaded")
-    if rows is None and (pages is None or pages["single_bit"] is None
-                         or pages["double_bit"] is None):
-        missing.append("the driver answered neither remapped rows nor retired pages")
-    if missing:
-        return "unknown", missing
-    return "healthy", []
+    """(verdict, reasons): `decide` without the action."""
+    verdict, _, reasons = decide(health, pcie_gen_max, pcie_width_max, nvlink, carried)
+    return verdict, reasons
 
 
 def judged(
@@ -462,10 +688,13 @@ def judged(
     nvlink: Optional[NvLinks] = None,
     carried: Sequence[str] = (),
 ) -> Dict[str, Any]:
-    """The Health model's document: the verdict, its reasons and rule, then the counters."""
-    counters = {k: v for k, v in health.items() if k not in ("verdict", "reasons", "rule")}
-    verdict, reasons = judge(counters, pcie_gen_max, pcie_width_max, nvlink, carried)
-    return {"verdict": verdict, "reasons": reasons, "rule": RULE, **counters}
+    """The Health model's document: the verdict, its action, reasons and rule, then the
+    counters."""
+    counters = {k: v for k, v in health.items()
+                if k not in ("verdict", "action", "reasons", "rule")}
+    verdict, action, reasons = decide(counters, pcie_gen_max, pcie_width_max, nvlink, carried)
+    return {"verdict": verdict, "action": action, "reasons": reasons, "rule": RULE,
+            **counters}
 
 
 def read_and_judge(
@@ -476,11 +705,14 @@ def read_and_judge(
     bus_id: Optional[str] = None,
     kernel_log: Optional[KernelLog] = None,
     nvlink: Optional[NvLinks] = None,
+    nvlink_states: Optional[Sequence[Any]] = None,
 ) -> Dict[str, Any]:
     """`read_health`, judged: what the fingerprint carries as `health`. `nvlink`: the
-    GPU's active NVLink links against its variant's (the fingerprint reads them)."""
-    return judged(read_health(nvml, handle, unavailable, architecture, bus_id, kernel_log),
-                  nvlink=nvlink)
+    GPU's active NVLink links against its variant's; `nvlink_states`: each link's state
+    (the fingerprint reads both)."""
+    active = () if nvlink_states is None else [i for i, up in enumerate(nvlink_states) if up]
+    return judged(read_health(nvml, handle, unavailable, architecture, bus_id, kernel_log,
+                              active), nvlink=nvlink)
 
 
 def update_after_load(
@@ -489,24 +721,50 @@ def update_after_load(
     handle: Handle,
     pcie_gen_load: Optional[int],
     pcie_width_load: Optional[int],
+    run_seconds: Optional[float] = None,
+    kernel_log: Optional[KernelLog] = None,
+    run_started: Optional[float] = None,
+    bus_id: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """`health` judged again with what only load shows: how far the PCIe replay counter rose
-    since the fingerprint read it, and the host link as it ran under load (links drop a
-    generation at idle, so the fingerprint's own reading proves nothing). Read-only."""
+    """`health` judged again with what only load shows: how far the PCIe replay counter and
+    each active NVLink link's error counters rose since the fingerprint read them, over
+    `run_seconds` (rates, as DCGM judges them), the host link as it ran under load (links
+    drop a generation at idle, so the fingerprint's own reading proves nothing), and the
+    Xid lines of `kernel_log` (read again after the load) stamped at or after
+    `run_started` (seconds since boot, time.monotonic()'s clock). Read-only."""
 
-    def ask(fn: str) -> Optional[int]:
+    def ask(fn: str, *args: Arg) -> Any:
         try:
-            return _count(nvml.call(handle, fn))
+            return nvml.call(handle, fn, *args)
         except NvmlError:
             return None
 
     updated = dict(health)
-    before, after = health.get("pcie_replays"), ask("nvmlDeviceGetPcieReplayCounter")
+    before, after = health.get("pcie_replays"), _count(ask("nvmlDeviceGetPcieReplayCounter"))
     # A counter that went down was reset (or wrapped): how far it rose is not known.
     updated["pcie_replays_during_run"] = (after - before if before is not None
                                           and after is not None and after >= before else None)
     updated["pcie_gen_load"] = pcie_gen_load
     updated["pcie_width_load"] = pcie_width_load
-    kept = [r for r in health.get("reasons") or [] if str(r).startswith(NVLINK_REASON)]
-    return judged(updated, ask("nvmlDeviceGetMaxPcieLinkGeneration"),
-                  ask("nvmlDeviceGetMaxPcieLinkWidth"), carried=kept)
+    updated["run_seconds"] = None if run_seconds is None else round(float(run_seconds), 3)
+    links_before = health.get("nvlink_errors") or []
+    now = nvlink_errors(ask, [int(link["link"]) for link in links_before]) or []
+    by_link = {link["link"]: link for link in now}
+    rises = []
+    for old in links_before:
+        new = by_link.get(old["link"], {})
+        rise: Dict[str, Any] = {"link": old["link"]}
+        for name, _ in NVLINK_ERRORS:
+            was, is_ = old.get(name), new.get(name)
+            rise[name] = is_ - was if was is not None and is_ is not None and is_ >= was else None
+        rises.append(rise)
+    updated["nvlink_errors_during_run"] = rises or None
+    if kernel_log is not None and kernel_log.readable and run_started is not None:
+        lines = xid(kernel_log, bus_id)["events"]
+        updated["xid_during_run"] = [
+            {**xids.classify(line), "line": line[:XID_LINE_CHARS]} for line in lines
+            if (xids.stamp(line) or -1.0) >= run_started]
+    kept = [r for r in health.get("reasons") or [] if str(r).startswith(NVLINK_REASON)
+            and "links active" in str(r)]
+    return judged(updated, _count(ask("nvmlDeviceGetMaxPcieLinkGeneration")),
+                  _count(ask("nvmlDeviceGetMaxPcieLinkWidth")), carried=kept)

@@ -21,7 +21,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent import bandwidth, collective, contention, hostlink, links, memory, numa, peers
+from agent import (
+    bandwidth,
+    collective,
+    contention,
+    hostlink,
+    links,
+    memory,
+    numa,
+    nvlink,
+    peers,
+)
 from agent.harness import Config as HarnessConfig
 from agent.harness import GpuTarget, HarnessError, import_torch, match_targets
 from agent.nvml import Nvml
@@ -102,8 +112,6 @@ def allreduce_datasheet(paths: Sequence[Optional[str]], gpus: Sequence[Dict[str,
     driver or recording): each GPU's active links, said to assume a switched board. The
     slowest host link only where every pair's path is known and none is NVLink; None
     where a path is unknown."""
-    from agent import nvlink
-
     def slowest(figures: List[Tuple[Optional[float], Optional[str]]]
                 ) -> Tuple[Optional[float], Optional[str]]:
         return min(figures, key=lambda f: float(f[0] or 0.0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, ClassVar, Dict, List, Optional, Union
 
 RECORDING_FORMAT = "nvml-recording/1"
 REPLAY_ENV = "FLEET_NVML_REPLAY"
@@ -162,9 +162,35 @@ class LiveNvml(Nvml):
         if native is not None:
             real_args.insert(0, native)
         try:
+            if fn in self._CALLER_BUILT:
+                return getattr(self, self._CALLER_BUILT[fn])(func, real_args, key)
             return func(*real_args)
         except self._p.NVMLError as exc:
             raise NvmlError(self._errors.get(exc.value, f"NVML_ERROR_{exc.value}"), key) from None
+
+    # Calls whose pynvml wrapper wants what a recording key cannot say (a list of field
+    # ids, a struct the caller builds): keyed by one field's name, or by the call alone.
+    _CALLER_BUILT: ClassVar[Dict[str, str]] = {"nvmlDeviceGetFieldValues": "_field_value",
+                                               "nvmlDeviceGetSramEccErrorStatus": "_sram_status"}
+
+    def _field_value(self, func: Any, args: List[Any], key: str) -> Any:
+        """One field's value: `nvmlDeviceGetFieldValues(FIELD)` -> the number, or the
+        field's own NVML error (the call succeeds while a field fails)."""
+        handle, field = args
+        value = func(handle, [field])[0]
+        if value.nvmlReturn != 0:
+            raise NvmlError(self._errors.get(value.nvmlReturn,
+                                             f"NVML_ERROR_{value.nvmlReturn}"), key)
+        # nvmlValueType_t: 0 double, 1 uint, 2 ulong, 3 ulonglong, 4 slonglong, 5 sint, 6 ushort
+        member = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+        return getattr(value.value, member[value.valueType] if value.valueType < 7 else
+                       "ullVal")
+
+    def _sram_status(self, func: Any, args: List[Any], key: str) -> Any:
+        """nvmlDeviceGetSramEccErrorStatus fills a versioned struct the caller gives."""
+        status = self._p.c_nvmlEccSramErrorStatus_v1_t()
+        func(args[0], self._p.byref(status))
+        return status
 
     def system(self, fn: str, *args: Arg) -> Any:
         """The answer of the system-wide call `fn`, as plain Python values."""

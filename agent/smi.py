@@ -430,7 +430,7 @@ _UNUSED_TOP = (
 _UNUSED_GPU = (
     # identity and board
     "gpu pdi|pdi|gpu part number|fru part number|gpu fru part number|addressing mode"
-    "|inforom bbx object flush|inforom bbx flush|gpu reset status|gpu recovery action"
+    "|inforom bbx object flush|inforom bbx flush|gpu reset status"
     "|ibmnpu|module id|gpu module id"
     # virtualization: a guest's licence, a host's capabilities and its active vGPUs
     "|vgpu software licensed product|vgpu device capability|vgpus|vgpu instances"
@@ -456,7 +456,7 @@ _KNOWN_GPU = _section_names([
     "pci|fb memory usage|bar1 memory usage|utilization|remapped rows|supported clocks"
     "|clocks event reasons|clocks throttle reasons|processes|mig devices"
     # agent/smi_health.py's sections
-    "|ecc errors|retired pages|clocks event reasons counters",
+    "|ecc errors|retired pages|clocks event reasons counters|gpu recovery action",
     _UNUSED_GPU,
 ])
 _KNOWN_TOP = _section_names([

@@ -217,6 +217,80 @@ def violation_keys(read: Read, gpu: Node) -> Dict[str, Any]:
     return store
 
 
+# "GPU Recovery Action" as nvidia-smi prints nvmlDeviceGpuRecoveryAction_t. "None" is the
+# lent H100's and H200s' (driver 580); the other words are nvidia-smi's names of NVML's
+# values as fleet expects them, not seen on a card.
+RECOVERY_WORDS = {"none": 0, "gpu reset": 1, "reset": 1, "node reboot": 2, "reboot": 2,
+                  "drain p2p": 3, "drain and reset": 4, "drain p2p and reset": 4,
+                  "recover imex domain": 5, "bus reset": 6, "system reboot": 7}
+_YES_NO = {"yes": 1, "no": 0}
+BANKS = ("max", "high", "partial", "low", "none")
+
+
+def _words(table: Dict[str, int]) -> Parse:
+    def parse(raw: str) -> int:
+        key = " ".join(raw.replace("_", " ").lower().split())
+        if key not in table:
+            raise ValueError(raw)
+        return table[key]
+    return parse
+
+
+def _banks(raw: str) -> int:
+    """'2560 bank(s)' -> 2560."""
+    match = _NUMBER.match(raw.strip())
+    if match is None or match.group(2) != "bank(s)":
+        raise ValueError(raw)
+    return int(match.group(1))
+
+
+def repair_keys(read: Read, gpu: Node) -> Dict[str, Any]:
+    """The recovery action, the repair flags printed under `ECC Errors` (drivers from
+    R575) and the row remapper's bank histogram, as the NVML calls agent/health.py asks."""
+    store: Dict[str, Any] = {}
+
+    def put(key: str, state: str, value: Any) -> None:
+        if state == VALUE:
+            store[key] = value
+        elif state == ERROR:
+            store[key] = {"nvml_error": value}
+
+    put("nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
+        *read(gpu.find("gpu recovery action"), _words(RECOVERY_WORDS)))
+    ecc = gpu.find("ecc errors")
+    if ecc is not None and ecc.children:
+        aggregate = ecc.find("aggregate")
+        state, value = read(None if aggregate is None else
+                            aggregate.find("sram threshold exceeded"), _words(_YES_NO))
+        if state == VALUE:
+            store["nvmlDeviceGetSramEccErrorStatus"] = {"bThresholdExceeded": value}
+        elif state == ERROR:
+            store["nvmlDeviceGetSramEccErrorStatus"] = {"nvml_error": value}
+        channel = read(ecc.find("channel repair pending"), _words(_YES_NO))
+        tpc = read(ecc.find("tpc repair pending"), _words(_YES_NO))
+        if channel[0] == VALUE and tpc[0] == VALUE:
+            store["nvmlDeviceGetRepairStatus"] = [channel[1], tpc[1]]
+        elif channel[0] == ERROR and tpc[0] == ERROR:
+            store["nvmlDeviceGetRepairStatus"] = {"nvml_error": channel[1]}
+        put("nvmlDeviceGetUnrepairableMemoryFlag_v1",
+            *read(ecc.find("unrepairable memory"), _words(_YES_NO)))
+    rows = gpu.find("remapped rows")
+    histogram = None if rows is None else rows.find(
+        "bank remap availability histogram|row remapper histogram")
+    if histogram is not None:
+        counts = {}
+        for bank in BANKS:
+            state, value = read(histogram.find(f"{bank}|row remapper histogram {bank}"),
+                                _banks)
+            if state != VALUE:
+                break
+            counts[bank] = value
+        else:
+            store["nvmlDeviceGetRowRemapperHistogram"] = counts
+    return store
+
+
 def health_keys(read: Read, gpu: Node) -> Dict[str, Any]:
     """Every key above, for one GPU's section."""
-    return {**ecc_keys(read, gpu), **retired_page_keys(read, gpu), **violation_keys(read, gpu)}
+    return {**ecc_keys(read, gpu), **retired_page_keys(read, gpu), **violation_keys(read, gpu),
+            **repair_keys(read, gpu)}

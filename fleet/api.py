@@ -197,10 +197,14 @@ FINGERPRINT_COLUMNS = _columns(
                            "older than the health counters fingerprinted it)"),
     ("health_reasons", "object", "the counters that decided the verdict, in words, a list; "
                                  "empty for a healthy card and for one not read"),
+    ("health_action", "string", 'what to ask the provider for (agent/health.py): "none", '
+                                '"reset", "drain_and_reset" or "replace"; missing where the '
+                                "verdict is unknown or the agent predates actions"),
 )
 # The fingerprint table's own columns among FINGERPRINT_COLUMNS, read as they are stored.
 _STORED_FINGERPRINT = tuple(c for c in FINGERPRINT_COLUMNS[8:] if c.name not in (
-    "mig_devices", "health", "health_reasons") and not c.name.startswith("may_set_"))
+    "mig_devices", "health", "health_reasons", "health_action")
+    and not c.name.startswith("may_set_"))
 
 RUN_COLUMNS = _columns(
     ("run", "int64", "the run's number (`fleet report --run N`)"),
@@ -592,7 +596,7 @@ class Store:
         compared = [getattr(f, c.name) for c in _STORED_FINGERPRINT]
         stmt = (select(d.id, d.probe_run_id, d.collected_at, Provider.name, Host.name,
                        ProbeRun.sweep, f.gpu_index, Gpu.uuid, *compared, f.mig_devices,
-                       f.capabilities, f.health, f.health_reasons)
+                       f.capabilities, f.health, f.health_reasons, f.health_action)
                 .select_from(f).join(d, d.id == f.document_id).join(Host, Host.id == d.host_id)
                 .join(Provider, Provider.id == Host.provider_id)
                 .join(ProbeRun, ProbeRun.id == d.probe_run_id).join(Gpu, Gpu.id == f.gpu_id))
@@ -783,10 +787,10 @@ _SETTINGS = tuple(c.name.removeprefix("may_set_") for c in FINGERPRINT_COLUMNS
 def _settings(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A fingerprint row with its MIG profiles as a list, its capabilities spread out
     into one column per setting, and its health "not read" where it was not."""
-    migs, capabilities = _json(row[-4]), _json(row[-3]) or {}
-    return (*row[:-4], list(migs or ()),
+    migs, capabilities = _json(row[-5]), _json(row[-4]) or {}
+    return (*row[:-5], list(migs or ()),
             *(_VERDICTS.get(str(capabilities.get(name))) for name in _SETTINGS),
-            row[-2] or NOT_READ, list(_json(row[-1]) or ()))
+            row[-3] or NOT_READ, list(_json(row[-2]) or ()), row[-1])
 
 
 def _ignore(item: Item) -> None:

@@ -132,6 +132,7 @@ class GpuProcess(Strict):
 
 
 HealthVerdict = Literal["healthy", "degraded", "failing", "unknown"]
+HealthAction = Literal["none", "reset", "drain_and_reset", "replace"]
 
 
 class EccCounts(Strict):
@@ -174,6 +175,45 @@ class Xid(Strict):
     note: Text
     # The newest lines that carry an Xid, as the kernel printed them.
     events: list[Text] = Field(default_factory=list, max_length=64)
+    # Each event's code by agent/xid.py's cited table, in the same order (older agents:
+    # empty).
+    classified: list[XidClass] = Field(default_factory=list, max_length=64)
+
+
+class XidClass(Strict):
+    """One Xid line's code, what it points at and what a buyer asks for (agent/xid.py)."""
+
+    code: Annotated[int, Field(ge=0, le=100_000)] | None
+    cause: Literal["hardware", "driver", "application", "unknown"]
+    action: HealthAction
+    name: Text
+
+
+class XidInRun(XidClass):
+    """An Xid line stamped inside the agent's run, classified."""
+
+    line: Text
+
+
+class NvLinkErrors(Strict):
+    """One NVLink link's error counters (nvmlDeviceGetNvLinkErrorCounter; None where the
+    driver did not answer), or how far each rose during the run."""
+
+    link: Annotated[int, Field(ge=0, le=64)]
+    replay: Count | None
+    recovery: Count | None
+    crc_flit: Count | None
+    crc_data: Count | None
+
+
+class RemapHistogram(Strict):
+    """The row remapper's banks by spare rows left (nvmlDeviceGetRowRemapperHistogram)."""
+
+    max: Count
+    high: Count
+    partial: Count
+    low: Count
+    none: Count
 
 
 class Health(Strict):
@@ -200,6 +240,24 @@ class Health(Strict):
     throttle_ns: dict[Name, Count] = Field(default_factory=dict, max_length=16)
     energy_mj: Count | None
     xid: Xid | None
+    # What the buyer asks the provider for (agent/health.py RULE); None: unknown, or an
+    # older agent that did not say.
+    action: HealthAction | None = None
+    # NVML's recovery action field (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+    # 4 drain and reset, ...); and the flags nvidia-smi -q prints beside the ECC counts.
+    recovery_action: Count | None = None
+    remap_histogram: RemapHistogram | None = None
+    sram_threshold_exceeded: bool | None = None
+    channel_repair_pending: bool | None = None
+    tpc_repair_pending: bool | None = None
+    unrepairable_memory: bool | None = None
+    # Per active NVLink link: the error counters at the fingerprint, and their rise over
+    # the run (`run_seconds`, the span the rises cover).
+    nvlink_errors: list[NvLinkErrors] | None = Field(default=None, max_length=64)
+    nvlink_errors_during_run: list[NvLinkErrors] | None = Field(default=None, max_length=64)
+    run_seconds: Annotated[float, Field(ge=0, le=1e7)] | None = None
+    # Xid lines stamped inside the agent's run (read again after the load).
+    xid_during_run: list[XidInRun] | None = Field(default=None, max_length=64)
 
 
 class NvLinkRemote(Strict):
@@ -512,6 +570,39 @@ class Soak(Strict):
         max_length=1000)
 
 
+class Integrity(Strict):
+    """Soaked results from harness 1.4 on (agent/integrity.py): the product compared bit for
+    bit with the GPU's first one under load, once a soak window, and a digest of that first
+    product that the node's GPUs of one device and stack must share."""
+
+    checks: Count
+    # Checks that found the product changed; the first one's seconds of load, the card's
+    # temperature then, and how many elements differed (None: no mismatch).
+    mismatches: Count
+    interval_s: Annotated[float, Field(gt=0, le=1e4)]
+    reference_s: Seconds | None
+    first_mismatch_s: Seconds | None
+    first_mismatch_temperature_c: Celsius | None
+    first_mismatch_elements: Count | None
+    max_elements: Count
+    elements: Count  # in the product
+    # 62 bits of the first product, 16 hex digits: equal digests, equal bits.
+    digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")] | None
+    # The cuBLAS kernel where torch could tell (so far it cannot: the stack stands in).
+    kernel: Name | None
+    # A corruption constructed by the test hook (FLEET_INTEGRITY_FLIP_AFTER), not the card's.
+    injected: bool = False
+
+    @model_validator(mode="after")
+    def _counts_agree(self) -> Integrity:
+        if self.mismatches > self.checks:
+            raise ValueError(f"integrity: {self.mismatches} mismatches in {self.checks} checks")
+        if (self.mismatches > 0) != (self.first_mismatch_s is not None):
+            raise ValueError("integrity: first_mismatch_s is given exactly when a check "
+                             "mismatched")
+        return self
+
+
 class ClockLock(Strict):
     """A clock lock the benchmark asked for, whether it held, and why not."""
 
@@ -560,6 +651,8 @@ class BenchmarkResult(Strict):
     clock_lock: ClockLock | None
     # Harness 1.3 and later, soaked results only.
     soak: Soak | None = None
+    # Soaked results only, from the agent that checks the product under load on.
+    integrity: Integrity | None = None
     telemetry: TelemetrySummary
     # Downsampled: [seconds since start, SM MHz, memory MHz, watts, deg C, reasons bitmask].
     telemetry_series: list[Annotated[list[float], Field(min_length=6, max_length=6)]] = Field(

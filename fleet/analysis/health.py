@@ -8,8 +8,9 @@ not healthy, with the reasons the agent gave.
 
     health = fleet_health(data.gpus)
 
-- `failing` and `degraded`: one finding per GPU, each with its reasons. A failing card
-  is the provider's to replace, whatever its speed.
+- `failing` and `degraded`: one finding per GPU, each with its reasons and the action the
+  agent's verdict asks of the provider (issue 36): nothing, a reset, a drain and reset, or
+  a replacement (NVIDIA's RMA criteria). Stored before the action was judged: none said.
 - `unknown` (the driver could not tell): one finding per provider, naming its hosts and
   the reasons given. The driver's silence comes from how the provider set the card up (a
   vGPU guest sees no ECC or remap counters; a driver too old for them), so it is the same
@@ -35,6 +36,10 @@ from fleet.words import counted
 
 NOT_READ = "not read"
 UNWELL = ("failing", "degraded")  # worst first
+# The agent's actions (agent/health.py ACTIONS) as the report asks for them.
+ASKS = {"reset": "ask the provider to reset it",
+        "drain_and_reset": "ask the provider to drain the node and reset it",
+        "replace": "ask the provider to replace it"}
 # Named in a finding about a provider's unknown health; the rest are counted.
 HOSTS_NAMED = 8
 
@@ -49,6 +54,12 @@ class UnwellGpu:
     variant: str
     verdict: str  # "failing" or "degraded"
     reasons: tuple[str, ...]
+    action: str | None = None  # agent/health.py ACTIONS; None: stored without one
+
+    @property
+    def ask(self) -> str | None:
+        """What to ask the provider for, in words; None where nothing is asked."""
+        return ASKS.get(self.action or "")
 
     @property
     def evidence(self) -> str:
@@ -135,6 +146,15 @@ def _reasons(value: Any) -> tuple[str, ...]:
     return tuple(str(r) for r in value) if isinstance(value, list | tuple) else ()
 
 
+def _actions(gpus: pd.DataFrame) -> pd.Series:
+    """Each GPU's stored action (None where not stored: an older agent, or a frame built
+    without the column)."""
+    if "health_action" not in gpus:
+        return pd.Series([None] * len(gpus), index=gpus.index, dtype=object)
+    column = gpus["health_action"].astype(object)
+    return column.where(column.notna(), None)
+
+
 def fleet_health(gpus: pd.DataFrame) -> FleetHealth:
     """The health of `gpus` (the fleet as found, `Dataset.gpus`: provider, host,
     gpu_index, variant, health and health_reasons per GPU)."""
@@ -152,17 +172,18 @@ def fleet_health(gpus: pd.DataFrame) -> FleetHealth:
     rows = zip(providers[named].tolist(), gpus["host"][named].astype(str).tolist(),
                gpus["gpu_index"][named].astype(int).tolist(),
                gpus["variant"][named].astype(str).tolist(), verdicts[named].tolist(),
-               gpus["health_reasons"][named].astype(object).tolist(), strict=True)
+               gpus["health_reasons"][named].astype(object).tolist(),
+               _actions(gpus)[named].tolist(), strict=True)
     unwell: list[UnwellGpu] = []
     unknown_gpus: dict[str, Counter[str]] = defaultdict(Counter)  # provider -> host -> GPUs
     unknown_reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    for provider, host, index, variant, verdict, reasons in rows:
+    for provider, host, index, variant, verdict, reasons, action in rows:
         if verdict == "unknown":
             unknown_gpus[provider][host] += 1
             unknown_reasons[provider].update(_reasons(reasons))
         else:
             unwell.append(UnwellGpu(provider, host, index, variant, verdict,
-                                    _reasons(reasons)))
+                                    _reasons(reasons), action))
     unwell.sort(key=lambda g: (UNWELL.index(g.verdict), g.provider, g.host, g.gpu_index))
     unknown = [UnknownHealth(provider, sum(hosts.values()), tuple(sorted(hosts)),
                              tuple(r for r, _ in sorted(unknown_reasons[provider].items(),

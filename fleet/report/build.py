@@ -43,6 +43,7 @@ from fleet.analysis.drift import Drift, find_drift
 from fleet.analysis.found import FoundHost, fleet_as_found
 from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
 from fleet.analysis.health import FleetHealth, fleet_health, told_elsewhere
+from fleet.analysis.integrity import find_corruption
 from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.report.charts import Chart, provider_charts
@@ -51,7 +52,7 @@ from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
-                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention")
+                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention", "corruption")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,8 @@ class Report:
     health: FleetHealth = field(default_factory=FleetHealth)  # of the GPUs as found
     # The node suite's figures as found, its findings, and each node's synchronous figure.
     node: NodeSection = field(default_factory=NodeSection)
+    # GPUs that computed wrong under load (fleet/analysis/integrity.py), also in `dispute`.
+    corruption: tuple[Finding, ...] = ()
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -178,7 +181,7 @@ class Report:
                 "regression": self.regressions, "duplicate": len(self.shared),
                 "health": self.health.findings, "hostlink": node["hostlink"],
                 "peer": node["peer"], "shortfall": node["shortfall"],
-                "contention": node["contention"]}
+                "contention": node["contention"], "corruption": len(self.corruption)}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -336,8 +339,11 @@ def _duplicates(shared: tuple[SharedHosts, ...], anonymized: bool) -> list[Findi
 
 def _health(health: FleetHealth) -> list[Finding]:
     # The agent's reasons are few and short: they stay the evidence, a line.
+    # The title asks for the agent's action ("..., ask the provider to reset it"); `cause`
+    # keeps it in a word for the table (issue 36).
     found = [Finding("health", g.provider, f"{g.host} GPU {g.gpu_index} ({g.variant}) is "
-                     f"{g.verdict}", g.evidence) for g in health.unwell]
+                     f"{g.verdict}" + (f": {g.ask}" if g.ask else ""), g.evidence,
+                     cause=g.action if g.ask else None) for g in health.unwell]
     found += [Finding("health", u.provider, u.title, u.evidence) for u in health.unknown]
     return found
 
@@ -405,6 +411,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     variants = sorted({m.variant for m in data.measures} | {
         d.variant for d in drift})
     node = node_section(engine, data, options.gaps, options.node)
+    corruption = [Finding.of(c.finding()) for c in find_corruption(
+        engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     health = told_elsewhere(fleet_health(data.gpus), {
         (issue.provider, issue.host, gpu) for issue in node.host_links
         if issue.problem == "below maximum" for gpu in issue.gpus})
@@ -421,7 +429,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
         headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
         # A failing card is to be replaced before its speed matters: health comes early.
-        dispute=tuple(_duplicates(data.shared, options.anonymize) + _health(health)
+        dispute=tuple(_duplicates(data.shared, options.anonymize) + corruption + _health(health)
                       + _dispute(mismatches, mixed, gaps,
                                  [c for c in cooling if c.called], stragglers, drift)
                       + _node_findings(node)),
@@ -433,4 +441,4 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
-        health=health, node=node)
+        health=health, node=node, corruption=tuple(corruption))

@@ -673,9 +673,11 @@ def _fingerprint_row(gpu: Gpu) -> dict[str, Any]:
 def _health_columns(health: Health | None) -> dict[str, Any]:
     """The verdict, its reasons and its counters; NULL for an agent that read none."""
     if health is None:
-        return {"health": None, "health_reasons": None, "health_counters": None}
+        return {"health": None, "health_reasons": None, "health_counters": None,
+                "health_action": None}
     return {"health": health.verdict, "health_reasons": to_json(list(health.reasons)),
-            "health_counters": to_json(health_counters(health))}
+            "health_counters": to_json(health_counters(health)),
+            "health_action": health.action}
 
 
 def health_counters(health: Health) -> dict[str, int | bool]:
@@ -740,6 +742,7 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "power_cap_share": sum(telemetry.reason_shares.get(name) or 0.0
                                for name in POWER_CAP_REASONS),
         **_soak_columns(result),
+        **_integrity_columns(result),
         **_repeat_columns(result.tflops, variant, fleet_repeat.wander_of(result), ()),
         "torch_version": result.provenance.torch_version,
         "cuda_runtime_version": result.provenance.cuda_runtime_version,
@@ -771,6 +774,20 @@ def _soak_columns(result: BenchmarkResult) -> dict[str, Any]:
         "soak_drop": None if soak is None else soak.drop,
         "soak_curve": pack_rows(soak.curve if soak is not None else [], SOAK_CURVE_WIDTH),
     }
+
+
+def _integrity_columns(result: BenchmarkResult) -> dict[str, Any]:
+    checked = result.integrity
+    if checked is None:
+        return {"integrity_checks": None, "integrity_mismatches": None,
+                "integrity_first_s": None, "integrity_temperature_c": None,
+                "integrity_elements": None, "integrity_digest": None,
+                "integrity_injected": None}
+    return {"integrity_checks": checked.checks, "integrity_mismatches": checked.mismatches,
+            "integrity_first_s": checked.first_mismatch_s,
+            "integrity_temperature_c": checked.first_mismatch_temperature_c,
+            "integrity_elements": checked.first_mismatch_elements,
+            "integrity_digest": checked.digest, "integrity_injected": checked.injected}
 
 
 def _check_node(document: AgentDocument, gpus: dict[int, Gpu], uuids: dict[str, int],

@@ -291,6 +291,9 @@ class Fingerprint(Base):
     health: Mapped[str | None] = mapped_column(String(16))
     health_reasons: Mapped[list[str] | None] = mapped_column(Json)
     health_counters: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # What the buyer asks the provider for: none, reset, drain_and_reset, replace (0014);
+    # NULL for an unknown verdict and for agents before issue 36.
+    health_action: Mapped[str | None] = mapped_column(String(16))
 
 
 SUMMARY_INDEX = "ix_benchmark_result_summary"
@@ -386,6 +389,18 @@ class BenchmarkResult(Base):
     soak_s: Mapped[float | None] = mapped_column(Float)
     first_20s_tflops: Mapped[float | None] = mapped_column(Float)
     soak_drop: Mapped[float | None] = mapped_column(Float)
+
+    # Soaked results stored at 0015 or later whose agent checked the product under load
+    # (agent/integrity.py): checks done and how many found it changed, the first of those
+    # (seconds of load, temperature, elements differing), the first product's digest and
+    # whether the corruption was the test hook's. NULL before, and for cool-start results.
+    integrity_checks: Mapped[int | None] = mapped_column(Integer)
+    integrity_mismatches: Mapped[int | None] = mapped_column(Integer)
+    integrity_first_s: Mapped[float | None] = mapped_column(Float)
+    integrity_temperature_c: Mapped[float | None] = mapped_column(Float)
+    integrity_elements: Mapped[int | None] = mapped_column(BigInteger)
+    integrity_digest: Mapped[str | None] = mapped_column(String(16))
+    integrity_injected: Mapped[bool | None] = mapped_column(Boolean)
 
     # Soaked results stored at 0012 or later: where a repeat run of this card should
     # land (95%), as ingest built it from the variant's run-to-run spread, the GPU's earlier

@@ -362,3 +362,44 @@ def contention_words(engine: Engine, documents: Sequence[int]
             for document, gpu, text in conn.execute(stmt):
                 words[(int(document), int(gpu))] = text
     return words
+
+
+@dataclass(frozen=True)
+class IntegrityRow:
+    """One result's bit-for-bit checks under load (0015), as the report reads them."""
+
+    document_id: int
+    gpu_index: int
+    variant: str
+    config: tuple[str, int, int, int]  # dtype, M, N, K
+    stack: tuple[str | None, str | None, str | None]  # torch, CUDA runtime, cuBLAS
+    checks: int
+    mismatches: int
+    first_s: float | None
+    temperature_c: float | None
+    elements: int | None
+    digest: str | None
+    injected: bool
+
+
+def integrity_rows(engine: Engine, documents: Sequence[int]) -> list[IntegrityRow]:
+    """The matmul results of those documents that checked their product under load (0015;
+    results stored before, or measured from a cool start, have none)."""
+    r = BenchmarkResult
+    rows: list[IntegrityRow] = []
+    with engine.connect() as conn:
+        for chunk in in_chunks(sorted(set(documents))):
+            stmt = (select(r.document_id, r.gpu_index, r.variant, r.dtype, r.m, r.n, r.k,
+                           r.torch_version, r.cuda_runtime_version, r.cublas_version,
+                           r.integrity_checks, r.integrity_mismatches, r.integrity_first_s,
+                           r.integrity_temperature_c, r.integrity_elements,
+                           r.integrity_digest, r.integrity_injected)
+                    .where(r.integrity_checks.is_not(None), r.document_id.in_(chunk))
+                    .order_by(r.document_id, r.gpu_index, r.id))
+            for row in conn.execute(stmt):
+                rows.append(IntegrityRow(
+                    int(row[0]), int(row[1]), str(row[2]), (str(row[3]), int(row[4]),
+                                                            int(row[5]), int(row[6])),
+                    (row[7], row[8], row[9]), int(row[10]), int(row[11] or 0), row[12],
+                    row[13], row[14], row[15], bool(row[16])))
+    return rows

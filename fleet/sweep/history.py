@@ -44,7 +44,8 @@ which it stored a document (a night it failed has nothing to compare); hosts gon
 compare with the previous sweep's hosts.
 
 Health news compares a GPU with the same card on that same earlier night: a verdict that
-changed (healthy -> degraded, or back after a reset), and each counter of HEALTH_NEWS that
+changed (healthy -> degraded, or back after a reset), an action that changed (none ->
+reset: what to ask the provider for), and each counter of HEALTH_NEWS that
 rose. Those count harm: ECC errors, remapped rows, retired pages, PCIe replays, and time
 the clocks were held down for temperature or reliability. Counters that rise with use
 alone (energy, time at the power cap: every night's benchmark adds to them) are never
@@ -114,6 +115,7 @@ class GpuState:
     # benchmark label -> median relative run-to-run sd of its results (their repeat
     # intervals'); a label missing: none stored (cool-start, older rows)
     repeat_sd: Mapping[str, float] = field(default_factory=dict)
+    action: str | None = None  # what the buyer asks for (issue 36); None: not said
 
     @property
     def key(self) -> str:
@@ -205,7 +207,7 @@ class HealthNews:
     provider: str
     host: str
     gpu_index: int
-    counter: str  # "health" for the verdict
+    counter: str  # "health" for the verdict, "action" for what to ask the provider for
     before: Any
     after: Any
     since_run_id: int  # the earlier night compared with
@@ -408,6 +410,11 @@ def _health_news(host: HostNight, earlier: HostNight, run_id: int) -> list[Healt
         if old.health is not None and gpu.health is not None and old.health != gpu.health:
             news.append(HealthNews(host.provider, host.host, gpu.index, "health", old.health,
                                    gpu.health, run_id))
+        # A change of what to ask the provider for is news even where the verdict held
+        # (degraded for a pending remap, then degraded for a drain).
+        if old.action is not None and gpu.action is not None and old.action != gpu.action:
+            news.append(HealthNews(host.provider, host.host, gpu.index, "action", old.action,
+                                   gpu.action, run_id))
         if old.counters is None or gpu.counters is None:
             continue
         for name in _news_counters(gpu.counters):

@@ -73,7 +73,8 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         fingerprints = conn.execute(
             select(Fingerprint.document_id, Fingerprint.gpu_index, Fingerprint.variant,
                    Gpu.uuid, *compared, *checked, Fingerprint.health,
-                   Fingerprint.health_counters).join(Gpu, Fingerprint.gpu_id == Gpu.id)
+                   Fingerprint.health_counters, Fingerprint.health_action)
+            .join(Gpu, Fingerprint.gpu_id == Gpu.id)
             .where(Fingerprint.document_id.in_(document_ids.scalar_subquery()))).all()
         results = conn.execute(
             select(BenchmarkResult.document_id, BenchmarkResult.gpu_index,
@@ -112,7 +113,8 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         sds = {label: float(statistics.median(values)) for label, values in
                repeat_sds[(fp.document_id, fp.gpu_index)].items()}
         gpus[fp.document_id].append(GpuState(fp.gpu_index, fp.uuid, fp.variant, config,
-                                             medians, fp.health, fp.health_counters, sds))
+                                             medians, fp.health, fp.health_counters, sds,
+                                             fp.health_action))
         found[fp.document_id].append(FoundGpu(
             fp.gpu_index, fp.variant_label, fp.family, fp.form_factor, fp.memory_gb,
             fp.memory_total_mib, fp.power_limit_enforced_w or fp.power_limit_w))

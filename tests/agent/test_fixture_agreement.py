@@ -53,6 +53,10 @@ MIG_FIELDS = ("index", "memory_total_mib", "sm_count", "gpu_instance_id",
 # (the kernel log is in no form) and the under-load fields (set after a benchmark).
 HEALTH_COMPARED = ("verdict", "reasons", "ecc", "remapped_rows", "retired_pages",
                    "pcie_replays")
+# Issue 36's signals: compared where the recording was made by an agent that asked NVML
+# for them (an older recording replays them as unknown, which the text does not).
+HEALTH_SIGNALS = ("action", "recovery_action", "remap_histogram", "sram_threshold_exceeded",
+                  "channel_repair_pending", "tpc_repair_pending", "unrepairable_memory")
 
 
 def _forms(folder: Path) -> list[str]:
@@ -79,7 +83,9 @@ def disagreements(documents: dict[str, dict[str, Any]]) -> list[str]:
             values = {form: gpu.get(field) for form, gpu in gpus.items()}
             if len({repr(v) for v in values.values()}) > 1:
                 problems.append(f"gpu[{i}].{field}: {values}")
-        for field in HEALTH_COMPARED:
+        signals = all((gpu.get("health") or {}).get("remap_histogram") is not None
+                      for form, gpu in gpus.items() if form == "nvml-recording.json")
+        for field in HEALTH_COMPARED + (HEALTH_SIGNALS if signals else ()):
             values = {form: (gpu.get("health") or {}).get(field) for form, gpu in gpus.items()}
             if len({repr(v) for v in values.values()}) > 1:
                 problems.append(f"gpu[{i}].health.{field}: {values}")

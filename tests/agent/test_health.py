@@ -54,7 +54,9 @@ def pages(single: int | None, double: int | None, pending: bool | None) -> dict[
 
 @pytest.mark.parametrize(("health", "verdict", "reasons"), [
     (counters(), "healthy", []),
-    (counters(remapped_rows=rows(pending=True)), "failing",
+    # Issue 36: a pending remap waits for a reset and unaffected work goes on (NVIDIA's
+    # error-recovery flags; DCGM does not fail on it): degraded, ask for a reset.
+    (counters(remapped_rows=rows(pending=True)), "degraded",
      ["a row remap is pending: it takes effect only when the GPU is reset"]),
     (counters(remapped_rows=rows(failure=True)), "failing",
      ["a row remapping failed: no spare row was left"]),
@@ -73,8 +75,8 @@ def pages(single: int | None, double: int | None, pending: bool | None) -> dict[
      ["128 remapped rows of 512 spares"]),
     (counters(remapped_rows=rows(correctable=100, uncorrectable=30)), "degraded",
      ["30 rows remapped for uncorrectable errors", "130 remapped rows of 512 spares"]),
-    # A pending remap after an uncorrectable error: failing first, the history after it.
-    (counters(remapped_rows=rows(uncorrectable=1, pending=True)), "failing",
+    # A pending remap after an uncorrectable error: the pending first, the history after.
+    (counters(remapped_rows=rows(uncorrectable=1, pending=True)), "degraded",
      ["a row remap is pending: it takes effect only when the GPU is reset",
       "1 row remapped for uncorrectable errors"]),
 ], ids=["clean", "remap-pending", "remap-failure", "uncorrectable-2", "uncorrectable-1",
@@ -89,11 +91,15 @@ def test_ampere_and_later(health: dict[str, Any], verdict: str, reasons: list[st
     (pages(15, 0, False), "healthy", []),
     (pages(16, 0, False), "degraded", ["16 retired pages of 64"]),
     (pages(2, 1, False), "degraded", ["1 page retired for double-bit errors"]),
-    (pages(0, 1, True), "failing", ["a page retirement is pending until the GPU is reset",
-                                    "1 page retired for double-bit errors"]),
-    (pages(60, 4, False), "failing", ["64 retired pages: the table of 64 is full",
+    # Issue 36: pending until a reset, as DCGM warns (not fails): degraded.
+    (pages(0, 1, True), "degraded", ["a page retirement is pending until the GPU is reset",
+                                     "1 page retired for double-bit errors"]),
+    (pages(60, 4, False), "failing", ["64 retired pages: the table is full at 63 (DCGM)",
                                       "4 pages retired for double-bit errors"]),
-], ids=["two-single-bit", "15-pages", "16-pages", "one-double-bit", "pending", "table-full"])
+    # DCGM_LIMIT_MAX_RETIRED_PAGES = 63: full one page before NVIDIA's 64.
+    (pages(63, 0, False), "failing", ["63 retired pages: the table is full at 63 (DCGM)"]),
+], ids=["two-single-bit", "15-pages", "16-pages", "one-double-bit", "pending", "table-full",
+        "63-pages"])
 def test_before_ampere(retired: dict[str, Any], verdict: str, reasons: list[str]) -> None:
     health = counters(remapped_rows=None, retired_pages=retired)
     assert health_verdict(health) == (verdict, reasons)
@@ -139,8 +145,17 @@ def test_throttle_energy_xid_and_replays_at_rest_are_reported_not_judged() -> No
 
 @pytest.mark.parametrize(("changes", "maxima", "verdict", "reasons"), [
     ({"pcie_replays_during_run": 0}, (5, 16), "healthy", []),
-    ({"pcie_replays_during_run": 12}, (5, 16), "degraded",
-     ["the PCIe replay counter rose by 12 during the run"]),
+    # Issue 36: a rate over the run against DCGM's (31 a minute at Gen5 x16), not any rise.
+    ({"pcie_replays_during_run": 12, "run_seconds": 60.0}, (5, 16), "healthy", []),
+    ({"pcie_replays_during_run": 31, "run_seconds": 60.0}, (5, 16), "healthy", []),
+    ({"pcie_replays_during_run": 64, "run_seconds": 120.0}, (5, 16), "degraded",
+     ["the PCIe replay counter rose 32 a minute during the run (DCGM warns above 31)"]),
+    # Gen4 x8 under load: ceil(0.96 x 8) = 8 a minute.
+    ({"pcie_replays_during_run": 9, "run_seconds": 60.0, "pcie_gen_load": 4,
+      "pcie_width_load": 8}, (4, 8), "degraded",
+     ["the PCIe replay counter rose 9 a minute during the run (DCGM warns above 8)"]),
+    # Without the span, a rise is reported, not judged.
+    ({"pcie_replays_during_run": 500}, (5, 16), "healthy", []),
     ({"pcie_gen_load": 5, "pcie_width_load": 16}, (5, 16), "healthy", []),
     ({"pcie_gen_load": 4, "pcie_width_load": 16}, (5, 16), "degraded",
      ["the host link ran at Gen4 under load; the card and slot support Gen5"]),
@@ -149,7 +164,8 @@ def test_throttle_energy_xid_and_replays_at_rest_are_reported_not_judged() -> No
     # Without the maxima, or without a reading under load, the link is not judged.
     ({"pcie_gen_load": 1, "pcie_width_load": 1}, (None, None), "healthy", []),
     ({"pcie_gen_load": None, "pcie_width_load": None}, (5, 16), "healthy", []),
-], ids=["no-replays", "replays", "full-link", "gen4-of-5", "x8-of-16", "no-maxima",
+], ids=["no-replays", "replays-below-rate", "replays-at-rate", "replays-above-rate",
+        "gen4-x8-rate", "no-span", "full-link", "gen4-of-5", "x8-of-16", "no-maxima",
         "not-under-load"])
 def test_what_only_load_shows(changes: dict[str, Any], maxima: tuple[Any, Any], verdict: str,
                               reasons: list[str]) -> None:
@@ -181,9 +197,15 @@ def test_an_old_recording_without_the_calls_is_unknown_and_says_so() -> None:
     assert unavailable["nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_RELIABILITY)"] == (
         "NVML_ERROR_FUNCTION_NOT_FOUND")
     # No totals, no locations asked: 4 totals, rows, 2 page lists, pending, replays,
-    # 8 policies and energy.
+    # 8 policies and energy; the recovery action, the bank histogram, the SRAM status, the
+    # repair status and the unrepairable flag (issue 36: replayed as unknown). No NVLink
+    # link is active, so no link's errors are asked.
     assert not any(k.startswith("nvmlDeviceGetMemoryErrorCounter") for k in unavailable)
-    assert len(unavailable) == 18
+    assert len(unavailable) == 23
+    assert unavailable["nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)"] == (
+        "NVML_ERROR_FUNCTION_NOT_FOUND")
+    assert judged["action"] is None and judged["recovery_action"] is None
+    assert judged["remap_histogram"] is None and judged["nvlink_errors"] is None
     Health.model_validate(judged)
 
 
@@ -276,14 +298,17 @@ def test_update_after_load_counts_the_replays_and_judges_the_link() -> None:
     assert before["verdict"] == "healthy"
 
     device["nvmlDeviceGetPcieReplayCounter"] = 8  # 5 more than the fingerprint read
-    after = health.update_after_load(before, nvml, handle, 4, 16)
+    after = health.update_after_load(before, nvml, handle, 4, 16, 6.0)
     assert after["pcie_replays"] == 3
     assert after["pcie_replays_during_run"] == 5
+    assert after["run_seconds"] == 6.0
     assert (after["pcie_gen_load"], after["pcie_width_load"]) == (4, 16)
     assert after["verdict"] == "degraded"
+    # 5 in 6 s is 50 a minute; Gen4 x16 allows ceil(0.96 x 16) = 16.
     assert after["reasons"] == [
-        "the PCIe replay counter rose by 5 during the run",
+        "the PCIe replay counter rose 50 a minute during the run (DCGM warns above 16)",
         "the host link ran at Gen4 under load; the card and slot support Gen5"]
+    assert after["action"] == "none"
     assert before["verdict"] == "healthy" and before["pcie_gen_load"] is None  # untouched
     Health.model_validate(after)
 
@@ -327,7 +352,9 @@ def test_xid_lines_are_kept_for_their_gpu() -> None:
     assert lines == [A100_XID, OTHER_XID]
     log = health.KernelLog(True, "dmesg", lines)
     assert health.xid(log, "00000000:10:1C.0") == {
-        "readable": True, "note": "dmesg", "events": [A100_XID]}
+        "readable": True, "note": "dmesg", "events": [A100_XID],
+        "classified": [{"code": 63, "cause": "hardware", "action": "reset",
+                        "name": "ECC page retirement or row remap recorded"}]}
     assert health.xid(log, "00000000:CB:00.0")["events"] == [OTHER_XID]
     assert health.xid(log, "00000000:52:00.0")["events"] == []
     assert health.xid(log, None)["events"] == [A100_XID, OTHER_XID]
@@ -394,3 +421,135 @@ def test_python38_judges_the_same(python38: str) -> None:
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [list(health.judge(c)) for c in cases]
+
+
+# --- issue 36: the action, the driver's other signals, rates, Xid in the run ----------------
+
+def decided(**changes: Any) -> tuple[str, str | None, list[str]]:
+    return health.decide(counters(**changes))
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({}, ("healthy", "none", [])),
+    # NVIDIA: unaffected work goes on until the reset; not a replacement.
+    ({"remapped_rows": rows(pending=True)}, ("degraded", "reset", [
+        "a row remap is pending: it takes effect only when the GPU is reset"])),
+    ({"remapped_rows": rows(failure=True)}, ("failing", "replace", [
+        "a row remapping failed: no spare row was left"])),
+    ({"unrepairable_memory": True}, ("failing", "replace", [
+        "the driver flags unrepairable memory"])),
+    ({"unrepairable_memory": False, "sram_threshold_exceeded": False,
+      "channel_repair_pending": False, "tpc_repair_pending": False, "recovery_action": 0,
+      "remap_histogram": {"max": 2560, "high": 0, "partial": 0, "low": 0, "none": 0}},
+     ("healthy", "none", [])),
+    # 100 remaps would pass the 128-of-512 total, but one bank has no spare row left.
+    ({"remapped_rows": rows(correctable=100),
+      "remap_histogram": {"max": 2555, "high": 3, "partial": 1, "low": 0, "none": 1}},
+     ("degraded", "none", ["1 memory bank with no spare row left: the next row failing "
+                           "there fails its remap"])),
+    ({"recovery_action": 4}, ("degraded", "drain_and_reset", [
+        "the driver asks for its peer-to-peer traffic drained and a GPU reset (NVML "
+        "recovery action 4)"])),
+    ({"recovery_action": 1}, ("failing", "reset", [
+        "the driver asks for a GPU reset (NVML recovery action 1)"])),
+    ({"recovery_action": 2}, ("failing", "drain_and_reset", [
+        "the driver asks for a node reboot (NVML recovery action 2)"])),
+    ({"tpc_repair_pending": True}, ("degraded", "reset", [
+        "a TPC repair is pending until the GPU is reset"])),
+    ({"sram_threshold_exceeded": True}, ("degraded", "none", [
+        "the driver's SRAM error threshold is exceeded"])),
+    # The worst action wins: a failed remap beside a pending one asks for a replacement.
+    ({"remapped_rows": rows(failure=True, pending=True)}, ("failing", "replace", [
+        "a row remapping failed: no spare row was left",
+        "a row remap is pending: it takes effect only when the GPU is reset"])),
+    ({"ecc": ecc(uncorrected_volatile=1, uncorrected_aggregate=1)}, ("failing", "reset", [
+        "1 uncorrectable ECC error since the driver loaded"])),
+    ({"ecc": None, "remapped_rows": None}, ("unknown", None, [NO_ECC, NO_REPAIRS])),
+], ids=["clean", "remap-pending", "remap-failure", "unrepairable", "lent-h100-flags",
+        "bank-exhausted", "drain-and-reset", "gpu-reset", "node-reboot", "tpc-repair",
+        "sram-threshold", "worst-action", "uncorrectable", "unknown"])
+def test_the_verdict_carries_the_action(changes: dict[str, Any],
+                                        expected: tuple[str, str | None, list[str]]) -> None:
+    assert decided(**changes) == expected
+
+
+def link(n: int, replay: int = 0, recovery: int = 0, flit: int = 0,
+         data: int = 0) -> dict[str, Any]:
+    return {"link": n, "replay": replay, "recovery": recovery, "crc_flit": flit,
+            "crc_data": data}
+
+
+@pytest.mark.parametrize(("during", "seconds", "expected"), [
+    ([link(0), link(1)], 60.0, ("healthy", "none", [])),
+    # 600 CRC errors in 60 s: 10 a second, below DCGM's 100: not judged.
+    ([link(0), link(3, flit=400, data=200)], 60.0, ("healthy", "none", [])),
+    # What a healthy lent H100 logged on its busiest link under load (2026-11-26,
+    # bench/records/2026-11-26-h100x2-health): 94 data CRC errors in 108.7 s.
+    ([link(3, data=94), link(8, data=8)], 108.673, ("healthy", "none", [])),
+    ([link(3, flit=7000)], 60.0, ("failing", "reset", [
+        "NVLink: link 3 logged 7000 CRC errors during the run, 117 a second (DCGM fails at "
+        "100)"])),
+    ([link(5, replay=2)], 60.0, ("failing", "reset", [
+        "NVLink: link 5 logged 2 replay errors during the run (DCGM fails on any)"])),
+    ([link(5, recovery=1)], 60.0, ("failing", "reset", [
+        "NVLink: link 5 logged 1 recovery error during the run (DCGM fails on any)"])),
+], ids=["clean", "crc-below-rate", "crc-lent-h100", "crc-above-rate", "replay",
+        "recovery"])
+def test_nvlink_errors_are_judged_as_dcgm_does(during: list[dict[str, Any]], seconds: float,
+                                               expected: tuple[str, str, list[str]]) -> None:
+    assert decided(nvlink_errors_during_run=during, run_seconds=seconds) == expected
+
+
+H100_XID_79 = ("[  512.250001] NVRM: Xid (PCI:0000:52:00): 79, pid=2211, name=python3, "
+               "GPU has fallen off the bus.")
+H100_XID_13 = ("[  511.000000] NVRM: Xid (PCI:0000:52:00): 13, pid=2211, name=python3, "
+               "Graphics Exception: ESR 0x405840=0x1000000")
+H100_XID_63_BEFORE = ("[  100.000000] NVRM: Xid (PCI:0000:52:00): 63, pid=1, Row Remapper: "
+                      "New row marked for remapping, reset gpu to activate.")
+
+
+def test_a_hardware_xid_inside_the_run_is_judged_and_others_are_not() -> None:
+    device = hopper_device()
+    device["nvmlDeviceGetRemappedRows"] = [0, 0, 0, 0]
+    device[TOTAL.format("UNCORRECTED", "AGGREGATE")] = 0
+    nvml, handle = replay(device)
+    before = health.read_and_judge(nvml, handle, architecture=9)
+    log = health.KernelLog(True, "dmesg", [H100_XID_63_BEFORE, H100_XID_13, H100_XID_79])
+    after = health.update_after_load(before, nvml, handle, 5, 16, 60.0, log, 500.0,
+                                     "00000000:52:00.0")
+    # The application's Xid 13 is kept, classified, and not judged; Xid 63 came before.
+    assert [e["code"] for e in after["xid_during_run"]] == [13, 79]
+    assert after["xid_during_run"][0]["cause"] == "application"
+    assert (after["verdict"], after["action"]) == ("failing", "drain_and_reset")
+    assert after["reasons"] == ["Xid 79 (GPU has fallen off the bus) during the agent's run"]
+    Health.model_validate(after)
+
+
+def test_the_new_counters_are_read_through_nvml_and_their_rise_over_the_run() -> None:
+    device = hopper_device()
+    device["nvmlDeviceGetRemappedRows"] = [0, 0, 0, 0]
+    device[TOTAL.format("UNCORRECTED", "AGGREGATE")] = 0
+    device["nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)"] = 0
+    device["nvmlDeviceGetRowRemapperHistogram"] = {"max": 2560, "high": 0, "partial": 0,
+                                                   "low": 0, "none": 0}
+    device["nvmlDeviceGetSramEccErrorStatus"] = {"bThresholdExceeded": 0, "version": 1}
+    device["nvmlDeviceGetRepairStatus"] = [0, 0]
+    device["nvmlDeviceGetUnrepairableMemoryFlag_v1"] = 0
+    for n in (0, 1):
+        for kind in ("REPLAY", "RECOVERY", "CRC_FLIT", "CRC_DATA"):
+            device[f"nvmlDeviceGetNvLinkErrorCounter({n},NVML_NVLINK_ERROR_DL_{kind})"] = 0
+    nvml, handle = replay(device)
+    before = health.read_and_judge(nvml, handle, architecture=9, nvlink_states=[1, 1, 0])
+    assert before["nvlink_errors"] == [link(0), link(1)]
+    assert (before["recovery_action"], before["unrepairable_memory"]) == (0, False)
+    assert before["remap_histogram"]["max"] == 2560
+    assert (before["verdict"], before["action"]) == ("healthy", "none")
+    device["nvmlDeviceGetNvLinkErrorCounter(1,NVML_NVLINK_ERROR_DL_CRC_FLIT)"] = 90
+    after = health.update_after_load(before, nvml, handle, 5, 16, 30.0)
+    assert after["nvlink_errors_during_run"] == [link(0), link(1, flit=90)]
+    # 3 a second: below DCGM's 100, not judged.
+    assert (after["verdict"], after["action"]) == ("healthy", "none")
+    device["nvmlDeviceGetNvLinkErrorCounter(1,NVML_NVLINK_ERROR_DL_CRC_FLIT)"] = 4000
+    after = health.update_after_load(before, nvml, handle, 5, 16, 30.0)
+    assert (after["verdict"], after["action"]) == ("failing", "reset")
+    Health.model_validate(after)

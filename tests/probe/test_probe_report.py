@@ -23,7 +23,8 @@ def test_probe_then_report_finds_the_mislisted_host(workspace: Workspace) -> Non
     # The mislisted host, and its listing hiding two variants (with lambda/a100-sxm4); the
     # two synthetic A100 recordings answer no ECC count, so lambda's health is unknown.
     assert ("(findings: mismatch 2, gap 0, cooling 0, drift 0, straggler 0, regression 0, "
-            "duplicate 0, health 1, hostlink 0, peer 0)" in probed.stdout)
+            "duplicate 0, health 1, hostlink 0, peer 0, shortfall 0, contention 0, "
+            "corruption 0)" in " ".join(probed.stdout.split()))
 
     report = workspace.fleet("report", "--db", str(workspace.db), "--format", "json",
                              "-o", "-", "--fail-on", "mismatch")

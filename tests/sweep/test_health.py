@@ -87,8 +87,9 @@ def _night(run_id: int, *gpus: GpuState) -> Night:
 
 
 def _gpu(counters: dict[str, Any] | None, verdict: str | None = "healthy",
-         uuid: str = "GPU-0") -> GpuState:
-    return GpuState(0, uuid, "H100 SXM5 80GB", {"uuid": uuid}, {}, verdict, counters)
+         uuid: str = "GPU-0", action: str | None = None) -> GpuState:
+    return GpuState(0, uuid, "H100 SXM5 80GB", {"uuid": uuid}, {}, verdict, counters,
+                    action=action)
 
 
 @pytest.mark.parametrize(("why", "before", "after", "news"), [
@@ -113,6 +114,13 @@ def _gpu(counters: dict[str, Any] | None, verdict: str | None = "healthy",
      _gpu({"ecc_uncorrected_aggregate": 4}, "failing", uuid="GPU-1"), []),
     ("a verdict back to healthy after a reset is news too",
      _gpu({}, "failing"), _gpu({}, "healthy"), [("health", "failing", "healthy")]),
+    ("what to ask the provider for changed: news, beside the verdict that changed",
+     _gpu({}, "healthy", action="none"), _gpu({}, "degraded", action="reset"),
+     [("health", "healthy", "degraded"), ("action", "none", "reset")]),
+    ("the same action on both nights is not news",
+     _gpu({}, "degraded", action="reset"), _gpu({}, "degraded", action="reset"), []),
+    ("a night stored before actions compares with nothing",
+     _gpu({}, "degraded"), _gpu({}, "degraded", action="reset"), []),
     ("an older agent's night (no verdict, no counters) is not news",
      _gpu(None, None), _gpu({"ecc_uncorrected_volatile": 5}, "failing"), []),
 ])
