@@ -10,11 +10,11 @@ a figure is:
   and says whose process it saw: the agent's own user (a forgotten job of the renter's)
   or another (a shared machine, a provider's agent);
 - **or shown by its own repeats**: a node figure whose repeats spread far beyond their
-  kind's normal. Healthy lent nodes' repeats spread at most 0.31% (memory copy), 2.8%
-  (pinned host copy), 0.4% (pair one way), 0.6% (all-reduce at its largest size) over
-  the records of bench/records/2026-11-26-*-node-*; memory copies beside another
-  process spread 57-59% on a lent 2x H100 (bench/records/2026-11-26-h100x2-node-faults),
-  as in the issue. `SPREAD_CV` = 5% sits above every healthy figure judged and far below
+  kind's normal. Healthy lent nodes' repeats spread at most 0.31% (memory copy), 0.4%
+  (pair one way), 0.6% (all-reduce at its largest size) over the records of
+  bench/records/2026-11-26-*-node-* (both ways, suite 1.1.0: 0.36%); memory copies
+  beside another process spread 57-59% on a lent 2x H100
+  (bench/records/2026-11-26-h100x2-node-faults), as in the issue. `SPREAD_CV` = 5% sits above every healthy figure judged and far below
   that (`python bench/contention_flags.py`).
   Host copies are left out: the host moves them (a healthy lent H100's pinned copy
   spread 10% in one of six runs, pageable ones 25%), and the agent's process check
