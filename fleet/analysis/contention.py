@@ -14,8 +14,9 @@ a figure is:
   (pair one way), 0.6% (all-reduce at its largest size) over the records of
   bench/records/2026-11-26-*-node-* (both ways, suite 1.1.0: 0.36%); memory copies
   beside another process spread 57-59% on a lent 2x H100
-  (bench/records/2026-11-26-h100x2-node-faults), as in the issue. `SPREAD_CV` = 5% sits above every healthy figure judged and far below
-  that (`python bench/contention_flags.py`).
+  (bench/records/2026-11-26-h100x2-node-faults), as in the issue. `SPREAD_CV` = 5% sits
+  above every healthy figure judged and far below that (`python
+  bench/contention_flags.py`).
   Host copies are left out: the host moves them (a healthy lent H100's pinned copy
   spread 10% in one of six runs, pageable ones 25%), and the agent's process check
   covers them. Figures of suite 1.0.0 are not judged by their spread (`spread_judged`).
@@ -119,6 +120,10 @@ class Contention:
             return "a process of another user"
         if any("repeats spread" in s for s in self.seen):
             return "disturbed repeats"
+        # The harness names runs it left out as interrupted (1.5x the median or more,
+        # the card itself not slowed): something outside the card, no process seen.
+        if self.seen and all("interrupted run" in s for s in self.seen):
+            return "runs interrupted by something outside the card"
         return "another process or a busy GPU"
 
     @property

@@ -84,7 +84,7 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                    BenchmarkResult.concurrency, BenchmarkResult.harness_version,
                    BenchmarkResult.correctness_passed, BenchmarkResult.torch_version,
                    BenchmarkResult.cuda_runtime_version, BenchmarkResult.cublas_version,
-                   BenchmarkResult.repeat_sd)
+                   BenchmarkResult.repeat_sd, BenchmarkResult.contended)
             .where(BenchmarkResult.document_id.in_(document_ids.scalar_subquery()))).all()
         listed = {h.document_id: h.expect for h in hosts
                   if h.document_id is not None and h.expect}
@@ -98,7 +98,10 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
     for r in results:
         stacks[(r.document_id, r.gpu_index)].add(
             software_stack(r.torch_version, r.cuda_runtime_version, r.cublas_version))
-        if r.correctness_passed:  # a wrong answer's speed is no speed
+        # A wrong answer's speed is no speed; a night measured beside another process
+        # is the renter's contention, not the card's (fleet/analysis/contention.py): a
+        # regression must not be made of it, nor a baseline.
+        if r.correctness_passed and not r.contended:
             tflops[(r.document_id, r.gpu_index)][_label(r)].append(r.tflops)
             if r.repeat_sd is not None:
                 repeat_sds[(r.document_id, r.gpu_index)][_label(r)].append(r.repeat_sd)

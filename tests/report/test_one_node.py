@@ -11,6 +11,7 @@ import copy
 import json
 from typing import Any
 
+import pandas as pd
 import pytest
 from sqlalchemy import Engine
 
@@ -138,3 +139,17 @@ def test_whose_process_it_was_is_escaped(engine: Engine) -> None:
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     markdown = render(report, "md")
     assert "<img src=x" not in markdown
+
+
+def test_a_matmul_left_out_for_interrupted_runs_says_so() -> None:
+    from fleet.analysis.contention import find_contention
+    from fleet.analysis.dataset import Excluded
+
+    interrupted = ("2 interrupted run(s) excluded, at least 1.5x the median run: run 7 "
+                   "(3.412 ms), run 40 (3.390 ms)")
+    excluded = Excluded("lent", "h100x2", 0, "H100-SXM5-80GB", 1, CONTENDED_REASON)
+    [found] = find_contention(pd.DataFrame(), [(excluded, interrupted)])
+    assert found.cause == "runs interrupted by something outside the card"
+    assert found.title == "h100x2: GPU 0 matmul measured beside other work, left out"
+    [other] = find_contention(pd.DataFrame(), [(excluded, None)])
+    assert other.cause == "another process or a busy GPU"

@@ -224,3 +224,39 @@ def test_a_night_without_results_says_nothing_of_the_stack() -> None:
                     {"lambda/a": HostNight("lambda", "a", "stored", (gpu,))})
               for i, gpu in enumerate((measured, unmeasured))]
     assert compare_night(nights).changes == ()
+
+
+
+@pytest.mark.parametrize("contended", [True, False])
+def test_a_night_measured_beside_another_process_is_no_regression(
+        tmp_path: Path, contended: bool) -> None:
+    """Five steady nights, then one at half speed: beside another process (the report's
+    contention) it is no regression and no night of the GPU's series; the same night
+    uncontended is one, so the rule still bites."""
+    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
+    upgrade(engine)
+    try:
+        for night in range(1, 7):
+            run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly",
+                                                inventory="inv.yaml"))
+            slow = night == 6
+            data = factory.document(host="b", gpus=1, seed=night,
+                                    tflops=340.0 if slow else 680.0,
+                                    collected_at=START + dt.timedelta(days=night))
+            if slow and contended:
+                for result in data["benchmarks"]:
+                    result["flags"]["contended"] = True
+                    result["contention"] = ["other processes on the GPU: pid 4242 (user "
+                                            "bob, not the agent's user)"]
+            with Ingest(engine, RunInfo(kind="sweep", sweep="nightly",
+                                        run_id=run_id)) as ingest:
+                ingest.store(AgentDocument.model_validate(data),
+                             Origin("coreweave", "b", Listing()))
+            finish_run(engine, run_id)
+        nights = read_nights(engine, "nightly")
+        assert len(nights) == 6
+        found = compare_night(nights).regressions
+        assert [r.gpu_index for r in found] == ([] if contended else [0])
+        assert (nights[-1].hosts["coreweave/b"].gpus[0].tflops == {}) is contended
+    finally:
+        engine.dispose()
