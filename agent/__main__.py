@@ -15,7 +15,9 @@ from agent import __version__
 from agent.collect import SourceError, collect
 from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from agent.harness import Config as HarnessConfig
+from agent.jobs import Config as JobConfig
 from agent.node import Config as NodeConfig
+from agent.soak import CAP_S as SOAK_CAP_S
 from agent.soak import MEASURE_S as SOAK_MEASURE_S
 
 
@@ -41,12 +43,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="write each setting's current value back and record the driver's answer")
     fp.add_argument("--no-torch", action="store_true",
                     help="do not look for torch and the CUDA runtime")
-    bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness "
-                                         "and the node suite")
-    bench.add_argument("--suite", choices=("all", "gemm", "node"), default="all",
+    bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness, "
+                                         "the node suite and the job suite")
+    bench.add_argument("--suite", choices=("all", "gemm", "node", "job"), default="all",
                        help="all: the matmul, then the node suite (memory, host links, GPU "
-                            "pairs, all-reduce); gemm: the matmul alone; node: the node "
-                            "suite alone (default %(default)s)")
+                            "pairs, all-reduce), then the job suite (a transformer's "
+                            "training step and decode); gemm: the matmul alone; node: the "
+                            "node suite alone; job: the job suite alone (default "
+                            "%(default)s)")
+    bench.add_argument("--job-compile", action="store_true",
+                       help="the job suite's training step under torch.compile (its "
+                            "compile time recorded apart) instead of eager")
     bench.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
     bench.add_argument("--size", type=int, default=DEFAULT_SIZE,
                        help=f"M = N = K (default {DEFAULT_SIZE})")
@@ -98,10 +105,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     config: Optional[HarnessConfig] = None
     node: Optional[NodeConfig] = None
-    if args.command == "bench" and args.suite != "gemm":
+    if args.command == "bench" and args.suite in ("all", "node"):
         node = NodeConfig.for_cpu() if args.cpu else NodeConfig()
         node.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
-    if args.command == "bench" and args.suite != "node":
+    job: Optional[JobConfig] = None
+    if args.command == "bench" and args.suite in ("all", "job"):
+        job = JobConfig.for_cpu() if args.cpu else JobConfig()
+        job.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+        job.sequential = args.sequential
+        job.compiled = args.job_compile
+        if args.suite == "job" and not args.cpu:
+            # No matmul has just heated the card: it soaks from idle, as the matmul
+            # does, under the matmul's own cap.
+            job.cap_s = SOAK_CAP_S
+    if args.command == "bench" and args.suite in ("all", "gemm"):
         config = HarnessConfig(
             dtype=args.dtype,
             m=args.m or args.size, n=args.n or args.size, k=args.k or args.size,
@@ -130,6 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             emit=_emit,
             bench=config,
             node=node,
+            job=job,
         )
     except SourceError as exc:
         sys.stderr.write(f"fleet-agent: {exc}\n")

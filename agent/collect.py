@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent import DOCUMENT_FORMAT, __version__, host, smi
 from agent.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
 from agent.harness import Config as HarnessConfig
+from agent.jobs import Config as JobConfig
 from agent.node import Config as NodeConfig
 from agent.nvml import (
     REPLAY_ENV,
@@ -103,6 +104,21 @@ def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml
     return outcome.results, outcome.errors
 
 
+def _job_suite(cfg: JobConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
+               progress: Callable[..., None]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    from agent import harness, jobs
+
+    progress("job", "a transformer's training step and decode on every GPU at once")
+    started = time.monotonic()
+    try:
+        results, errors = jobs.run(cfg, gpus, nvml, lambda message: progress("job", message))
+    except harness.HarnessError as exc:
+        return [], [{"stage": "job", "message": f"{exc}; no job figure"}]
+    progress("job", f"job suite: {jobs.summary_line(results)}, {len(errors)} failed, in "
+             f"{time.monotonic() - started:.1f} s")
+    return results, errors
+
+
 def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,
                        links: Dict[int, Dict[str, Optional[int]]], run_started: float) -> None:
     """Judge each GPU's health again with what only the load shows: the replays counted
@@ -139,9 +155,11 @@ def collect(
     emit: Optional[Emit] = None,
     bench: Optional[HarnessConfig] = None,
     node: Optional[NodeConfig] = None,
+    job: Optional[JobConfig] = None,
 ) -> Dict[str, Any]:
-    """Fingerprint every GPU of this host, benchmark them when `bench` asks and measure the
-    node (memory, links, all-reduce) when `node` does: the document."""
+    """Fingerprint every GPU of this host, benchmark them when `bench` asks, measure the
+    node (memory, links, all-reduce) when `node` does and run the job suite (a training
+    step and decode) when `job` does: the document."""
     started = time.monotonic()
 
     def progress(stage: str, message: str, **extra: Any) -> None:
@@ -152,6 +170,7 @@ def collect(
     errors: List[Dict[str, Any]] = []
     benchmarks: List[Dict[str, Any]] = []
     node_results: List[Dict[str, Any]] = []
+    job_results: List[Dict[str, Any]] = []
     progress("gpu", "opening the GPU source")
     nvml, source = open_source(source_path)
     progress("host", "reading host facts")
@@ -193,6 +212,9 @@ def collect(
                 # The matmul alone (--suite gemm): no link was read under load, but the
                 # replays counted while it ran still tell.
                 _health_after_load(gpus, live, {}, started)
+            if job is not None:
+                job_results, failures = _job_suite(job, gpus, live, progress)
+                errors += failures
         finally:
             nvml.close()
         if recorder is not None:
@@ -212,6 +234,12 @@ def collect(
             errors += failures
         elif bench is None:  # with the matmul, its own line has said there is no GPU
             errors.append({"stage": "node", "message": "no NVIDIA GPU: no node to measure"})
+    if nvml is None and job is not None:
+        if job.device == "cpu":
+            job_results, failures = _job_suite(job, [], None, progress)
+            errors += failures
+        elif bench is None and node is None:
+            errors.append({"stage": "job", "message": "no NVIDIA GPU: no job to run"})
     return {
         "format": DOCUMENT_FORMAT,
         "agent_version": __version__,
@@ -225,4 +253,5 @@ def collect(
         "benchmarks": benchmarks,
         "errors": errors,
         "node": node_results,
+        "jobs": job_results,
     }

@@ -74,16 +74,34 @@ SPREADS: Dict[str, Spread] = {
         ("2026-11-25-h200-soak-1653724065387", "2026-11-26-h200-repeat-1653724033734",
          "2026-11-26-h200x4-node-probe")),
 }
+# The job suite's figures (agent/jobs.py), by variant, workload and attention backend:
+# soaked runs of one node, each a process of its own, the sd of each GPU's tokens/s about
+# its own mean pooled over the GPUs (`python bench/job_suite.py` lists each GPU's).
+JOB_SPREADS: Dict[Tuple[str, str, str], Spread] = {
+    ("H100-SXM5-80GB", "train", "flash"): Spread(
+        0.0021, 4, "two H100 SXM5s of one node: three job-suite runs each (0.27%, 0.13%)",
+        ("2026-11-26-h100x2-jobs",)),
+    ("H100-SXM5-80GB", "train", "cudnn"): Spread(
+        0.0024, 4, "two H100 SXM5s of one node: three job-suite runs each (0.30%, 0.17%)",
+        ("2026-11-26-h100x2-jobs",)),
+    ("H100-SXM5-80GB", "decode", "flash"): Spread(
+        0.0006, 4, "two H100 SXM5s of one node: three job-suite runs each (0.07%, 0.05%)",
+        ("2026-11-26-h100x2-jobs",)),
+}
 # A variant fleet has not measured takes the widest spread it has, said so.
 UNMEASURED = "no run-to-run spread measured for this variant: the widest fleet measured"
 
 
-def variant_spread(variant: Optional[str]) -> Tuple[Spread, bool]:
-    """The variant's spread and whether it was measured (False: the widest stands in)."""
-    found = SPREADS.get(variant or "")
+def variant_spread(variant: Optional[str], job: Optional[Tuple[str, str]] = None
+                   ) -> Tuple[Spread, bool]:
+    """The variant's spread and whether it was measured (False: the widest stands in); of
+    the matmul, or of a job figure when `job` gives its (workload, attention)."""
+    table: Mapping[Any, Spread] = SPREADS if job is None else JOB_SPREADS
+    key: Any = (variant or "") if job is None else (variant or "", job[0], job[1])
+    found = table.get(key)
     if found is not None:
         return found, True
-    widest = max(SPREADS.values(), key=lambda s: s.sd)
+    widest = max(table.values(), key=lambda s: s.sd)
     return Spread(widest.sd, widest.dof, UNMEASURED, widest.records), False
 
 
@@ -145,9 +163,11 @@ class Interval:
 
 
 def interval(figure: float, variant: Optional[str], run_wander: float,
-             history: Sequence[float] = ()) -> Interval:
-    """The 95% interval for a repeat run of a card whose run gave `figure`."""
-    spread, _ = variant_spread(variant)
+             history: Sequence[float] = (), job: Optional[Tuple[str, str]] = None
+             ) -> Interval:
+    """The 95% interval for a repeat run of a card whose run gave `figure` (a job
+    figure's with `job`, its workload and attention backend)."""
+    spread, _ = variant_spread(variant, job)
     card, dof = pooled_sd(spread, history)
     basis = "history" if len(history) >= 2 else "variant"
     if run_wander > card:

@@ -9,9 +9,9 @@ as pandas DataFrames (or the report's typed findings), for notebooks and spreads
 `Store()` opens the store the CLI would: `--db`'s URL when given, else `$FLEET_DB`, else
 SQLite at `~/.local/share/fleet/fleet.db`; its repr hides any password in the URL. Every
 frame's columns are described in its method's docstring (and in RESULT_COLUMNS,
-FINGERPRINT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, NIGHT_COLUMNS, FINDING_COLUMNS): times are
-tz-aware UTC, `provider` and `variant` are categoricals, TFLOP/s, GB/s, times and prices
-float64, counts that may be missing nullable Int64.
+FINGERPRINT_COLUMNS, NODE_COLUMNS, JOB_COLUMNS, RUN_COLUMNS, NIGHT_COLUMNS,
+FINDING_COLUMNS): times are tz-aware UTC, `provider` and `variant` are categoricals,
+TFLOP/s, GB/s, times and prices float64, counts that may be missing nullable Int64.
 
 pandas is imported when the first frame is built, not with this module: the CLI's
 commands go through `Store` too, and most of them never build a frame.
@@ -45,6 +45,8 @@ from fleet.probe.local import BenchOptions
 from fleet.probe.run import Observer, ProbeOptions, ProbeReport
 from fleet.report.build import Report, ReportOptions, build_report
 from fleet.store.database import Location, database_errors, open_engine, resolve
+from fleet.store.job import JOB_COLUMNS
+from fleet.store.job import frame as read_jobs
 from fleet.store.models import (
     BenchmarkResult,
     Document,
@@ -568,6 +570,47 @@ class Store:
             frame = frame[frame["document_id"].isin(newest)]
         return frame.reset_index(drop=True)
 
+    @_guarded
+    def jobs(self, *, provider: str | None = None, variant: str | None = None,
+             host: str | None = None, since: When | None = None, until: When | None = None,
+             sweep: str | None = None, stack: str | None = None, run: int | None = None,
+             latest: bool = False) -> pd.DataFrame:
+        """The job suite's figures, one row per GPU, workload (a transformer's training
+        step or decode step) and attention backend: tokens a second, TFLOP/s and MFU, and
+        for decode the GB/s read and its share of the HBM datasheet figure; the newest
+        document first.
+
+        Filters as `results`, and `run`; `stack` is a part of the configuration's stack
+        ("cuDNN 91002", "torch 2.13"); `latest` keeps only each host's newest document
+        with job figures. A figure compares only with figures of its own configuration:
+        group by `config` (the suite's major.minor, workload, model, shape, dtype,
+        attention, compile, graph, optimizer, concurrency, GPUs in the run, thermal state
+        and the torch, CUDA and cuDNN stack), never across it.
+
+        Example (each provider's training tokens a second per GPU, flash attention,
+        within one configuration):
+
+            jobs = fleet.Store().jobs(variant="H100 SXM5 80GB", latest=True)
+            train = jobs[(jobs.workload == "train") & (jobs.attention == "flash")]
+            train.groupby(["config", "provider"], observed=True)["tokens_per_s"].median()
+
+        Columns:
+        """
+        variants = stored_variants(self.engine, _names(variant))
+        frame = read_jobs(self.engine, provider=provider, variant=variants or None,
+                          since=_utc(since, "since"),
+                          until=_utc(until, "until", end_of_day=True), host=host, run=run,
+                          sweep=sweep)
+        if stack:
+            stacks = frame["config"].str.rsplit("; ", n=1).str[-1]
+            frame = frame[stacks.str.contains(stack, case=False, regex=False)]
+        if latest:
+            # A host's newest document is the one collected last.
+            newest = frame.groupby(["provider", "host"], observed=True, sort=False)[
+                "collected_at"].transform("max")
+            frame = frame[frame["collected_at"] == newest]
+        return frame.reset_index(drop=True)
+
     # --- fingerprints and runs ----------------------------------------------------------
 
     @_guarded
@@ -830,5 +873,5 @@ for _method, _spec in ((Store.results, RESULT_COLUMNS), (Store.fingerprints,
                                                          FINGERPRINT_COLUMNS),
                        (Store.runs, RUN_COLUMNS), (Store.nights, NIGHT_COLUMNS),
                        (Store.findings, FINDING_COLUMNS),
-                       (Store.node_results, NODE_COLUMNS)):
+                       (Store.node_results, NODE_COLUMNS), (Store.jobs, JOB_COLUMNS)):
     _method.__doc__ = (_method.__doc__ or "").rstrip() + "\n" + _describe(_spec) + "\n"

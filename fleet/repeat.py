@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agent import repeat
-from fleet.document import BenchmarkResult
+from fleet.document import BenchmarkResult, JobResult
 
 # How many of the GPU's earlier figures count: a month of nights. Older ones describe a
 # card that may since have been moved, re-seated or re-cooled.
@@ -49,6 +49,22 @@ def history_of(records: np.ndarray, contended_bit: int) -> list[float]:
     kept = records[(records["flags"] & contended_bit) == 0]
     figures = kept["tflops"]
     return [float(v) for v in figures[~np.isnan(figures)][-HISTORY:]]
+
+
+def job_wander(result: JobResult) -> float:
+    """A job figure's own wander: its soak windows' spread from the moment it soaked
+    (only the load that was judged has them; a figure measured after it has none)."""
+    soak = result.soak
+    if soak is None:
+        return 0.0
+    return repeat.wander(soak.curve, soak.settled_s, [], 0, result.tokens_per_s)
+
+
+def of_job(tokens_per_s: float, variant: str | None, wander: float | None,
+           workload: str, attention: str) -> repeat.Interval:
+    """Where a repeat run of a job figure falls (95%): the job's own run-to-run spread
+    (agent/repeat.py JOB_SPREADS), or the run's wander where that is wider."""
+    return repeat.interval(tokens_per_s, variant, wander or 0.0, job=(workload, attention))
 
 
 def words(value: repeat.Interval) -> str:

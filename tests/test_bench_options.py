@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from fleet.cli import main
 from fleet.probe.local import BenchOptions
+from tests.conftest import ROOT
 
 
 def test_the_harness_defaults_are_the_agents_own() -> None:
@@ -40,10 +41,14 @@ def test_a_soaked_node_costs_one_soak_and_a_sequential_one_a_soak_a_gpu() -> Non
     assert BenchOptions(quick=True, suite=gemm).timeout_s(8) == 120 * 8
 
 
-def test_the_node_suite_adds_its_own_time_and_can_run_alone() -> None:
-    # 150 s for the suite's start and all-reduce guard, then 10 s a GPU.
-    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8
+def test_the_node_and_job_suites_add_their_own_time_and_can_run_alone() -> None:
+    # 150 s for the node suite's start and all-reduce guard, then 10 s a GPU; 180 s for
+    # the job suite after the matmul, 330 s for it alone (it soaks from idle).
+    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8 + 180
     assert BenchOptions(suite="node").timeout_s(4) == 150 + 10 * 4
+    assert BenchOptions(suite="job").timeout_s(4) == 330
+    assert BenchOptions(suite="job", job_compile=True).agent_args()[-3:] == \
+        ["--suite", "job", "--job-compile"]
     assert BenchOptions(suite="node").agent_args()[-2:] == ["--suite", "node"]
     assert "--suite" not in BenchOptions().agent_args()
 
@@ -64,7 +69,7 @@ def test_flush_auto_is_still_accepted_and_is_the_default() -> None:
     base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None, quick=False,
                 soak_cap_s=None, warm_l2=False, sequential=False, gpus=None, flush_always=False,
                 measure_s=None, max_warmup_s=None, max_total_s=None, lock_clocks=None,
-                cpu=False, gemm_only=False)
+                cpu=False, gemm_only=False, suite=None, job_compile=False)
     assert (HarnessArgs(**base, flush_auto=True).bench_options()  # type: ignore[arg-type]
             == HarnessArgs(**base, flush_auto=False).bench_options())  # type: ignore[arg-type]
     assert "--flush-auto" not in CliRunner().invoke(main, ["bench", "--help"]).output
@@ -74,3 +79,23 @@ def test_gemm_only_and_a_node_suite_contradict_each_other() -> None:
     result = CliRunner().invoke(main, ["bench", "--gemm-only", "--suite", "node"])
     assert result.exit_code == 2
     assert "--gemm-only and --suite node contradict each other" in result.output
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--gemm-only", "--suite", "job"], "--gemm-only and --suite job contradict each other"),
+    (["--suite", "node", "--job-compile"], "--job-compile asks for the job suite"),
+    (["--gemm-only", "--job-compile"], "--job-compile asks for the job suite"),
+])
+def test_job_choices_that_contradict_are_refused(flags: list[str], said: str) -> None:
+    for command in ("bench", "probe"):
+        inventory = [str(ROOT / "inventory" / "example.yaml")] if command == "probe" else []
+        args = [command, *flags, *inventory]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, (command, result.output)
+        assert said in result.output
+
+
+def test_probe_and_sweep_take_the_suite() -> None:
+    for command in ("probe", "sweep", "bench"):
+        text = CliRunner().invoke(main, [command, "--help"], terminal_width=80).output
+        assert "--suite" in text and "--job-compile" in text, command

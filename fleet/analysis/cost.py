@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from fleet.analysis.dataset import Config, Dataset, GpuMeasure
+from fleet.analysis.dataset import Config, Dataset, GpuMeasure, Listing
 from fleet.analysis.sync import synchronous_tflops
 
 
@@ -73,6 +74,23 @@ def _peaks(data: Dataset) -> dict[tuple[str, str], float]:
             for dtype, value in sheet.peak_tflops.items() if value}
 
 
+def listed_price(listings: Mapping[tuple[str, str], Listing], provider: str,
+                 hosts: Iterable[str]) -> tuple[float | None, str | None, str | None]:
+    """(price per GPU-hour, currency, why none) of `provider`'s `hosts`: the median of
+    their listed prices, in one currency only (fleet converts none); the job suite's
+    cost (fleet/analysis/job_cost.py) prices tokens with it too."""
+    priced = [listings[(provider, h)] for h in hosts if (provider, h) in listings
+              and listings[(provider, h)].price_per_gpu_hour is not None]
+    currencies = {listing.currency for listing in priced}
+    if not priced:
+        return None, None, "no price listed"
+    if len(currencies) > 1:
+        return None, None, "hosts listed in several currencies: " + ", ".join(
+            sorted(c or "?" for c in currencies))
+    return (statistics.median(listing.price_per_gpu_hour or 0.0 for listing in priced),
+            currencies.pop(), None)
+
+
 def cost_table(data: Dataset) -> list[CostRow]:
     """One cost row per configuration, provider and variant measured, ranked by PFLOP-hour."""
     listings = {(h.provider, h.host): h.listing for h in data.hosts}
@@ -84,20 +102,7 @@ def cost_table(data: Dataset) -> list[CostRow]:
     for (config, variant, provider), gpus in groups.items():
         values = [g.tflops for g in gpus]
         hosts = sorted({g.host for g in gpus})
-        priced = [listings[(provider, h)] for h in hosts if (provider, h) in listings
-                  and listings[(provider, h)].price_per_gpu_hour is not None]
-        currencies = {listing.currency for listing in priced}
-        price: float | None = None
-        currency: str | None = None
-        note: str | None = None
-        if not priced:
-            note = "no price listed"
-        elif len(currencies) > 1:
-            note = "hosts listed in several currencies: " + ", ".join(
-                sorted(c or "?" for c in currencies))
-        else:
-            price = statistics.median(listing.price_per_gpu_hour or 0.0 for listing in priced)
-            currency = currencies.pop()
+        price, currency, note = listed_price(listings, provider, hosts)
         rows.append(CostRow(config, provider, variant, len(gpus), len(hosts),
                             statistics.median(values), min(values), max(values),
                             peaks.get((variant, config.dtype)), price, currency, note, None,

@@ -310,7 +310,8 @@ def _under_load(r: BenchmarkResult) -> str:
 
 
 def print_bench(console: Console, document: AgentDocument) -> None:
-    """Print the host line, the benchmark results, and each error."""
+    """Print the host line, the matmul's results, the node and job suites' figures, and
+    each error."""
     console.print(host_line(document))
     if document.benchmarks:
         console.print(bench_table(document))
@@ -318,6 +319,10 @@ def print_bench(console: Console, document: AgentDocument) -> None:
         from fleet.cli.node_listing import document_records, node_tables
 
         console.print(node_tables(document_records(document)))
+    if document.jobs:
+        from fleet.cli import job_listing
+
+        console.print(job_listing.job_tables(job_listing.document_records(document)))
     for failure in document.errors:
         console.print(_t(f"error ({failure.stage}): {failure.message}", style="red"))
 

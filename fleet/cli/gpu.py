@@ -13,7 +13,6 @@ from rich.console import Console
 from fleet.cli.display import print_bench, print_fingerprint
 from fleet.cli.options import HarnessArgs, err_console, harness_options, reports_errors
 from fleet.document import document_schema
-from fleet.errors import InputError
 from fleet.probe.local import bench as run_bench
 from fleet.probe.local import fingerprint as run_fingerprint
 
@@ -71,12 +70,9 @@ def fingerprint(
 
 @click.command()
 @harness_options
-@click.option("--suite", type=click.Choice(["all", "gemm", "node"]),
-              help="all (the default): the matmul, then the node suite; gemm: the matmul "
-                   "alone (as --gemm-only); node: the node suite alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole document as JSON.")
 @reports_errors
-def bench(as_json: bool, suite: str | None, **harness: Any) -> None:
+def bench(as_json: bool, **harness: Any) -> None:
     """Run the standard matmul harness, then the node suite, on this machine's GPUs.
 
     Checks the product against float64 on every GPU, then loads them all at once,
@@ -111,10 +107,7 @@ def bench(as_json: bool, suite: str | None, **harness: Any) -> None:
       fleet bench --pause-ms 50          # burst figure, beside the sustained one
       fleet bench --dtype fp32 --size 4096
     """
-    args = HarnessArgs(**harness)
-    if suite is not None and args.gemm_only and suite != "gemm":
-        raise InputError(f"--gemm-only and --suite {suite} contradict each other: give one")
-    options = args.bench_options(suite)
+    options = HarnessArgs(**harness).bench_options()
     progress = None if as_json else (
         lambda event: err_console.print(f"[dim]{event['message']}[/dim]", highlight=False))
     document = run_bench(options, progress)

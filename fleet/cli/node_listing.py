@@ -10,30 +10,27 @@ of several nodes lines up for the eye to compare. CSV and JSON carry every colum
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import click
 from rich import box
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from fleet.analysis.node import size_text
 from fleet.api import Store
-from fleet.cli.options import err_console, note_created
+from fleet.cli.listing import show_frame
+from fleet.cli.options import note_created
 from fleet.document import AgentDocument
 from fleet.sanitize import safe
 from fleet.store.node import KINDS, settings_text, transport_text
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 NODE_KINDS = KINDS
 # A figure's label folds past this; the longest usual one, "GPU 0→host pageable", is 19.
@@ -67,30 +64,7 @@ def show_node_results(query: NodeQuery, output: str, limit: int | None,
         frame = store.node_results(provider=query.provider, variant=query.variant,
                                    host=query.host, since=query.since, sweep=query.sweep,
                                    stack=query.stack, kind=query.kinds or None)
-    total = len(frame)
-    records = node_records(frame.head(limit) if limit else frame)
-    if output == "json":
-        click.echo(json.dumps(records, indent=2))
-    elif output == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(frame.columns)
-        writer.writerows([["" if v is None else v for v in r.values()] for r in records])
-    elif not records:
-        err_console.print("No node figures match.", markup=False)
-    else:
-        Console().print(node_tables(records))
-    if total > len(records):
-        err_console.print(f"Showing the newest {len(records)} of {total} figures; "
-                          "--limit 0 shows all.", markup=False)
-
-
-def node_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """The frame's rows as plain values: None where missing, times as ISO 8601 text."""
-    records = cast(list[dict[str, Any]], frame.astype(object).where(frame.notna(), None)
-                   .to_dict("records"))
-    for record in records:
-        record["collected_at"] = record["collected_at"].isoformat()
-    return records
+    show_frame(frame, output, limit, node_tables, "node figures")
 
 
 def document_records(document: AgentDocument) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from fleet.errors import FleetError, InputError
-from fleet.probe.local import BenchOptions
+from fleet.probe.local import SUITES, BenchOptions
 from fleet.probe.run import DEFAULT_PARALLEL
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,9 +116,18 @@ HARNESS_OPTIONS = (
                       "reset afterwards, and results are marked locked)."),
     click.option("--cpu", is_flag=True, help="Run the harness on the CPU (a smoke test)."),
     click.option("--gemm-only", is_flag=True,
-                 help="The matmul alone: skip the node suite that follows it (each GPU's "
+                 help="The matmul alone: skip the node suite and the job suite that follow "
+                      "it (as --suite gemm)."),
+    click.option("--suite", type=click.Choice(SUITES),
+                 help="all (the default): the matmul, then the node suite (each GPU's "
                       "memory and host link, each pair's copies, the node's all-reduce; "
-                      "6 s on a lent H100, 22 s on a lent 4x H200)."),
+                      "6-22 s), then the job suite (a transformer's training step and "
+                      "decode on every GPU at once, about a minute); gemm: the matmul "
+                      "alone; node: the node suite alone; job: the job suite alone (it "
+                      "then soaks from idle, up to 3 minutes)."),
+    click.option("--job-compile", is_flag=True,
+                 help="Run the job suite's training step under torch.compile (its compile "
+                      "time recorded apart; compiled and eager figures are compared apart)."),
 )
 
 
@@ -152,8 +161,10 @@ class HarnessArgs:
     lock_clocks: int | None
     cpu: bool
     gemm_only: bool
+    suite: str | None
+    job_compile: bool
 
-    def bench_options(self, suite: str | None = None) -> BenchOptions:
+    def bench_options(self) -> BenchOptions:
         """What the harness is asked to run; contradicting flush choices are refused."""
         given = [flag for flag, on in (("--warm-l2", self.warm_l2),
                                        ("--flush-always", self.flush_always),
@@ -163,6 +174,12 @@ class HarnessArgs:
                              "flushes the L2, --flush-always flushes it before every run, "
                              "and --flush-auto (the default) flushes it only for problems "
                              "smaller than the flush buffer; give one")
+        if self.suite is not None and self.gemm_only and self.suite != "gemm":
+            raise InputError(f"--gemm-only and --suite {self.suite} contradict each other: "
+                             "give one")
+        if self.job_compile and (self.suite in ("gemm", "node") or self.gemm_only):
+            raise InputError("--job-compile asks for the job suite, which --gemm-only or "
+                             f"--suite {self.suite or 'gemm'} leaves out: drop one")
         return BenchOptions(
             dtype=self.dtype, m=self.m or self.size, n=self.n or self.size,
             k=self.k or self.size, pause_ms=self.pause_ms, quick=self.quick,
@@ -170,7 +187,8 @@ class HarnessArgs:
             flush_always=self.flush_always, sequential=self.sequential, gpus=self.gpus,
             measure_s=self.measure_s, max_warmup_s=self.max_warmup_s,
             max_total_s=self.max_total_s, lock_clocks_mhz=self.lock_clocks, cpu=self.cpu,
-            suite=suite or ("gemm" if self.gemm_only else "all"))
+            suite=self.suite or ("gemm" if self.gemm_only else "all"),
+            job_compile=self.job_compile)
 
 
 _HARNESS_NAMES = frozenset(f.name for f in fields(HarnessArgs))

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet.api import Store
+from fleet.cli.job_listing import JobQuery, show_job_results
 from fleet.cli.node_listing import NODE_KINDS, NodeQuery, show_node_results
 from fleet.cli.options import db_option, err_console, note_created, reports_errors
 from fleet.errors import InputError
@@ -425,6 +426,10 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
                    "the datasheet.")
 @click.option("--kind", type=click.Choice(NODE_KINDS), multiple=True,
               help="With --node: only figures of this kind (repeat for several).")
+@click.option("--jobs", is_flag=True,
+              help="The job suite's figures instead of the matmul: per GPU, a transformer's "
+                   "training and decode steps as tokens/s, TFLOP/s and MFU, decode's GB/s "
+                   "and share of HBM.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @click.option("--limit", type=click.IntRange(min=0),
@@ -434,7 +439,7 @@ def _write_csv(rows: Sequence[ResultRow | VariantSummary], kind: type[Any]) -> N
 @reports_errors
 def results(provider: str | None, variant: str | None, host: str | None,
             since: dt.datetime | None, sweep: str | None, stack: str | None, summary: bool,
-            node: bool, kind: tuple[str, ...], as_csv: bool,
+            node: bool, kind: tuple[str, ...], jobs: bool, as_csv: bool,
             as_json: bool, limit: int | None, db: str | None) -> None:
     """Show stored benchmark results, filtered, as a table, CSV or JSON.
 
@@ -453,6 +458,12 @@ def results(provider: str | None, variant: str | None, host: str | None,
     (nccl-tests' busbw); each beside its datasheet figure and the share of it reached.
     CSV and JSON carry every column of `fleet.Store().node_results()`.
 
+    With --jobs, the job suite's figures, a table per document: each GPU's training step
+    (tokens/s, TFLOP/s, MFU) and decode step (tokens/s, GB/s read, share of HBM) under
+    each attention backend; what the jobs ran (model, shape, dtype) under each table.
+    CSV and JSON carry every column of `fleet.Store().jobs()`, `config` among them: a
+    figure compares only with figures of the same config.
+
     \b
     Examples:
       fleet results --provider lambda --since 2026-11-01
@@ -460,12 +471,23 @@ def results(provider: str | None, variant: str | None, host: str | None,
       fleet results --stack "cuBLAS 13.0" --summary
       fleet results --sweep nightly --csv > nightly.csv
       fleet results --node --host gpu-01 --kind peer_copy --kind allreduce
+      fleet results --jobs --variant "H100 SXM5 80GB" --since 2026-11-01
     """
     if as_csv and as_json:
         raise click.UsageError("give --csv or --json, not both")
     if kind and not node:
         raise click.UsageError("--kind chooses among the node suite's figures: give --node "
                                "too")
+    if jobs:
+        if node or summary or kind:
+            raise click.UsageError("--jobs lists the job suite's figures alone: leave out "
+                                   "--node, --kind and --summary (fleet.Store().jobs() to "
+                                   "group them)")
+        show_job_results(
+            JobQuery(provider, variant, host, _since(since), sweep, stack),
+            "csv" if as_csv else "json" if as_json else "table",
+            TABLE_LIMIT if limit is None and not (as_csv or as_json) else limit, db)
+        return
     if node:
         if summary:
             raise click.UsageError("--summary is for the matmul's results; --node lists "

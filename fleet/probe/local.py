@@ -34,6 +34,12 @@ SOAK_MARGIN_PER_GPU_S = 30.0
 # to fire first.
 NODE_SUITE_S = 150.0
 NODE_SUITE_PER_GPU_S = 10.0
+# The job suite after the matmul: its soak's 45-s cap, a span's wait for the node's
+# last GPU, measurements of 8, 4 and 6 s, gates and set-up; alone (`--suite job`), from
+# idle, the matmul's 180-s cap instead (86-123 s on a lent 2x H100).
+JOB_SUITE_S = 180.0
+JOB_SUITE_ALONE_S = 330.0
+SUITES = ("all", "gemm", "node", "job")
 
 
 @dataclass(frozen=True)
@@ -59,15 +65,20 @@ class BenchOptions:
     max_total_s: float | None = None
     lock_clocks_mhz: int | None = None
     cpu: bool = False
-    # "all": the matmul, then the node suite (memory, host links, GPU pairs, all-reduce);
-    # "gemm": the matmul alone (--gemm-only); "node": the node suite alone.
+    # "all": the matmul, then the node suite (memory, host links, GPU pairs, all-reduce),
+    # then the job suite (a training step and decode); "gemm": the matmul alone
+    # (--gemm-only); "node": the node suite alone; "job": the job suite alone.
     suite: str = "all"
+    # The job suite under torch.compile.
+    job_compile: bool = False
 
     def agent_args(self) -> list[str]:
         """The agent's command-line options for this benchmark."""
         args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k)]
         if self.suite != "all":
             args += ["--suite", self.suite]
+        if self.job_compile:
+            args.append("--job-compile")
         for flag, value in (("--measure-s", self.measure_s),
                             ("--max-warmup-s", self.max_warmup_s),
                             ("--max-total-s", self.max_total_s)):
@@ -103,11 +114,15 @@ class BenchOptions:
         """How long the benchmark may take on a host of `gpus` GPUs, beyond fingerprinting:
         a soak loads every GPU of the node at once, so it costs one soak a node (one a
         GPU with --sequential), where a quick run costs its seconds a GPU; the node suite
-        adds its own (NODE_SUITE_S, NODE_SUITE_PER_GPU_S)."""
-        node = 0.0 if self.suite == "gemm" else NODE_SUITE_S + NODE_SUITE_PER_GPU_S * gpus
+        and the job suite add their own (NODE_SUITE_S, NODE_SUITE_PER_GPU_S, JOB_SUITE_S)."""
+        if self.suite == "job":
+            return JOB_SUITE_ALONE_S
+        node = NODE_SUITE_S + NODE_SUITE_PER_GPU_S * gpus
         if self.suite == "node":
             return node
-        return node + self._gemm_timeout_s(gpus)
+        if self.suite == "gemm":
+            return self._gemm_timeout_s(gpus)
+        return node + JOB_SUITE_S + self._gemm_timeout_s(gpus)
 
     def _gemm_timeout_s(self, gpus: int) -> float:
         if not self.soaked:

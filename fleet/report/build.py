@@ -47,12 +47,14 @@ from fleet.analysis.integrity import find_corruption
 from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.report.charts import Chart, provider_charts
+from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.node import NodeOptions, NodeSection, node_section
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
-                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention", "corruption")
+                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention", "corruption",
+                 "job_shortfall")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class ReportOptions:
     # stack then listed among what differs (`fleet report --across-stacks`).
     across_stacks: bool = False
     node: NodeOptions = field(default_factory=NodeOptions)  # the node suite's rules
+    job: JobOptions = field(default_factory=JobOptions)  # the job suite's own rule
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,9 @@ class Report:
     node: NodeSection = field(default_factory=NodeSection)
     # GPUs that computed wrong under load (fleet/analysis/integrity.py), also in `dispute`.
     corruption: tuple[Finding, ...] = ()
+    # The job suite's figures, their cost per million tokens, findings and synchronous
+    # figures (issue 37).
+    job: JobSection = field(default_factory=JobSection)
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -173,15 +179,16 @@ class Report:
 
     def counts(self) -> dict[str, int]:
         """Findings per kind, as `--fail-on` reads them."""
-        node = self.node.counts()
+        node, job = self.node.counts(), self.job.counts()
         return {"mismatch": len(self.mismatches) + len(self.mixed),
-                "gap": len(self.gaps) + node["gap"],
+                "gap": len(self.gaps) + node["gap"] + job["gap"],
                 "cooling": len(self.cooling_findings), "drift": len(self.drift),
-                "straggler": len(self.stragglers) + node["straggler"],
+                "straggler": len(self.stragglers) + node["straggler"] + job["straggler"],
                 "regression": self.regressions, "duplicate": len(self.shared),
                 "health": self.health.findings, "hostlink": node["hostlink"],
                 "peer": node["peer"], "shortfall": node["shortfall"],
-                "contention": node["contention"], "corruption": len(self.corruption)}
+                "contention": node["contention"], "corruption": len(self.corruption),
+                "job_shortfall": job["job_shortfall"]}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -385,15 +392,17 @@ def _build(engine: Engine, options: ReportOptions, store: str,
            now: dt.datetime | None) -> Report:
     scope = options.scope
     data = load_dataset(engine, scope, options.across_stacks)
+    jobs = read_jobs(engine, scope, data.shared)
     upto = max(scope.runs) if scope.runs else None
     names: Aliases | None = None
     if options.anonymize:
-        pairs = named_pairs(data)
+        pairs = named_pairs(data) | jobs.pairs()
         if scope.sweep is not None:
             pairs |= history_pairs(engine, scope.sweep, upto, scope.providers,
                                    scope.variants)
         names = Aliases.of(pairs)
         data = anonymize(data, names)
+        jobs = jobs.anonymized(names)
         store = "(hidden in an anonymized report)"
     history = None if scope.sweep is None else sweep_history(
         engine, scope.sweep, upto, names, scope.providers, scope.variants)
@@ -406,10 +415,12 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     stragglers = find_stragglers(data, options.stragglers)
     cost = cost_table(data)
     headline = _headline(data)
+    job = job_section(jobs, {(h.provider, h.host): h.listing for h in data.hosts},
+                      options.gaps, options.stragglers, options.job)
     providers = sorted({h.provider for h in data.hosts} | {m.provider for m in data.measures}
-                       | {f.provider for f in data.failures})
+                       | {f.provider for f in data.failures} | {g.provider for g in job.gpus})
     variants = sorted({m.variant for m in data.measures} | {
-        d.variant for d in drift})
+        d.variant for d in drift} | {g.variant for g in job.gpus})
     node = node_section(engine, data, options.gaps, options.node)
     corruption = [Finding.of(c.finding()) for c in find_corruption(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
@@ -432,7 +443,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         dispute=tuple(_duplicates(data.shared, options.anonymize) + corruption + _health(health)
                       + _dispute(mismatches, mixed, gaps,
                                  [c for c in cooling if c.called], stragglers, drift)
-                      + _node_findings(node)),
+                      + _node_findings(node)
+                      + [Finding.of(item) for item in job.findings()]),
         renter=tuple(Finding.of(item) for item in node.renter()),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
@@ -441,4 +453,4 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
-        health=health, node=node, corruption=tuple(corruption))
+        health=health, node=node, corruption=tuple(corruption), job=job)

@@ -48,6 +48,7 @@ from fleet.events import MAX_LINE, read_events
 from fleet.store import models, series
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
+from fleet.store.job import gpu_problem, job_row
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
 from fleet.store.node import settings_text, transport_text
 from fleet.store.series import epoch_us
@@ -128,6 +129,8 @@ class Prepared:
     errors: tuple[dict[str, Any], ...]  # stage, gpu_index, message
     # The node suite's figures, without the ids and collected_at; none before the suite.
     node_results: tuple[dict[str, Any], ...] = ()
+    # The job suite's figures, likewise (fleet/store/job.py); none before the suite.
+    job_results: tuple[dict[str, Any], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -262,6 +265,9 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
         found.setdefault(result.gpu_index, result.gpu_uuid)
     if document.node:
         _check_node(document, gpus, uuids, found, origin)
+    problem = gpu_problem(document, gpus, uuids, found)
+    if problem is not None:
+        raise _reject(origin, problem)
     content_hash = hashlib.sha256(text).hexdigest()
     return Prepared(
         content_hash=content_hash,
@@ -280,7 +286,10 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
                          for result in document.benchmarks),
         errors=tuple({"stage": error.stage, "gpu_index": error.gpu, "message": error.message}
                      for error in document.errors),
-        node_results=tuple(_node_row(result, gpus) for result in document.node))
+        node_results=tuple(_node_row(result, gpus) for result in document.node),
+        job_results=tuple(job_row(result, _job_variant(gpus.get(result.gpu_index),
+                                                       result.provenance.device_name))
+                          for result in document.jobs))
 
 
 def variant_of(gpu: Gpu) -> str:
@@ -291,6 +300,12 @@ def variant_of(gpu: Gpu) -> str:
     if variant.form_factor != "unknown" and variant.family:
         return f"{variant.family} {variant.form_factor}"
     return f"unknown: {gpu.name or variant.pci_device_id or 'no name'}"
+
+
+def _job_variant(gpu: Gpu | None, device_name: str | None) -> str:
+    # As a benchmark result's: a GPU the document did not fingerprint is named by torch.
+    return variant_of(gpu) if gpu is not None else \
+        f"unknown: {device_name or 'not fingerprinted'}"
 
 
 def _check_name(value: str, what: str, limit: int) -> str:
@@ -544,6 +559,11 @@ class Ingest:
                     peer_gpu_id=None if row["peer_index"] is None
                     else gpu_ids[row["peer_index"]])
                     for row in prepared.node_results])
+            if prepared.job_results:
+                fast.job.many(cursor, [dict(
+                    row, document_id=document_id, provider_id=provider_id, host_id=host_id,
+                    probe_run_id=run_id, collected_at=collected_at,
+                    gpu_id=gpu_ids[row["gpu_index"]]) for row in prepared.job_results])
             if prepared.errors:
                 fast.error.many(cursor, [dict(
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,

@@ -4,6 +4,7 @@
                            │  1
                            ├─* fingerprint *─1 gpu        (one row per GPU per document)
                            ├─* benchmark_result *─1 gpu 1─* result_series
+                           ├─* node_result, job_result (the node and job suites)
                            └─* host_error
 
 A document is immutable once stored, so the few facts the report filters on (provider,
@@ -528,6 +529,92 @@ class NodeResult(Base):
     nccl_settings: Mapped[str | None] = mapped_column(String(1024))
     nvlink_links: Mapped[int | None] = mapped_column(Integer)
     nvlink_fabric: Mapped[str | None] = mapped_column(String(16))
+
+
+class JobResult(Base):
+    """One figure of the job suite (agent/jobs.py): a GPU's tokens a second on a
+    transformer's training or decode step under one attention backend, with its
+    configuration (the model, every dimension of the shape, data type, attention,
+    compile, graph, optimizer, concurrency, thermal state, software stack) as columns,
+    since a figure is compared only within its configuration (fleet/store/job.py)."""
+
+    __tablename__ = "job_result"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), index=True)
+    provider_id: Mapped[int] = mapped_column(ForeignKey("provider.id"))
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"), index=True)
+    probe_run_id: Mapped[int] = mapped_column(ForeignKey("probe_run.id"), index=True)
+    collected_at: Mapped[dt.datetime]
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpu.id"))
+    variant: Mapped[str] = mapped_column(String(160))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    suite_version: Mapped[str] = mapped_column(String(128))
+    workload: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(128))
+    layers: Mapped[int] = mapped_column(Integer)
+    width: Mapped[int] = mapped_column(Integer)
+    heads: Mapped[int] = mapped_column(Integer)
+    kv_heads: Mapped[int] = mapped_column(Integer)
+    head_dim: Mapped[int] = mapped_column(Integer)
+    ffn: Mapped[int] = mapped_column(Integer)
+    batch: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    context: Mapped[int | None] = mapped_column(Integer)
+    params: Mapped[int] = mapped_column(BigInteger)
+    dtype: Mapped[str] = mapped_column(String(16))
+    attention: Mapped[str] = mapped_column(String(16))
+    compiled: Mapped[bool] = mapped_column(Boolean)
+    graph: Mapped[bool] = mapped_column(Boolean)
+    optimizer: Mapped[str | None] = mapped_column(String(32))
+    concurrency: Mapped[str] = mapped_column(String(16))
+    gpus_in_run: Mapped[int] = mapped_column(Integer)
+    thermal: Mapped[str] = mapped_column(String(16))
+    # "train/flash": measured right after that soaked load on the same card.
+    follows: Mapped[str | None] = mapped_column(String(32))
+    torch_version: Mapped[str | None] = mapped_column(String(128))
+    cuda_runtime_version: Mapped[str | None] = mapped_column(String(128))
+    cudnn_version: Mapped[str | None] = mapped_column(String(128))
+    tokens_per_step: Mapped[int] = mapped_column(BigInteger)
+    steps: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    tokens_per_s: Mapped[float] = mapped_column(Float)
+    step_median_ms: Mapped[float] = mapped_column(Float)
+    step_cv: Mapped[float] = mapped_column(Float)
+    within_low: Mapped[float | None] = mapped_column(Float)
+    within_high: Mapped[float | None] = mapped_column(Float)
+    flop_per_token: Mapped[float] = mapped_column(Float)
+    flop_per_token_causal: Mapped[float] = mapped_column(Float)
+    tflops: Mapped[float] = mapped_column(Float)
+    tflops_causal: Mapped[float] = mapped_column(Float)
+    peak_tflops: Mapped[float | None] = mapped_column(Float)
+    mfu: Mapped[float | None] = mapped_column(Float)
+    bytes_per_step: Mapped[int | None] = mapped_column(BigInteger)
+    gbs: Mapped[float | None] = mapped_column(Float)
+    hbm_gbs: Mapped[float | None] = mapped_column(Float)
+    hbm_share: Mapped[float | None] = mapped_column(Float)
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    loss: Mapped[float | None] = mapped_column(Float)
+    correctness_passed: Mapped[bool] = mapped_column(Boolean)
+    max_rel_error: Mapped[float | None] = mapped_column(Float)
+    # soak.soaked; NULL where the result carries no soak (cool start, or `follows`).
+    soaked: Mapped[bool | None] = mapped_column(Boolean)
+    soak_s: Mapped[float | None] = mapped_column(Float)
+    not_soaked: Mapped[bool] = mapped_column(Boolean)
+    contended: Mapped[bool] = mapped_column(Boolean)
+    power_capped: Mapped[bool] = mapped_column(Boolean)
+    thermal_throttled: Mapped[bool] = mapped_column(Boolean)
+    hw_slowdown: Mapped[bool] = mapped_column(Boolean)
+    contention: Mapped[str | None] = mapped_column(String(1024))
+    # Under load: the soak's median temperature where judged, else telemetry's maximum.
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    compile_s: Mapped[float | None] = mapped_column(Float)
+    wall_s: Mapped[float] = mapped_column(Float)
+    # The run's own wander, relative (fleet/repeat.py job_wander): with the job's
+    # run-to-run spread, the interval a repeat run falls in.
+    wander: Mapped[float | None] = mapped_column(Float)
 
 
 class HostError(Base):

@@ -8,6 +8,8 @@ median, interval, CV, clocks and flags stay and keep serving every report and co
 with history. Both copies are emptied, the document marked `samples_pruned_at`. The node
 suite's figures keep their samples only in the document (node_result holds the median,
 range, CV and interval), about 1,000 numbers for an 8-GPU node; those go with the rest.
+The job suite's figures carry no raw samples (their step times come as statistics), and
+their soak curves stay, as the matmul's do.
 """
 
 from __future__ import annotations

@@ -327,6 +327,44 @@ def test_node_results_go_down_and_come_up_with_0011(empty_url: str) -> None:
         engine.dispose()
 
 
+def test_job_results_go_down_and_come_up_with_0016(empty_url: str) -> None:
+    """0016 adds job_result: a store at 0015 (node results and all) upgrades to it, takes
+    job figures, and down to 0015 loses the table with its rows while the documents,
+    node figures and results stay; up again it is empty, and the document's job figures
+    are still in its body."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin
+    from fleet.store.models import BenchmarkResult, Document, JobResult, NodeResult
+    from fleet.store.query import load_document
+    from tests.store import factory, job_factory, node_factory
+
+    data = job_factory.with_jobs(node_factory.with_node(factory.document(gpus=2)))
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine, "0015")
+        assert "job_result" not in _tables(engine)
+        assert upgrade(engine, "0016").revision == "0016"
+        assert _differences(engine) == []
+        with Ingest(engine) as ingest:
+            stored = ingest.store(AgentDocument.model_validate(data), Origin("lambda"))
+        with engine.connect() as conn:
+            # 2 GPUs x train and decode x flash and cudnn.
+            assert conn.execute(select(func.count(JobResult.id))).scalar_one() == 8
+        assert downgrade(engine, "0015").revision == "0015"
+        assert "job_result" not in _tables(engine)
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count(BenchmarkResult.id))).scalar_one() == 2
+            assert conn.execute(select(func.count(NodeResult.id))).scalar_one() == 16
+            assert conn.execute(select(Document.id)).scalars().all() == [stored.document_id]
+        upgrade(engine)
+        assert _differences(engine) == []
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count(JobResult.id))).scalar_one() == 0
+        assert len(load_document(engine, stored.document_id).jobs) == 8
+    finally:
+        engine.dispose()
+
+
 def test_fingerprints_stored_before_0011_read_as_health_not_read(empty_url: str) -> None:
     """0011 adds each GPU's health to its fingerprint row; rows stored before it have none
     (their agents read no counters, so there is nothing in their bodies to fill them

@@ -1,0 +1,634 @@
+"""The job suite: what a GPU-hour buys for a real job, on every GPU of the node at once.
+
+After the matmul and the node suite, each GPU runs, in lockstep with the others (one
+thread a GPU, as the matmul's harness runs them):
+
+1. the gates (agent/train_step.py, agent/decode.py): a small training step and a small
+   decode step in bf16 against float32; a GPU that fails them is reported and measures
+   nothing;
+2. the training step of the decoder stack (agent/transformer.py) with attention pinned
+   to flash, loaded continuously until throughput and temperature stop moving by the
+   matmul's rule (agent/soak.py: the same span, window and tolerances; a shorter cap,
+   since the matmul has just heated the card), then measured;
+3. beside it, where the torch has it, the same step with cuDNN's attention, measured on
+   the card the flash step soaked;
+4. decode over the KV cache (a CUDA graph a step), measured on the same soaked card.
+
+The phases run in lockstep (no GPU starts one before every GPU has left the last)
+because PyTorch's attention-backend switch is process-wide: every thread must be asking
+for the same backend at once. The gates' float32 reference writes its attention out
+rather than switch backends (agent/transformer.py).
+
+Steps are timed with CUDA events in a pipeline (each step's end event is waited for
+only once the next step is queued, so the GPU never idles for the host's sake); the
+figure is the work over the summed step times, as the matmul's is. Each result carries
+its telemetry, who else was on the GPU, the gate's verdict, peak memory, and the
+FLOP and byte counts with their sources (agent/transformer.py).
+
+On the CPU path (`--cpu`) the same code runs at a tiny shape with the math backend and
+short windows: the path, not a figure.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+
+from agent import contention, links, soak, stats, telemetry
+from agent.harness import Config as HarnessConfig
+from agent.harness import GpuTarget, SoakCoordinator, import_torch, match_targets
+from agent.nvml import Nvml
+
+SUITE_VERSION = "1.0.0"
+TIMING_METHOD = "cuda-events-pipelined"
+Progress = Callable[[str], None]
+# Timed units of work: (when one ended by the host's clock, its milliseconds).
+Units = Generator[Tuple[float, float], None, None]
+# The soak's cap after the matmul: it has just held every GPU at its power limit for
+# minutes, so a card that has not settled within 45 s of the job's own load is flagged,
+# not waited for (the suite's budget is a minute a node, issue 37). The job suite alone
+# (`--suite job`) starts from idle and takes the matmul's own cap (agent/soak.py): from
+# idle a lent H100 was still heating 3-4 C a span at 45 s.
+CAP_S = 45.0
+CAPTURE_LOCK = threading.Lock()
+# Longer than NVML's utilization sample period, as agent/node.py waits.
+IDLE_BEFORE_UTILIZATION_S = 1.2
+
+
+@dataclass
+class Config:
+    """What the suite runs and for how long (the README's "The job suite" says why)."""
+
+    device: str = "cuda"
+    gpus: Optional[List[int]] = None
+    sequential: bool = False
+    compiled: bool = False
+    attention: str = "flash"
+    # Measured beside the pinned backend on the soaked card, where the torch has it.
+    beside: Optional[str] = "cudnn"
+    graph: bool = True
+    window_s: float = soak.WINDOW_S
+    span_s: float = soak.SPAN_S
+    cap_s: float = CAP_S
+    measure_s: float = 8.0
+    beside_warm_s: float = 1.0
+    beside_s: float = 3.0
+    decode_warm_s: float = 1.0
+    decode_s: float = 5.0
+    # Sub-windows of the measurement, for its within-run interval.
+    sub_window_s: float = 1.0
+    # How many graph replays one timed unit of decode holds (~50 ms on an H100).
+    decode_unit_steps: int = 32
+    shapes: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_cpu(cls) -> "Config":
+        """Seconds a CI machine spends in a fraction of: the path, not a figure."""
+        return cls(device="cpu", attention="math", beside=None, graph=False, window_s=0.2,
+                   span_s=0.8, cap_s=1.2, measure_s=0.6, beside_s=0.0, decode_warm_s=0.1,
+                   decode_s=0.4, sub_window_s=0.2, decode_unit_steps=4)
+
+
+class JobError(Exception):
+    """A GPU's job could not run or did not pass its gate; the message says which and why."""
+
+
+def _shapes(cfg: Config) -> Dict[str, Any]:
+    from agent import transformer as t
+
+    cpu = cfg.device == "cpu"
+    defaults = {"train": t.CPU_TRAIN if cpu else t.TRAIN,
+                "decode": t.CPU_DECODE if cpu else t.DECODE,
+                "gate": t.CPU_GATE if cpu else t.GATE,
+                "gate_decode": t.CPU_GATE_DECODE if cpu else t.GATE_DECODE}
+    defaults.update(cfg.shapes)
+    return defaults
+
+
+class Timer:
+    """Units of work (a training step; a run of graph replays) timed back to back: on
+    CUDA each unit between two events, whose end is waited for once the next unit is
+    queued; on the CPU by the wall clock."""
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def units(self, work: Callable[[], None]) -> Units:
+        """(when the unit ended by the host's clock, its milliseconds), forever."""
+        if not self.cuda:
+            while True:
+                t0 = time.perf_counter()
+                work()
+                t1 = time.perf_counter()
+                yield t1, (t1 - t0) * 1e3
+        torch = self.torch
+        pending: Optional[Tuple[Any, Any]] = None
+        while True:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            work()
+            end.record()
+            if pending is not None:
+                pending[1].synchronize()
+                yield time.perf_counter(), float(pending[0].elapsed_time(pending[1]))
+            pending = (start, end)
+
+
+@dataclass
+class Span:
+    """The units timed in one phase's measurement: per-unit ms, steps and end times."""
+
+    ms: List[float] = field(default_factory=list)
+    ends: List[float] = field(default_factory=list)
+    t0: float = 0.0
+    t1: float = 0.0
+
+
+def _window(sampler: telemetry.Sampler, start: float, end: float, load0: float,
+            tokens_per_s: float) -> soak.Window:
+    seen = sampler.between(start, end)
+    medians = telemetry.window_medians(seen)
+    temps = [s[4] for s in seen if s[4] == s[4]]
+    return soak.Window(end - load0, tokens_per_s, statistics.median(temps) if temps else None,
+                       medians["sm_clock_mhz"], medians["power_w"])
+
+
+class Gpu:
+    """One GPU's run of the suite."""
+
+    def __init__(self, torch: Any, cfg: Config, target: GpuTarget, gpu: Dict[str, Any],
+                 phases: Sequence[Phase], progress: Progress) -> None:
+        self.torch = torch
+        self.cfg = cfg
+        self.target = target
+        self.gpu = gpu
+        self.phases = phases
+        self.progress = progress
+        self.shapes = _shapes(cfg)
+        self.device = torch.device(f"cuda:{target.index}" if cfg.device == "cuda" else "cpu")
+        self.timer = Timer(torch, self.device)
+        self.sampler = telemetry.Sampler(target.nvml, target.handle)
+        self.label = f"GPU {gpu.get('index', target.index)}" if self.timer.cuda else "the CPU"
+        self.errors: List[str] = []
+
+    def say(self, message: str) -> None:
+        self.progress(f"{self.label}: {message}")
+
+    def _reset_peak(self) -> None:
+        if self.timer.cuda:
+            self.torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _peak(self) -> Optional[int]:
+        return int(self.torch.cuda.max_memory_allocated(self.device)) if self.timer.cuda \
+            else None
+
+    def _measure(self, units: Units, phase: SoakCoordinator,
+                 seconds: float, warm_s: float = 0.0) -> Span:
+        """Warm for `warm_s`, measure `seconds`, then load on untimed until every GPU of
+        the node has measured (a neighbour idling early would cool the others)."""
+        index = self.target.index
+        phase.report_ready(index)
+        span = Span()
+        began = time.perf_counter()
+        state = "warm" if warm_s > 0 else "measure"
+        span.t0 = began
+        for end, ms in units:
+            if state == "warm":
+                if end - began >= warm_s:
+                    state, span.t0 = "measure", end
+                continue
+            if state == "measure":
+                span.ms.append(ms)
+                span.ends.append(end)
+                if end - span.t0 >= seconds:
+                    state, span.t1 = "tail", end
+                    phase.report_finished(index)
+                continue
+            if phase.all_finished() or end - span.t1 >= seconds + self.cfg.span_s:
+                break
+        return span
+
+    def _soak(self, units: Units, tokens_per_unit: int,
+              phase: SoakCoordinator) -> Tuple[Span, Dict[str, Any]]:
+        """The training load from its first timed step: soak windows judged by the
+        matmul's rule until this GPU has soaked or reached the cap, on until every GPU
+        has; then the measurement; then the tail."""
+        cfg = self.cfg
+        index = self.target.index
+        load0 = time.perf_counter()
+        windows: List[soak.Window] = []
+        verdict = soak.Verdict(False, None, None)
+        settled_s: Optional[float] = None
+        window0, window_ms, window_units = load0, 0.0, 0
+        told = 0.0
+        ready = False
+        soak_end = 0.0
+        for end, ms in units:
+            window_ms += ms
+            window_units += 1
+            elapsed = end - load0
+            if end - window0 >= cfg.window_s:
+                rate = tokens_per_unit * window_units / (window_ms / 1e3)
+                windows.append(_window(self.sampler, window0, end, load0, rate))
+                window0, window_ms, window_units = end, 0.0, 0
+                if settled_s is None:
+                    verdict = soak.judge(windows, cfg.span_s, cfg.span_s)
+                    if verdict.soaked:
+                        settled_s = elapsed
+            if not ready and (settled_s is not None or elapsed >= cfg.cap_s):
+                ready = True
+                phase.report_ready(index)
+            if elapsed - told >= 10.0 and windows:
+                told = elapsed
+                w = windows[-1]
+                self.say(f"{elapsed:.0f} s of training, {w.tflops:,.0f} tokens/s"
+                         + (f", {w.temperature_c:.0f} C" if w.temperature_c is not None else ""))
+            if ready and (phase.all_ready() or elapsed >= cfg.cap_s + cfg.span_s):
+                soak_end = elapsed
+                break
+        span = self._measure(units, phase, cfg.measure_s)
+        # The curve goes on through the measurement, as the matmul's does.
+        samples = self.sampler.between(span.t0, span.t1)
+        temps = [s[4] for s in samples if s[4] == s[4]]
+        start = [s[4] for s in self.sampler.between(load0, load0 + 1.0) if s[4] == s[4]]
+        tail = self._windows(span, tokens_per_unit, load0)
+        detail = {
+            "soaked": settled_s is not None, "seconds": round(soak_end, 3),
+            "settled_s": None if settled_s is None else round(settled_s, 3),
+            "cap_s": cfg.cap_s, "window_s": cfg.window_s, "span_s": cfg.span_s,
+            "throughput_tolerance": soak.THROUGHPUT_TOLERANCE,
+            "temperature_tolerance_c": soak.TEMPERATURE_TOLERANCE_C,
+            "throughput_change": None if verdict.throughput_change is None
+            else round(verdict.throughput_change, 6),
+            "temperature_change_c": None if verdict.temperature_change_c is None
+            else round(verdict.temperature_change_c, 3),
+            "temperature_c": statistics.median(temps) if temps else None,
+            "temperature_start_c": start[0] if start else None,
+            "curve": soak.curve_rows(windows + tail),
+        }
+        return span, detail
+
+    def _windows(self, span: Span, tokens_per_unit: int, load0: float) -> List[soak.Window]:
+        """The measurement cut into soak windows, so that the curve runs on through it."""
+        out: List[soak.Window] = []
+        start, ms, n = span.t0, 0.0, 0
+        for i, end in enumerate(span.ends):
+            ms += span.ms[i]
+            n += 1
+            if end - start >= self.cfg.window_s:
+                out.append(_window(self.sampler, start, end, load0,
+                                   tokens_per_unit * n / (ms / 1e3)))
+                start, ms, n = end, 0.0, 0
+        return out
+
+    def _sub_levels(self, span: Span, tokens_per_unit: int) -> List[float]:
+        levels: List[float] = []
+        start, ms, n = span.t0, 0.0, 0
+        for i, end in enumerate(span.ends):
+            ms += span.ms[i]
+            n += 1
+            if end - start >= self.cfg.sub_window_s:
+                levels.append(tokens_per_unit * n / (ms / 1e3))
+                start, ms, n = end, 0.0, 0
+        return levels
+
+    def run(self, busy_before: Optional[int]) -> List[Dict[str, Any]]:
+        """Gate, train, train beside, decode; the results."""
+        seen = contention.others(self.target.nvml, self.target.handle)
+        self.sampler.start()
+        try:
+            checked, checked_decode = self._gates()
+            results = self._train(checked, seen, busy_before)
+            results.append(self._decode(checked_decode, results[0], seen, busy_before))
+        except BaseException:
+            for phase in self.phases:
+                phase.withdraw(self.target.index)
+            raise
+        finally:
+            self.sampler.stop()
+        after = contention.others(self.target.nvml, self.target.handle)
+        if after:
+            lines = contention.reasons(seen + after, busy_before)
+            processes = list({p["pid"]: p for p in seen + after}.values())
+            for result in results:
+                result["contention"] = lines
+                result["processes"] = processes
+                result["flags"]["contended"] = True
+        return results
+
+    def _sync(self) -> None:
+        if self.timer.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def _free(self) -> None:
+        if self.timer.cuda:
+            self.torch.cuda.empty_cache()
+
+    def _gates(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """Both gates' verdicts; JobError where either failed."""
+        from agent import decode, train_step
+
+        cfg = self.cfg
+        dtype = self.torch.bfloat16
+        checked = train_step.gate(self.shapes["gate"], self.device, cfg.attention, dtype)
+        checked_decode = decode.gate(self.shapes["gate_decode"], self.device, cfg.attention,
+                                     dtype)
+        for what, verdict in (("training step", checked), ("decode", checked_decode)):
+            if not verdict["passed"]:
+                raise JobError(
+                    f"{self.label}: the {what} gate failed at {verdict['shape']}: error "
+                    f"{verdict['grad_max_rel_error']} against float32 (tolerance "
+                    f"{verdict['tolerance']}), loss finite: {verdict['loss_finite']}; no job "
+                    "figure is measured on a GPU that computes it wrong")
+        self.say(f"gates passed (gradients {checked['grad_max_rel_error']:.2%} and decode "
+                 f"{checked_decode['grad_max_rel_error']:.2%} off float32)")
+        return checked, checked_decode
+
+    def _train(self, checked: Dict[str, Any], seen: List[Dict[str, Any]],
+               busy_before: Optional[int]) -> List[Dict[str, Any]]:
+        """The soaked training figure, and the other backend's beside it."""
+        from agent import train_step
+
+        cfg = self.cfg
+        wall0 = time.perf_counter()
+        self._reset_peak()
+        shape = self.shapes["train"]
+        trainer = train_step.Trainer(shape, self.device, self.torch.bfloat16, cfg.attention,
+                                     cfg.compiled)
+        loss = trainer.first_step(self._sync)
+        self.phases[0].arrive(self.target.index, timeout=600.0)
+        tokens = shape.batch * shape.seq
+        units = self.timer.units(lambda: _discard(trainer.step()))
+        span, detail = self._soak(units, tokens, self.phases[0])
+        units.close()
+        self._sync()
+        results = [self._result("train", cfg.attention, span, tokens, 1, checked, loss,
+                                detail, wall0, seen, busy_before, trainer=trainer)]
+        if cfg.beside:
+            self.phases[1].arrive(self.target.index, timeout=120.0)
+            result = self._beside(trainer, tokens, checked, results[0], seen, busy_before)
+            if result is not None:
+                results.append(result)
+        else:
+            self.phases[1].withdraw(self.target.index)
+        return results
+
+    def _decode(self, checked: Dict[str, Any], first: Dict[str, Any],
+                seen: List[Dict[str, Any]], busy_before: Optional[int]) -> Dict[str, Any]:
+        """Decode on the card the training step soaked (its weights and state freed)."""
+        from agent import decode
+
+        cfg = self.cfg
+        self._free()
+        self.phases[2].arrive(self.target.index, timeout=120.0)
+        wall0 = time.perf_counter()
+        self._reset_peak()
+        shape = self.shapes["decode"]
+        # One capture at a time, and no GPU's work beside it: every GPU waits at the
+        # phase's start and again once all have captured (agent/decode.py says what a
+        # shared capture stream did on a lent 2x H100).
+        with CAPTURE_LOCK:
+            decoder = decode.Decoder(shape, self.device, self.torch.bfloat16, cfg.attention,
+                                     graph=cfg.graph and self.timer.cuda)
+        self.phases[3].arrive(self.target.index, timeout=120.0)
+        steps = cfg.decode_unit_steps
+
+        def replay() -> None:
+            for _ in range(steps):
+                decoder.step()
+
+        units = self.timer.units(replay)
+        span = self._measure(units, self.phases[3], cfg.decode_s, cfg.decode_warm_s)
+        units.close()
+        self._sync()
+        return self._result("decode", cfg.attention, span, shape.batch, steps, checked, None,
+                            None, wall0, seen, busy_before, follows=first)
+
+    def _beside(self, trainer: Any, tokens: int, checked: Dict[str, Any],
+                first: Dict[str, Any], seen: List[Dict[str, Any]],
+                busy_before: Optional[int]) -> Optional[Dict[str, Any]]:
+        """The training step with the other backend, on the card the first soaked."""
+        cfg = self.cfg
+        assert cfg.beside is not None
+        phase = self.phases[1]
+        wall0 = time.perf_counter()
+        trainer.attention = cfg.beside
+        try:
+            trainer.step()
+        except Exception as exc:  # a torch or GPU without it: said, and the suite goes on
+            phase.withdraw(self.target.index)
+            self.errors.append(f"{self.label}: the training step with {cfg.beside} attention "
+                               f"did not run ({type(exc).__name__}: {str(exc)[:300]}); the "
+                               f"{cfg.attention} figure stands alone")
+            return None
+        units = self.timer.units(lambda: _discard(trainer.step()))
+        span = self._measure(units, phase, cfg.beside_s, cfg.beside_warm_s)
+        units.close()
+        self._sync()
+        return self._result("train", cfg.beside, span, tokens, 1, checked, None, None, wall0,
+                            seen, busy_before, trainer=trainer, follows=first)
+
+    def _result(self, workload: str, attention: str, span: Span, tokens_per_step: int,
+                steps_per_unit: int, checked: Dict[str, Any], loss: Optional[float],
+                detail: Optional[Dict[str, Any]], wall0: float, seen: List[Dict[str, Any]],
+                busy_before: Optional[int], trainer: Any = None,
+                follows: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        from agent import transformer
+
+        torch = self.torch
+        cfg = self.cfg
+        shape = self.shapes[workload]
+        if not span.ms:
+            raise JobError(f"{self.label}: no {workload} step finished inside the "
+                           "measurement")
+        # Rounded once, as stored: every figure below follows from the stored seconds.
+        seconds = round(sum(span.ms) / 1e3, 6)
+        steps = len(span.ms) * steps_per_unit
+        tokens_per_s = tokens_per_step * steps / seconds
+        per_step = [ms / steps_per_unit for ms in span.ms]
+        summary = stats.summarise(per_step)
+        tokens_per_unit = tokens_per_step * steps_per_unit
+        levels = self._sub_levels(span, tokens_per_unit)
+        # Clamped at 0: a few noisy sub-windows (the CPU path) can reach below it.
+        within = [max(0.0, v) for v in stats.batch_interval(levels)] if len(levels) >= 2 \
+            else None
+        if workload == "train":
+            flop, causal = shape.train_flop_per_token()
+            source = transformer.FLOP_SOURCE
+        else:
+            flop = causal = shape.decode_flop_per_token()
+            source = transformer.DECODE_FLOP_SOURCE
+        datasheet = (self.gpu.get("variant") or {}).get("datasheet") or {}
+        peak = (datasheet.get("peak_tflops") or {}).get("bf16") if self.timer.cuda else None
+        tflops = tokens_per_s * flop / 1e12
+        decode_bytes = shape.decode_bytes_per_step(2) if workload == "decode" else None
+        gbs = decode_bytes * steps / seconds / 1e9 if decode_bytes else None
+        hbm, hbm_source = links.hbm_figure(self.gpu) if decode_bytes and self.timer.cuda \
+            else (None, None)
+        samples = self.sampler.between(span.t0, span.t1)
+        props = torch.cuda.get_device_properties(self.device) if self.timer.cuda else None
+        followed = follows["flags"] if follows is not None else None
+        lines = contention.reasons(seen, busy_before)
+        return {
+            "suite_version": SUITE_VERSION,
+            "workload": workload,
+            "gpu_index": self.target.nvml_index if self.target.nvml_index is not None
+            else self.target.index,
+            "gpu_uuid": self.target.uuid,
+            "model": transformer.MODEL,
+            "model_source": transformer.MODEL_SOURCE,
+            "shape": shape.as_dict(),
+            "params": shape.params,
+            "dtype": "bf16",
+            "attention": attention,
+            # Decode is a CUDA graph of the eager step: torch.compile is the training
+            # step's alone.
+            "compiled": cfg.compiled and workload == "train",
+            "compile_s": trainer.compile_s if trainer is not None and follows is None
+            else None,
+            "graph": workload == "decode" and cfg.graph and self.timer.cuda,
+            "optimizer": ("adamw-fused" if trainer.fused else "adamw")
+            if workload == "train" and trainer is not None else None,
+            "concurrency": "sequential" if cfg.sequential or len(self.phases[0].members) == 1
+            else "concurrent",
+            "gpus_in_run": len(self.phases[0].members),
+            "thermal": "soaked",
+            "follows": None if follows is None else f"train/{follows['attention']}",
+            "tokens_per_step": tokens_per_step,
+            "steps": steps,
+            "seconds": seconds,
+            "tokens_per_s": tokens_per_s,
+            "step_ms": summary,
+            "within_run_ci95": within,
+            "flop_per_token": flop,
+            "flop_per_token_causal": causal,
+            "flop_source": source,
+            "tflops": tflops,
+            "tflops_causal": tokens_per_s * causal / 1e12,
+            "peak_tflops": float(peak) if peak else None,
+            "peak_source": datasheet.get("source") if peak else None,
+            "mfu": tflops / float(peak) if peak else None,
+            "bytes_per_step": decode_bytes,
+            "gbs": gbs,
+            "hbm_gbs": hbm,
+            "hbm_source": hbm_source,
+            "hbm_share": gbs / hbm if gbs and hbm else None,
+            "peak_memory_bytes": self._peak(),
+            "loss": loss,
+            "correctness": checked,
+            "flags": {
+                "not_soaked": bool(followed["not_soaked"]) if followed is not None
+                else not bool(detail and detail["soaked"]),
+                "contended": bool(lines),
+                "power_capped": telemetry.share_with(samples, telemetry.POWER_CAP) > 0.1,
+                "thermal_throttled": telemetry.share_with(samples, telemetry.THERMAL) > 0,
+                "hw_slowdown": telemetry.share_with(samples, telemetry.HW_SLOWDOWN) > 0,
+            },
+            "soak": detail,
+            "telemetry": telemetry.summarise(samples),
+            "contention": lines,
+            "processes": list({p["pid"]: p for p in seen}.values()),
+            "provenance": {
+                "torch_version": str(torch.__version__),
+                "cuda_runtime_version": torch.version.cuda,
+                "cudnn_version": str(torch.backends.cudnn.version())
+                if self.timer.cuda and torch.backends.cudnn.is_available() else None,
+                "device_name": props.name if props is not None else "cpu",
+            },
+            "wall_s": round(time.perf_counter() - wall0, 3),
+        }
+
+
+def _fingerprint(target: GpuTarget, gpus: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    for gpu in gpus:
+        if target.nvml_index is not None and gpu.get("index") == target.nvml_index:
+            return gpu
+    return {"index": target.nvml_index if target.nvml_index is not None else target.index,
+            "uuid": target.uuid}
+
+
+class Phase(SoakCoordinator):
+    """A phase every GPU of the node runs together; `members` counts them."""
+
+    def __init__(self, members: Sequence[int]) -> None:
+        super().__init__(len(members))
+        self.members = list(members)
+
+
+def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
+        progress: Progress) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """The suite on the selected GPUs, all at once (one after another with `sequential`);
+    fleet-agent/1 job results and the failures, each naming its GPU."""
+    torch = import_torch()
+    targets = match_targets(torch, HarnessConfig(device=cfg.device, gpus=cfg.gpus), gpus,
+                            nvml)
+    cuda = cfg.device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        # The matmul's and the node suite's load must have left the card: NVML averages
+        # utilization over its last sample period.
+        time.sleep(IDLE_BEFORE_UTILIZATION_S)
+    busy = {t.index: contention.utilization(t.nvml, t.handle) for t in targets}
+    results: List[Dict[str, Any]] = []
+    errors: List[Dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def one(target: GpuTarget, phases: Sequence[Phase]) -> None:
+        job = Gpu(torch, cfg, target, _fingerprint(target, gpus), phases, progress)
+        gpu_index = target.nvml_index if target.nvml_index is not None else target.index
+        try:
+            if cuda:
+                with torch.cuda.device(target.index):
+                    got = job.run(busy.get(target.index))
+            else:
+                got = job.run(busy.get(target.index))
+        except Exception as exc:  # one GPU's failure must not lose the others' figures
+            message = str(exc) if isinstance(exc, JobError) else \
+                f"{job.label}: {type(exc).__name__}: {exc}"
+            with lock:
+                errors.append({"stage": "job", "gpu": gpu_index, "message": message[:4000]})
+            return
+        with lock:
+            results.extend(got)
+            errors.extend({"stage": "job", "gpu": gpu_index, "message": m[:4000]}
+                          for m in job.errors)
+
+    def phases_for(members: Sequence[int]) -> List[Phase]:
+        # Training, the other backend beside it, decode's start, decode once captured.
+        return [Phase(members) for _ in range(4)]
+
+    if cfg.sequential or len(targets) == 1:
+        for target in targets:
+            one(target, phases_for([target.index]))
+    else:
+        phases = phases_for([t.index for t in targets])
+        threads = [threading.Thread(target=one, args=(t, phases), name=f"fleet-job{t.index}")
+                   for t in targets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    results.sort(key=lambda r: (int(r["gpu_index"]), r["workload"] != "train",
+                                r["follows"] is not None))
+    return results, errors
+
+
+def summary_line(results: Sequence[Dict[str, Any]]) -> str:
+    """"train 79,160 and decode 37,400 tokens/s a GPU (medians)": the pinned backend's."""
+    parts = []
+    for workload in ("train", "decode"):
+        mine = [r["tokens_per_s"] for r in results
+                if r["workload"] == workload and (workload == "decode" or r["follows"] is None)]
+        if mine:
+            parts.append(f"{workload} {statistics.median(mine):,.0f}")
+    return (" and ".join(parts) + " tokens/s a GPU (medians)") if parts else "no figure"
+
+
+def _discard(value: Any) -> None:
+    """A step's loss left on the device: reading it would wait for the GPU."""

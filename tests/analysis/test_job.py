@@ -1,0 +1,247 @@
+"""The job suite's analysis on constructed frames (fleet/analysis/job.py, job_compare.py,
+job_cost.py): per-GPU figures beside the matmul of the same run, the job's shortfall
+against its matmul and its cause, what is left out, stragglers, gaps, the synchronous
+figure and the cost of a million tokens."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from fleet.analysis.dataset import Listing
+from fleet.analysis.gaps import GapOptions
+from fleet.analysis.job import (
+    CONTENDED_REASON,
+    NOT_SOAKED_REASON,
+    SHARED_REASON,
+    WRONG_REASON,
+    JobGpu,
+    find_job_shortfalls,
+    job_gpus,
+)
+from fleet.analysis.job_compare import (
+    compare_job_providers,
+    find_job_stragglers,
+    job_sync_nodes,
+    sync_tokens_per_s,
+)
+from fleet.analysis.job_cost import cost_per_million_tokens, job_table
+from tests.analysis.job_frames import PCIE, job_frame, job_row, matmul_frame
+
+TRAIN, DECODE, MATMUL = 79_000.0, 48_000.0, 700.0
+
+
+def crowd(rng: random.Random | None = None, *, sd: float = 0.0, hosts: int = 2,
+          provider: str = "alpha", train: dict[tuple[str, int], float] | None = None,
+          decode: dict[tuple[str, int], float] | None = None,
+          matmul: dict[tuple[str, int], float] | None = None,
+          hot: dict[tuple[str, int], float] | None = None, **knobs: Any
+          ) -> tuple[list[dict[str, Any]], list[tuple[str, str, int, float]]]:
+    """`hosts` nodes of four GPUs: job rows (train and decode) and matmul figures, each
+    with `sd` relative noise; the dicts scale one GPU's (host, index) figure or set its
+    temperature under the job."""
+    def noise() -> float:
+        return 1.0 + (rng.gauss(0.0, sd) if rng is not None and sd else 0.0)
+    rows, figures = [], []
+    for h in range(hosts):
+        host = f"{provider[0]}-{h + 1}"
+        for i in range(4):
+            key = (host, i)
+            temperature = (hot or {}).get(key, 70.0)
+            rows.append(job_row(provider, host, i, "train",
+                                TRAIN * (train or {}).get(key, 1.0) * noise(),
+                                temperature_c=temperature, **knobs))
+            rows.append(job_row(provider, host, i, "decode",
+                                DECODE * (decode or {}).get(key, 1.0) * noise(),
+                                temperature_c=temperature, **knobs))
+            figures.append((provider, host, i, MATMUL * (matmul or {}).get(key, 1.0) * noise()))
+    return rows, figures
+
+
+def gpus_of(rows: list[dict[str, Any]], figures: list[tuple[str, str, int, float]]
+            ) -> list[JobGpu]:
+    found, _ = job_gpus(job_frame(rows), matmul_frame(figures))
+    return found
+
+
+def test_each_gpu_is_set_beside_its_matmul_in_the_same_run() -> None:
+    rows, figures = crowd(hosts=1)
+    # A second run where the matmul ran at 690 and the job at 78,000: the medians of two.
+    more = [dict(r, run_id=2, tokens_per_s=r["tokens_per_s"] * 78_000 / TRAIN,
+                 tflops=r["tflops"] * 78_000 / TRAIN)
+            for r in rows if r["workload"] == "train"]
+    second = matmul_frame([(p, h, i, 690.0) for p, h, i, _ in figures], run_id=2)
+    found, excluded = job_gpus(job_frame(rows + more),
+                               pd.concat([matmul_frame(figures), second], ignore_index=True))
+    assert excluded == []
+    train = [g for g in found if g.config.train]
+    assert len(train) == 4 and len(found) == 8
+    g = train[0]
+    assert g.results == 2 and g.tokens_per_s == pytest.approx(78_500.0)
+    assert g.matmul_tflops == pytest.approx(695.0)
+    assert g.matmul_config == "8192³ bf16, sustained, soaked"
+    job_tflops = TRAIN * (6.0 * 872_484_864 + 12.0 * 4 * 4096 * 4096) / 1e12  # 477.2
+    assert g.tflops == pytest.approx(job_tflops * 78_500 / 79_000)
+    # Kept: the median over the runs of job TFLOP/s / matmul TFLOP/s of that run.
+    assert g.kept == pytest.approx((job_tflops / 700.0 + job_tflops * 78 / 79 / 690.0) / 2)
+    assert g.config.label.startswith("Training step, llama3-8b 4x4096 h32/8 ffn14336 b2 "
+                                     "s4096, bf16, flash attention, eager, concurrent on 4 GPUs")
+    assert "4 layers of llama3-8b" in g.config.not_measured
+    # Decode ran in the first run only: beside that run's matmul.
+    assert all(g.matmul_tflops == 700.0 for g in found if not g.config.train)
+
+
+def test_a_gpu_whose_job_falls_further_than_its_matmul_and_runs_hotter_is_named_for_cooling(
+        ) -> None:
+    rows, figures = crowd(random.Random(1), sd=0.003, train={("a-2", 3): 0.88},
+                          hot={("a-2", 3): 82.0})
+    (found,) = find_job_shortfalls(gpus_of(rows, figures))
+    assert (found.host, found.gpu_index, found.cause) == ("a-2", 3, "cooling")
+    assert found.job_share == pytest.approx(0.88, abs=0.01)
+    assert found.matmul_share == pytest.approx(1.0, abs=0.01)
+    assert (found.temperature_c, found.median_temperature_c) == (82.0, 70.0)
+    assert "82 °C against the median 70 °C" in found.evidence
+    assert found.title.startswith("a-2 GPU 3: the training step 12 points further below "
+                                  "its variant than the matmul (88.")
+
+
+def test_one_whose_decode_falls_as_far_is_named_for_memory() -> None:
+    rows, figures = crowd(random.Random(2), sd=0.003, train={("a-1", 0): 0.90},
+                          decode={("a-1", 0): 0.86})
+    (found,) = find_job_shortfalls(gpus_of(rows, figures))
+    assert (found.host, found.gpu_index, found.cause) == ("a-1", 0, "memory")
+    assert found.decode_share == pytest.approx(0.86, abs=0.01)
+    assert f"decode at {found.decode_share:.1%} of its variant" in found.evidence
+
+
+def test_one_as_cool_and_as_fast_on_memory_is_named_for_its_host() -> None:
+    rows, figures = crowd(random.Random(3), sd=0.003, train={("a-1", 2): 0.90})
+    (found,) = find_job_shortfalls(gpus_of(rows, figures))
+    assert (found.host, found.gpu_index, found.cause) == ("a-1", 2, "host")
+    assert found.cause_words.startswith("host")
+
+
+def test_a_gpu_as_slow_on_the_matmul_as_on_the_job_is_no_shortfall() -> None:
+    """A card 10% slow on both is the straggler rule's, not this one's."""
+    rows, figures = crowd(random.Random(4), sd=0.003, train={("a-1", 1): 0.90},
+                          matmul={("a-1", 1): 0.90})
+    gpus = gpus_of(rows, figures)
+    assert find_job_shortfalls(gpus) == []
+    (slow,) = [s for s in find_job_stragglers(gpus) if s.config.train]
+    assert (slow.host, slow.gpu_index) == ("a-1", 1)
+    assert slow.deficit == pytest.approx(0.10, abs=0.01)
+
+
+def test_a_fast_matmul_whose_job_stays_at_the_median_is_no_shortfall() -> None:
+    """Matmul 6% above its crowd, job 1% above: 5 points apart, but nothing lost."""
+    rows, figures = crowd(random.Random(10), sd=0.003, train={("a-1", 3): 1.01},
+                          matmul={("a-1", 3): 1.06})
+    assert find_job_shortfalls(gpus_of(rows, figures)) == []
+
+
+def test_healthy_crowds_raise_nothing_and_a_five_percent_fall_is_found() -> None:
+    """Sixteen GPUs on four hosts, job and matmul each 0.5% sd GPU to GPU (wider than the
+    0.3% a job run knows itself to, about the H100's matmul repeat sd): no finding on 200
+    healthy crowds; a GPU whose training step falls 5% with its matmul whole is found on
+    nearly every draw."""
+    rng = random.Random(5)
+    false_flags = found = 0
+    for _ in range(200):
+        rows, figures = crowd(rng, sd=0.005, hosts=4)
+        gpus = gpus_of(rows, figures)
+        false_flags += len(find_job_shortfalls(gpus)) + len(find_job_stragglers(gpus))
+        rows, figures = crowd(rng, sd=0.005, hosts=4, train={("a-3", 2): 0.95})
+        found += any((s.host, s.gpu_index) == ("a-3", 2)
+                     for s in find_job_shortfalls(gpus_of(rows, figures)))
+    assert false_flags == 0
+    assert found >= 190
+
+
+def test_contended_unsoaked_wrong_and_shared_results_are_left_out() -> None:
+    rows, figures = crowd(random.Random(6), sd=0.003)
+    # Each of these would be a finding if it counted: half the crowd's tokens/s.
+    rows.append(job_row("alpha", "a-1", 0, "train", 40_000.0, run_id=2, contended=True))
+    rows.append(job_row("alpha", "a-1", 1, "train", 40_000.0, run_id=2, not_soaked=True))
+    rows.append(job_row("alpha", "a-1", 2, "train", 40_000.0, run_id=2, correct=False))
+    # And a run where another host answered with a-2's GPUs (a duplicate finding).
+    rows.append(job_row("alpha", "a-2", 0, "train", 40_000.0, run_id=3))
+    gpus, excluded = job_gpus(job_frame(rows), matmul_frame(figures),
+                              shared={("alpha", "a-2", 3)})
+    assert [(e.host, e.gpu_index, e.workload, e.results, e.reason) for e in excluded] == [
+        ("a-1", 0, "train", 1, CONTENDED_REASON), ("a-1", 1, "train", 1, NOT_SOAKED_REASON),
+        ("a-1", 2, "train", 1, WRONG_REASON), ("a-2", 0, "train", 1, SHARED_REASON)]
+    assert all(g.results == 1 for g in gpus)
+    assert min(g.tokens_per_s for g in gpus if g.config.train) > 78_000
+    assert find_job_shortfalls(gpus) == [] and find_job_stragglers(gpus) == []
+
+
+def test_configurations_and_variants_are_never_compared() -> None:
+    """The same GPUs under cuDNN attention at 90% are not short against flash; a PCIe
+    crowd at 60% is not short against the SXM crowd, nor a gap against it."""
+    rows, figures = crowd(random.Random(7), sd=0.003)
+    rows += [dict(job_row(r["provider"], r["host"], r["gpu_index"], "train",
+                          r["tokens_per_s"] * 0.9, attention="cudnn"))
+             for r in rows if r["workload"] == "train"]
+    pcie, pcie_figures = crowd(random.Random(8), sd=0.003, provider="beta", variant=PCIE)
+    pcie = [dict(r, tokens_per_s=r["tokens_per_s"] * 0.6, tflops=r["tflops"] * 0.6)
+            for r in pcie]
+    gpus = gpus_of(rows + pcie, figures + pcie_figures)
+    assert len({(g.config.key, g.variant) for g in gpus if g.config.train}) == 3
+    assert find_job_shortfalls(gpus) == [] and find_job_stragglers(gpus) == []
+    assert compare_job_providers(gpus) == []
+
+
+def test_a_provider_gap_on_the_job_is_called_as_the_matmul_gap_is() -> None:
+    rng = random.Random(9)
+    alpha, alpha_figures = crowd(rng, sd=0.004, hosts=3)
+    beta, beta_figures = crowd(rng, sd=0.004, hosts=3, provider="beta")
+    beta = [dict(r, tokens_per_s=r["tokens_per_s"] * 0.94, temperature_c=79.0) for r in beta]
+    gpus = gpus_of(alpha + beta, alpha_figures + beta_figures)
+    train = [c for c in compare_job_providers(gpus, GapOptions()) if c.config.train]
+    (gap,) = train
+    assert (gap.slower, gap.faster, gap.systematic) == ("beta", "alpha", True)
+    assert gap.gap == pytest.approx(0.06, abs=0.01)
+    assert [d.what for d in gap.differences] == ["temperature under the job"]
+    assert gap.evidence.startswith("training tokens/s: beta 74,")
+
+
+def test_the_synchronous_figure_and_what_a_million_tokens_cost() -> None:
+    """alpha: a-1 at 80,000, 80,000, 76,000, 80,000 tokens/s, a-2 four at 81,000; the
+    median of the eight (80,000 + 81,000) / 2 = 80,500; counted at their node's slowest,
+    four at 76,000 and four at 81,000, median 78,500. At 2.49 USD per GPU-hour a million
+    tokens cost 2.49 / (80,500 x 3600) x 10^6 = 0.0085921 USD, synchronously 2.49 /
+    (78,500 x 3600) x 10^6 = 0.0088110. gamma at 2.00 EUR ranks alone in EUR; beta has no
+    price."""
+    rows = [job_row("alpha", "a-1", i, "train", t)
+            for i, t in enumerate((80_000.0, 80_000.0, 76_000.0, 80_000.0))]
+    rows += [job_row("alpha", "a-2", i, "train", 81_000.0) for i in range(4)]
+    rows += [job_row("beta", "b-1", i, "train", 90_000.0) for i in range(4)]
+    rows += [job_row("gamma", "g-1", i, "train", 70_000.0) for i in range(4)]
+    gpus, _ = job_gpus(job_frame(rows), None)
+    usd = Listing({"variant": "H100 SXM5 80GB"}, 2.49, "USD", ())
+    listings = {("alpha", "a-1"): usd, ("alpha", "a-2"): usd,
+                ("gamma", "g-1"): Listing(None, 2.00, "EUR", ())}
+    (node, _) = [s for s in job_sync_nodes(gpus) if s.provider == "alpha"]
+    assert (node.host, node.slowest_gpu, node.sync_tokens_per_s) == ("a-1", 2, 304_000.0)
+    assert node.loss == pytest.approx(0.05)
+    assert sync_tokens_per_s([g for g in gpus if g.provider == "alpha"]) == 78_500.0
+
+    rows_by = {r.provider: r for r in job_table(gpus, listings)}
+    alpha = rows_by["alpha"]
+    assert (alpha.tokens_per_s, alpha.sync_tokens_per_s) == (80_500.0, 78_500.0)
+    assert alpha.cost_per_million_tokens == pytest.approx(0.0085921325, rel=1e-7)
+    assert alpha.sync_cost_per_million_tokens == pytest.approx(0.0088110403, rel=1e-7)
+    assert cost_per_million_tokens(2.49, 80_500.0) == pytest.approx(2.49 / 289.8)
+    assert cost_per_million_tokens(None, 80_500.0) is None
+    assert (alpha.rank, alpha.currency, alpha.matmul_tflops, alpha.kept) == (
+        1, "USD", None, None)
+    assert (rows_by["gamma"].rank, rows_by["gamma"].currency) == (1, "EUR")
+    gamma_cost = rows_by["gamma"].cost_per_million_tokens
+    assert gamma_cost == pytest.approx(2.00 / (70_000 * 3600) * 1e6)
+    beta = rows_by["beta"]
+    assert (beta.rank, beta.prices_note, beta.cost_per_million_tokens) == (
+        None, "no price listed", None)
+    assert [r.provider for r in job_table(gpus, listings)] == ["gamma", "alpha", "beta"]
