@@ -244,8 +244,9 @@ NIGHT_COLUMNS = _columns(
 )
 
 FINDING_COLUMNS = _columns(
-    ("kind", "category", "mismatch, gap, cooling, drift, straggler, duplicate, health, "
-                         "hostlink, peer, shortfall or contention"),
+    ("kind", "category", "mismatch, gap, cooling, drift, straggler, regression, duplicate, "
+                         "health, hostlink, peer, shortfall, contention, corruption or "
+                         "job_shortfall"),
     ("side", "category", '"provider" (what to dispute) or "renter" (what the renter\'s '
                          "own side disturbed: measure again once fixed)"),
     ("provider", "category", "the provider the finding is about"),

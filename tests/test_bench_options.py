@@ -47,6 +47,7 @@ def test_the_node_and_job_suites_add_their_own_time_and_can_run_alone() -> None:
     assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8 + 180
     assert BenchOptions(suite="node").timeout_s(4) == 150 + 10 * 4
     assert BenchOptions(suite="job").timeout_s(4) == 330
+    assert BenchOptions(suite="job", sequential=True).timeout_s(4) == 4 * 330
     assert BenchOptions(suite="job", job_compile=True).agent_args()[-3:] == \
         ["--suite", "job", "--job-compile"]
     assert BenchOptions(suite="node").agent_args()[-2:] == ["--suite", "node"]

@@ -114,10 +114,11 @@ class JobConfig:
         """A training step (forward, backward, optimizer), not a decode step."""
         return self.workload == "train"
 
-    def order(self) -> tuple[bool, JobConfig]:
-        """Training before decode, then the fields' order: how the report lists them (a
-        method, not a property: the JSON form writes out properties)."""
-        return (not self.train, self)
+    def order(self) -> tuple[bool, bool, JobConfig]:
+        """Training before decode, the suite's pinned backend (flash) before the one
+        measured beside it, then the fields' order: how the report lists them (a method,
+        not a property: the JSON form writes out properties)."""
+        return (not self.train, self.attention != "flash", self)
 
     @property
     def figure(self) -> str:

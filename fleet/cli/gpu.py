@@ -73,7 +73,8 @@ def fingerprint(
 @click.option("--json", "as_json", is_flag=True, help="Print the whole document as JSON.")
 @reports_errors
 def bench(as_json: bool, **harness: Any) -> None:
-    """Run the standard matmul harness, then the node suite, on this machine's GPUs.
+    """Run the standard matmul harness, then the node suite and the job suite, on this
+    machine's GPUs.
 
     Checks the product against float64 on every GPU, then loads them all at once,
     continuously, until throughput and temperature have stopped moving over 30 s (the
@@ -98,10 +99,17 @@ def bench(as_json: bool, **harness: Any) -> None:
     figure. Figures are medians of 10 repeats timed with CUDA events (20 for the
     all-reduce); the suite took 6 s on a lent H100 and 22 s on a lent 4x H200.
 
+    Then the job suite: a training step (forward, backward, fused AdamW) of four decoder
+    layers shaped as Llama 3 8B's and its decode over a KV cache, every GPU at once,
+    soaked by the matmul's rule after a check against float32: tokens/s, TFLOP/s and MFU,
+    decode's GB/s against HBM (about a minute; 86-123 s alone from idle on a lent 2x
+    H100). The README's "What a GPU-hour buys for a real job" says what it is not.
+
     \b
     Examples:
       fleet bench                        # every GPU at once, soaked; the node
       fleet bench --suite node           # memory, host links, pairs, all-reduce
+      fleet bench --suite job            # the training step and decode alone
       fleet bench --gemm-only --quick    # the cool-start matmul figure alone
       fleet bench --sequential --gpus 0  # one GPU alone
       fleet bench --pause-ms 50          # burst figure, beside the sustained one

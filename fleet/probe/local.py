@@ -115,14 +115,16 @@ class BenchOptions:
         a soak loads every GPU of the node at once, so it costs one soak a node (one a
         GPU with --sequential), where a quick run costs its seconds a GPU; the node suite
         and the job suite add their own (NODE_SUITE_S, NODE_SUITE_PER_GPU_S, JOB_SUITE_S)."""
+        # The job suite runs the node's GPUs together, or one after another (--sequential).
+        turns = gpus if self.sequential else 1
         if self.suite == "job":
-            return JOB_SUITE_ALONE_S
+            return JOB_SUITE_ALONE_S * turns
         node = NODE_SUITE_S + NODE_SUITE_PER_GPU_S * gpus
         if self.suite == "node":
             return node
         if self.suite == "gemm":
             return self._gemm_timeout_s(gpus)
-        return node + JOB_SUITE_S + self._gemm_timeout_s(gpus)
+        return node + JOB_SUITE_S * turns + self._gemm_timeout_s(gpus)
 
     def _gemm_timeout_s(self, gpus: int) -> float:
         if not self.soaked:

@@ -53,8 +53,8 @@ from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
-                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention", "corruption",
-                 "job_shortfall")
+                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention",
+                 "corruption", "job_shortfall")
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ def job_row(provider: str, host: str, gpu_index: int, workload: str, tokens_per_
         "contention": "pid 4242 (python) of user other" if contended else None,
         "temperature_c": temperature_c, "sm_clock_mhz": sm_clock_mhz, "power_w": 690.0,
         "compile_s": None, "wall_s": 52.3, "correctness_passed": correct,
+        "repeat_low": 0.992 * tokens_per_s, "repeat_high": 1.008 * tokens_per_s,
     }
 
 
