@@ -345,7 +345,10 @@ class Gpu:
                     f"{self.label}: the {what} gate failed at {verdict['shape']}: error "
                     f"{verdict['grad_max_rel_error']} against float32 (tolerance "
                     f"{verdict['tolerance']}), loss finite: {verdict['loss_finite']}; no job "
-                    "figure is measured on a GPU that computes it wrong")
+                    "figure is measured on a GPU that computes it wrong. Run the matmul's "
+                    "check (fleet bench --gemm-only) on it; if that passes, the torch or "
+                    "its attention kernel is at fault, else ask the provider to replace "
+                    "the GPU")
         self.say(f"gates passed (gradients {checked['grad_max_rel_error']:.2%} and decode "
                  f"{checked_decode['grad_max_rel_error']:.2%} off float32)")
         return checked, checked_decode

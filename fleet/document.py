@@ -536,9 +536,9 @@ TFlops = Annotated[float, Field(ge=0, le=1e6)]
 Celsius = Annotated[float, Field(ge=-100, le=300)]
 
 
-class Soak(Strict):
-    """Harness 1.3 and later, soaked results: the continuous load from the first launch,
-    and when throughput and temperature stopped moving (agent/soak.py)."""
+class SoakVerdict(Strict):
+    """A continuous load judged by agent/soak.py's rule, the matmul's and the job suite's
+    alike: whether and when throughput and temperature stopped moving."""
 
     # Both stopped moving before the cap; False: the cap ended the wait (flag not_soaked).
     soaked: bool
@@ -557,6 +557,12 @@ class Soak(Strict):
     # What the last judged span showed (None: no span was judged).
     throughput_change: Annotated[float, Field(ge=-10, le=10)] | None
     temperature_change_c: Annotated[float, Field(ge=-300, le=300)] | None
+
+
+class Soak(SoakVerdict):
+    """Harness 1.3 and later, soaked results: the continuous load from the first launch,
+    and when throughput and temperature stopped moving (agent/soak.py)."""
+
     # The level of the first 20 s of load (the cool-start figure, from the same run) and
     # the drop to the soaked figure: 1 - tflops / first_20s_tflops, positive when it fell.
     first_20s_tflops: TFlops | None
@@ -880,20 +886,10 @@ class JobFlags(Strict):
     hw_slowdown: bool
 
 
-class JobSoak(Strict):
+class JobSoak(SoakVerdict):
     """The continuous load a job's figure was measured after, as the matmul's Soak but in
     tokens a second, and without a first-20-s level (agent/soak.py)."""
 
-    soaked: bool
-    seconds: Seconds
-    settled_s: Seconds | None
-    cap_s: Seconds
-    window_s: Annotated[float, Field(gt=0, le=1e4)]
-    span_s: Annotated[float, Field(gt=0, le=1e4)]
-    throughput_tolerance: Annotated[float, Field(ge=0, le=1)]
-    temperature_tolerance_c: Annotated[float, Field(ge=0, le=100)]
-    throughput_change: Annotated[float, Field(ge=-10, le=10)] | None
-    temperature_change_c: Annotated[float, Field(ge=-300, le=300)] | None
     temperature_c: Celsius | None
     temperature_start_c: Celsius | None
     # Per window from the first launch: [end s, tokens/s, deg C, SM MHz, W], -1 unknown.

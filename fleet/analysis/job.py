@@ -78,10 +78,14 @@ NOT_SOAKED_REASON = ("not soaked: throughput and temperature had not settled whe
                      "soak's cap came")
 
 Cause = Literal["cooling", "memory", "host"]
+# The likely cause and who acts on it: the provider, whose node it is.
 CAUSE_WORDS: dict[str, str] = {
-    "cooling": "cooling: hotter or slower-clocked under the job than its variant",
-    "memory": "memory: its decode falls as far, and decode reads HBM",
-    "host": "host: as cool and as fast on memory, the step waits on the host (launches, CPU)",
+    "cooling": "cooling: hotter or slower-clocked under the job than its variant; ask the "
+               "provider to check the node's airflow and the GPU's heatsink",
+    "memory": "memory: its decode falls as far, and decode reads HBM; ask the provider to "
+              "check the card's memory (its health counters, a swap)",
+    "host": "host: as cool and as fast on memory, the step waits on the host (launches, "
+            "CPU); ask the provider what CPU the host has and whether it is shared",
 }
 
 

@@ -133,9 +133,8 @@ def test_cpu_path_end_to_end(tmp_path: Any) -> None:
     assert len(parse_document(document, "cpu run").jobs) == 2
 
 
-def test_suite_choices_keep_to_their_suites(tmp_path: Any) -> None:
-    # With a job config and nothing else, no matmul and no node figure; collect() alone
-    # (no config) runs none of the suites.
+def test_collect_without_a_suite_runs_none() -> None:
+    # Fingerprinting (`fleet fingerprint`) must not start a minute of training.
     document = collect(probe_torch=False)
     assert document["jobs"] == [] and document["benchmarks"] == []
 
