@@ -17,7 +17,6 @@ from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from agent.harness import Config as HarnessConfig
 from agent.jobs import Config as JobConfig
 from agent.node import Config as NodeConfig
-from agent.soak import CAP_S as SOAK_CAP_S
 from agent.soak import MEASURE_S as SOAK_MEASURE_S
 
 
@@ -83,8 +82,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help=f"measure this long once soaked (default {SOAK_MEASURE_S:g}), or "
                             "at least this long after a quick warm-up (default 6)")
     bench.add_argument("--soak-cap-s", type=float, default=defaults.soak_cap_s,
-                       help="stop waiting for the load to soak after this long and flag "
-                            "the result not_soaked (default %(default)s)")
+                       help="stop waiting for the matmul's, and the job's training step's, "
+                            "load to soak after this long and flag the result not_soaked "
+                            "(default %(default)s)")
     bench.add_argument("--soak-span-s", type=float, default=defaults.soak_span_s,
                        help="fit the soak's slopes over this trailing span; no GPU soaks "
                             "sooner (default %(default)s)")
@@ -114,10 +114,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         job.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
         job.sequential = args.sequential
         job.compiled = args.job_compile
-        if args.suite == "job" and not args.cpu:
-            # No matmul has just heated the card: it soaks from idle, as the matmul
-            # does, under the matmul's own cap.
-            job.cap_s = SOAK_CAP_S
+        if not args.cpu:
+            job.cap_s = args.soak_cap_s
     if args.command == "bench" and args.suite in ("all", "gemm"):
         config = HarnessConfig(
             dtype=args.dtype,

@@ -8,8 +8,8 @@ thread a GPU, as the matmul's harness runs them):
    nothing;
 2. the training step of the decoder stack (agent/transformer.py) with attention pinned
    to flash, loaded continuously until throughput and temperature stop moving by the
-   matmul's rule (agent/soak.py: the same span, window and tolerances; a shorter cap,
-   since the matmul has just heated the card), then measured;
+   matmul's rule (agent/soak.py: the same span, window, tolerances and cap, after the
+   matmul too: `Config.cap_s` says why), then measured;
 3. beside it, where the torch has it, the same step with cuDNN's attention, measured on
    the card the flash step soaked;
 4. decode over the KV cache (a CUDA graph a step), measured on the same soaked card.
@@ -47,12 +47,6 @@ TIMING_METHOD = "cuda-events-pipelined"
 Progress = Callable[[str], None]
 # Timed units of work: (when one ended by the host's clock, its milliseconds).
 Units = Generator[Tuple[float, float], None, None]
-# The soak's cap after the matmul: it has just held every GPU at its power limit for
-# minutes, so a card that has not settled within 45 s of the job's own load is flagged,
-# not waited for (the suite's budget is a minute a node, issue 37). The job suite alone
-# (`--suite job`) starts from idle and takes the matmul's own cap (agent/soak.py): from
-# idle a lent H100 was still heating 3-4 C a span at 45 s.
-CAP_S = 45.0
 CAPTURE_LOCK = threading.Lock()
 # Longer than NVML's utilization sample period, as agent/node.py waits.
 IDLE_BEFORE_UTILIZATION_S = 1.2
@@ -72,12 +66,22 @@ class Config:
     graph: bool = True
     window_s: float = soak.WINDOW_S
     span_s: float = soak.SPAN_S
-    cap_s: float = CAP_S
-    measure_s: float = 8.0
+    # The soak takes the matmul's cap (agent/soak.py, `--soak-cap-s`) after the matmul as
+    # from idle: the node suite and the job's own set-up leave the cards at low load for
+    # ~35 s, and on a lent 4x H100 they began the training step at 41-55 C, 22-24 C under
+    # the matmul's soaked level; under a 35-s cap (a minute a node in all) every GPU was
+    # still heating 6-8 C a span and slowing 0.3-1.2% (bench/records/2026-11-26-h100x4-jobs).
+    # From idle they settled 49-82 s into the load.
+    cap_s: float = soak.CAP_S
+    # Measured for 6 s, the other backend 2 s and decode 3 s (after a second's warm-up
+    # each), runs spread 0.27%, 0.38% and 0.08% (dof 17), where 8, 3 and 5 s spread
+    # 0.21%, 0.24% and 0.06% (dof 4): a difference four degrees of freedom cannot tell
+    # (an sd from dof 4 spans 0.6-2.9x at 95%).
+    measure_s: float = 6.0
     beside_warm_s: float = 1.0
-    beside_s: float = 3.0
+    beside_s: float = 2.0
     decode_warm_s: float = 1.0
-    decode_s: float = 5.0
+    decode_s: float = 3.0
     # Sub-windows of the measurement, for its within-run interval.
     sub_window_s: float = 1.0
     # How many graph replays one timed unit of decode holds (~50 ms on an H100).

@@ -8,6 +8,10 @@
 #
 #   bash bench/device_jobs.sh [runs] [alone-runs] [extra agent args...]
 #   FIRST_SUITE=all bash bench/device_jobs.sh 5 0   # the first run the whole agent
+#   START=4 REFERENCE=0 bash bench/device_jobs.sh 2 1   # runs 4-5 (a second call), no
+#                                                       # reference at once
+#   CONTEND=2 bash bench/device_jobs.sh 0 0   # one more run at once while another user's
+#                                             # matmuls load GPU 2 at part duty
 #
 # The reference runs with --gqa expand: the agent's stack widens the key-value heads with
 # repeat_interleave (torchtitan's repeat_kv), and the check compares the same work.
@@ -73,11 +77,11 @@ for line in open(sys.argv[1]):
           round(r.get('tflops') or r.get('gbs') or 0, 1))" "$work/reference-$name.jsonl"
   pack
 }
-i=0
-for i in $(seq 1 "$runs"); do
+start=${START:-1}
+for i in $(seq "$start" $((start + runs - 1))); do
   t0=$(date +%s.%N)
   suite=job
-  [ "$i" = 1 ] && suite=${FIRST_SUITE:-job}
+  [ "$i" = "$start" ] && suite=${FIRST_SUITE:-job}
   python3 -m agent bench --suite "$suite" "$@" > "$work/all-$i.jsonl" 2> "$work/all-$i.err"
   rc=$?
   echo "all-$i rc=$rc wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
@@ -85,7 +89,7 @@ for i in $(seq 1 "$runs"); do
   pack
   [ $rc -eq 0 ] && [ $ok -eq 0 ] || { tail -20 "$work/all-$i.err"; exit 1; }
 done
-if [ "$runs" -gt 0 ]; then
+if [ "$runs" -gt 0 ] && [ "${REFERENCE:-1}" = 1 ]; then
   reference all
 fi
 if [ "$gpus" -gt 1 ] && [ "$alone" -gt 0 ]; then
@@ -97,6 +101,50 @@ if [ "$gpus" -gt 1 ] && [ "$alone" -gt 0 ]; then
     summary "$work/alone-$i.jsonl"
     pack
   done
+fi
+if [ -n "${CONTEND:-}" ]; then
+  # A real fault, not a simulated one: another user's work on one GPU (bf16 4096^3
+  # matmuls for ~30% of the time, as a forgotten notebook or a provider's agent would),
+  # run as nobody where /dev/nvidia* lets it. The agent should see it and say so; the
+  # report should put it to the renter, not the provider.
+  cat > "$work/contender.py" <<'PY'
+import sys, time, torch
+d = torch.device(f"cuda:{sys.argv[1]}")
+a = torch.randn(4096, 4096, device=d, dtype=torch.bfloat16)
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    t = time.time()
+    for _ in range(10):
+        a @ a
+    torch.cuda.synchronize(d)
+    time.sleep(max(0.0, 2.3 * (time.time() - t)))
+PY
+  chmod -R a+rx "$work"
+  as_other=()
+  if command -v setpriv >/dev/null && setpriv --reuid=65534 --regid=65534 --clear-groups \
+      python3 -c 'import torch; torch.zeros(1, device="cuda")' 2>/dev/null; then
+    as_other=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  fi
+  echo "contender on GPU $CONTEND as: ${as_other[*]:-root}"
+  HOME=/tmp "${as_other[@]}" python3 "$work/contender.py" "$CONTEND" 300 &
+  contender=$!
+  sleep 5
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+  t0=$(date +%s.%N)
+  python3 -m agent bench --suite job "$@" > "$work/contended.jsonl" 2> "$work/contended.err"
+  echo "contended rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+  kill "$contender" 2>/dev/null; wait "$contender" 2>/dev/null
+  summary "$work/contended.jsonl"
+  python3 - "$work/contended.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == "document":
+        for r in e["document"].get("jobs", []):
+            if r["contention"]:
+                print("  GPU", r["gpu_index"], r["workload"], r["attention"], r["contention"])
+PY
+  pack
 fi
 nvidia-smi --query-gpu=index,temperature.gpu,power.draw,clocks.sm --format=csv
 pack

@@ -266,7 +266,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="concurrent ingests (as several `fleet ingest` commands)")
     parser.add_argument("--jobs", type=int, default=default_jobs(),
-                        help="reader processes of each ingest (`fleet ingest --jobs`; 1: "
+                        help="reader processes of each ingest (`fleet ingest --readers`; 1: "
                              "read and validate in the writing process)")
     parser.add_argument("--batch", type=int, default=BATCH_DOCUMENTS,
                         help="documents per transaction: as `fleet ingest` into SQLite by "

@@ -42,12 +42,16 @@ def test_a_soaked_node_costs_one_soak_and_a_sequential_one_a_soak_a_gpu() -> Non
 
 
 def test_the_node_and_job_suites_add_their_own_time_and_can_run_alone() -> None:
-    # 150 s for the node suite's start and all-reduce guard, then 10 s a GPU; 180 s for
-    # the job suite after the matmul, 330 s for it alone (it soaks from idle).
-    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8 + 180
+    # 150 s for the node suite's start and all-reduce guard, then 10 s a GPU; the job
+    # suite soaks to the matmul's cap after the matmul as alone (the cards cool during
+    # the node suite), then a span, 60 s beyond the soak and a 90-s margin.
+    job = 180 + 30 + 60 + 90
+    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8 + job
     assert BenchOptions(suite="node").timeout_s(4) == 150 + 10 * 4
-    assert BenchOptions(suite="job").timeout_s(4) == 330
-    assert BenchOptions(suite="job", sequential=True).timeout_s(4) == 4 * 330
+    assert BenchOptions(suite="job").timeout_s(4) == job
+    assert BenchOptions(suite="job", sequential=True).timeout_s(4) == 4 * job
+    # A shorter soak cap shortens the job's soak too: the agent gives it to both.
+    assert BenchOptions(suite="job", soak_cap_s=60.0).timeout_s(1) == 60 + 30 + 60 + 90
     assert BenchOptions(suite="job", job_compile=True).agent_args()[-3:] == \
         ["--suite", "job", "--job-compile"]
     assert BenchOptions(suite="node").agent_args()[-2:] == ["--suite", "node"]

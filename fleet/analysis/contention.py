@@ -6,9 +6,10 @@ straggler and its pairs slow, and put its 312 TFLOP/s into the provider's median
 a figure is:
 
 - **seen**: the agent looks at each GPU's processes and utilization before and after each
-  figure (the matmul since harness 1.0, the node suite since 1.1.0; agent/contention.py)
-  and says whose process it saw: the agent's own user (a forgotten job of the renter's)
-  or another (a shared machine, a provider's agent);
+  figure (the matmul since harness 1.0, the node suite since 1.1.0, the job suite's
+  training and decode steps since its 1.0.0; agent/contention.py) and says whose process
+  it saw: the agent's own user (a forgotten job of the renter's) or another (a shared
+  machine, a provider's agent);
 - **or shown by its own repeats**: a node figure whose repeats spread far beyond their
   kind's normal. Healthy lent nodes' repeats spread at most 0.31% (memory copy), 0.4%
   (pair one way), 0.6% (all-reduce at its largest size) over the records of
@@ -24,14 +25,17 @@ a figure is:
 Each such figure is flagged, named, and left out of every median, straggler, gap, the
 synchronous figure, "what to buy" and cost (fleet/analysis/dataset.py leaves contended
 matmul results out as it does a shared host's; the report's node rules read figures
-without them). One finding per node says what was seen and what to do: measure again
-with the GPU free.
+without them; fleet/analysis/job.py leaves contended job results out of the job's
+medians, shortfalls, stragglers, gaps and cost). One finding per node says what was seen,
+whichever figure showed it (matmul, node figures and job results together), and what to
+do: measure again with the GPU free.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -41,6 +45,10 @@ from fleet.analysis.dataset import CONTENDED_REASON, Excluded
 SPREAD_CV = 0.05
 # Kinds whose repeats are judged by their spread (pageable copies are not: see above).
 SPREAD_JUDGED = ("memory_copy", "peer_copy", "allreduce")
+# A job result's unit, by its workload: one per GPU and workload, whatever attention
+# backend it ran ("GPU 3 training step").
+JOB_UNITS = {"train": "training step", "decode": "decode"}
+UNSEEN = "another process or a busy GPU"  # a contended figure that stored no words
 WHAT_TO_DO = ("measure again with the GPU free: the figure is the renter's contention, "
               "left out of every comparison with the provider")
 
@@ -99,7 +107,8 @@ class Contention:
 
     provider: str
     host: str
-    units: tuple[str, ...]  # "GPU 3", "pair 0-3", "the all-reduce", "GPU 3 matmul"
+    # "GPU 3", "pair 0-3", "the all-reduce", "GPU 3 matmul", "GPU 3 training step"
+    units: tuple[str, ...]
     seen: tuple[str, ...]  # what the agent saw, each distinct line once
     own: bool | None  # all processes the renter's own (True), some another's (False)
 
@@ -156,11 +165,38 @@ def _lines(seen: list[str], unit: str, text: str) -> None:
             seen.append(line)
 
 
-def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | None]]
-                    ) -> list[Contention]:
-    """One finding per node with contended figures (`figures` after `mark`) or matmul
+def _job_words(jobs: pd.DataFrame) -> list[tuple[str, str, str, list[str]]]:
+    """(provider, host, unit, words) of each GPU and workload among the contended job
+    results `jobs`: the words of its newest results (each attention backend's), GPU by
+    GPU, training before decode."""
+    newest: dict[tuple[str, str, int, str], tuple[Any, list[str]]] = {}
+    for provider, host, gpu, workload, at, text in zip(
+            *(jobs[c].tolist() for c in ("provider", "host", "gpu_index", "workload",
+                                         "collected_at", "contention")), strict=True):
+        key = (str(provider), str(host), int(gpu), str(workload))
+        words = text if isinstance(text, str) and text else UNSEEN
+        held = newest.get(key)
+        if held is None or at > held[0]:
+            newest[key] = (at, [words])
+        elif at == held[0]:
+            held[1].append(words)
+    order = list(JOB_UNITS)
+
+    def rank(key: tuple[str, str, int, str]) -> tuple[str, str, int, int, str]:
+        provider, host, gpu, workload = key
+        return (provider, host, gpu,
+                order.index(workload) if workload in order else len(order), workload)
+    return [(key[0], key[1], f"GPU {key[2]} {JOB_UNITS.get(key[3], key[3])}",
+             newest[key][1]) for key in sorted(newest, key=rank)]
+
+
+def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | None]],
+                    jobs: pd.DataFrame | None = None) -> list[Contention]:
+    """One finding per node with contended figures (`figures` after `mark`), matmul
     results left out as contended (`matmul`: each Excluded entry with the stored
-    contention words of its newest contended result)."""
+    contention words of its newest contended result) or contended job results (`jobs`:
+    the job frame's rows fleet.analysis.job.contended_results leaves out as contended,
+    named as `matmul` names hosts)."""
     units: dict[tuple[str, str], list[str]] = defaultdict(list)
     seen: dict[tuple[str, str], list[str]] = defaultdict(list)
     for excluded, words in matmul:
@@ -169,7 +205,7 @@ def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | No
         key = (excluded.provider, excluded.host)
         unit = f"GPU {excluded.gpu_index} matmul"
         units[key].append(unit)
-        _lines(seen[key], unit, words or "another process or a busy GPU")
+        _lines(seen[key], unit, words or UNSEEN)
     if not figures.empty:
         busy = figures[figures["contended"]]
         for provider, host, kind, gpu, peer, text, figure in zip(
@@ -185,6 +221,12 @@ def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | No
             label = (figure if kind == "allreduce"
                      else f"{unit} {figure.removeprefix('GPU pairs, ')}")
             _lines(seen[key], label, str(text or ""))
+    if jobs is not None and not jobs.empty:
+        for provider, host, unit, said in _job_words(jobs):
+            key = (provider, host)
+            units[key].append(unit)
+            for words in said:
+                _lines(seen[key], unit, words)
     found = []
     for (provider, host), named in sorted(units.items()):
         owners = {_owner(s) for s in seen[(provider, host)]} - {None}

@@ -86,7 +86,8 @@ HARNESS_OPTIONS = (
     click.option("--soak-cap-s", type=click.FloatRange(10, 3600), metavar="S",
                  help="Stop waiting for throughput and temperature to stop moving after S "
                       "seconds of load, measure anyway and flag the result not_soaked "
-                      "(harness default 180)."),
+                      "(harness default 180). The job suite's training step takes the "
+                      "same cap."),
     click.option("--warm-l2", is_flag=True, help="Do not flush the L2 cache before each run."),
     click.option("--sequential", is_flag=True,
                  help="One GPU at a time (default: all at once, the node under full load)."),

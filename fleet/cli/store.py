@@ -179,14 +179,16 @@ def db_current(db: str | None) -> None:
               help="The provider the hosts were rented from.")
 @click.option("--host", help="The host's name, instead of the hostname in the document.")
 @click.option("--sweep", help="Name these documents' run, to filter on it later.")
-@click.option("--jobs", type=click.IntRange(min=1), default=default_jobs,
+@click.option("--readers", type=click.IntRange(min=1), default=default_jobs,
               show_default=f"the CPU count, at most {MAX_DEFAULT_JOBS}",
-              help=f"Processes that read and validate the files while this one stores "
-                   f"them, from {PARALLEL_FROM} files on; 1 does it all in this one.")
+              help=f"Reader processes: they read and validate the files while this one "
+                   f"stores them, from {PARALLEL_FROM} files on; 1 does it all in this one.")
+# `fleet results --jobs` is the job suite's figures: ingest's old name for --readers.
+@click.option("--jobs", "old_readers", type=click.IntRange(min=1), hidden=True)
 @db_option
 @reports_errors
 def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | None,
-           jobs: int, db: str | None) -> None:
+           readers: int, old_readers: int | None, db: str | None) -> None:
     """Store agent documents collected by hand.
 
     Each FILE is the agent's JSON-lines output (`python3 -m agent bench > FILE`) or one
@@ -203,13 +205,15 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
       fleet ingest --provider lambda --sweep 2026-11-22 gpu-01.jsonl gpu-02.jsonl
       fleet ingest --provider aws collected/
       ssh gpu-03 python3 -m agent bench | fleet ingest --provider coreweave -
+      fleet ingest --readers 1 --provider aws collected/   # read in this process
     """
+    readers = _readers(readers, old_readers)
     names = _expand(files)
     with Store(db) as store:
         note_created(store.created, store.location)
         counts: Counter[str] = Counter()
         try:
-            store.ingest(names, provider=provider, host=host, sweep=sweep, jobs=jobs,
+            store.ingest(names, provider=provider, host=host, sweep=sweep, jobs=readers,
                          on_item=_echo, counts=counts)
         except KeyboardInterrupt:
             # The batch in flight was rolled back; every line printed is stored.
@@ -220,6 +224,18 @@ def ingest(files: Sequence[Path], provider: str, host: str | None, sweep: str | 
     err_console.print(f"{_summary(counts)} in {store.location}", markup=False)
     if counts["rejected"]:
         sys.exit(InputError.exit_code)
+
+
+def _readers(readers: int, old_readers: int | None) -> int:
+    """--readers, or the deprecated --jobs with a note to use --readers."""
+    if old_readers is None:
+        return readers
+    given = click.get_current_context().get_parameter_source("readers")
+    if given is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--jobs is the old name of --readers: give --readers alone")
+    err_console.print(f"Note: `fleet ingest --jobs` is deprecated; use --readers "
+                      f"{old_readers}", markup=False)
+    return old_readers
 
 
 def _summary(counts: Counter[str]) -> str:

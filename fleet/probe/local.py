@@ -34,11 +34,13 @@ SOAK_MARGIN_PER_GPU_S = 30.0
 # to fire first.
 NODE_SUITE_S = 150.0
 NODE_SUITE_PER_GPU_S = 10.0
-# The job suite after the matmul: its soak's 45-s cap, a span's wait for the node's
-# last GPU, measurements of 8, 4 and 6 s, gates and set-up; alone (`--suite job`), from
-# idle, the matmul's 180-s cap instead (86-123 s on a lent 2x H100).
-JOB_SUITE_S = 180.0
-JOB_SUITE_ALONE_S = 330.0
+# The job suite beyond its soak (which takes the matmul's cap, `--soak-cap-s`, and a
+# span's wait for the node's last GPU): gates, set-up and 6 + 3 + 4 s measured took
+# 24-27 s on lent H100s (bench/records/2026-11-26-h100x4-jobs); the margin is a slow
+# host's. After the matmul the whole stage took 76 s on a lent H100, alone from idle
+# 85-108 s.
+JOB_SUITE_BEYOND_SOAK_S = 60.0
+JOB_SUITE_MARGIN_S = 90.0
 SUITES = ("all", "gemm", "node", "job")
 
 
@@ -114,17 +116,24 @@ class BenchOptions:
         """How long the benchmark may take on a host of `gpus` GPUs, beyond fingerprinting:
         a soak loads every GPU of the node at once, so it costs one soak a node (one a
         GPU with --sequential), where a quick run costs its seconds a GPU; the node suite
-        and the job suite add their own (NODE_SUITE_S, NODE_SUITE_PER_GPU_S, JOB_SUITE_S)."""
+        and the job suite add their own (NODE_SUITE_S, NODE_SUITE_PER_GPU_S, and the job's
+        soak with JOB_SUITE_BEYOND_SOAK_S)."""
         # The job suite runs the node's GPUs together, or one after another (--sequential).
         turns = gpus if self.sequential else 1
         if self.suite == "job":
-            return JOB_SUITE_ALONE_S * turns
+            return self._job_timeout_s() * turns
         node = NODE_SUITE_S + NODE_SUITE_PER_GPU_S * gpus
         if self.suite == "node":
             return node
         if self.suite == "gemm":
             return self._gemm_timeout_s(gpus)
-        return node + JOB_SUITE_S * turns + self._gemm_timeout_s(gpus)
+        return node + self._job_timeout_s() * turns + self._gemm_timeout_s(gpus)
+
+    def _job_timeout_s(self) -> float:
+        """One turn of the job suite: its soak to the matmul's cap, after the matmul or
+        from idle alike, a span's wait for the last GPU, and the rest."""
+        cap = self.soak_cap_s if self.soak_cap_s is not None else soak.CAP_S
+        return cap + soak.SPAN_S + JOB_SUITE_BEYOND_SOAK_S + JOB_SUITE_MARGIN_S
 
     def _gemm_timeout_s(self, gpus: int) -> float:
         if not self.soaked:

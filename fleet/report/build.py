@@ -44,6 +44,7 @@ from fleet.analysis.found import FoundHost, fleet_as_found
 from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
 from fleet.analysis.health import FleetHealth, fleet_health, told_elsewhere
 from fleet.analysis.integrity import find_corruption
+from fleet.analysis.job import contended_results
 from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.report.charts import Chart, provider_charts
@@ -421,7 +422,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                        | {f.provider for f in data.failures} | {g.provider for g in job.gpus})
     variants = sorted({m.variant for m in data.measures} | {
         d.variant for d in drift} | {g.variant for g in job.gpus})
-    node = node_section(engine, data, options.gaps, options.node)
+    node = node_section(engine, data, options.gaps, options.node,
+                        contended_results(jobs.frame, jobs.shared))
     corruption = [Finding.of(c.finding()) for c in find_corruption(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     health = told_elsewhere(fleet_health(data.gpus), {

@@ -4,9 +4,10 @@ all-reduce as found, the findings drawn from them, and each node's synchronous f
     section = node_section(engine, data, gap_options, NodeOptions())
 
 It reads the node figures of the hosts in the report's scope (their newest documents,
-`Dataset.hosts`) and names them as the report does, aliases included. One finding in
-the summary per cause: a GPU called for its host link is not called again as a
-straggler of its node for the same copies, nor a node without peer access for its
+`Dataset.hosts`) and names them as the report does, aliases included. Its contention
+finding (the renter's) also takes the matmul and job results left out as contended. One
+finding in the summary per cause: a GPU called for its host link is not called again as
+a straggler of its node for the same copies, nor a node without peer access for its
 pairs.
 """
 
@@ -273,19 +274,24 @@ def _grouped(outliers: list[NodeOutlier], host_links: list[HostLinkIssue],
 
 
 def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
-                 options: NodeOptions | None = None) -> NodeSection:
-    """The node section of the report on `data` (its hosts' newest documents)."""
+                 options: NodeOptions | None = None, jobs: pd.DataFrame | None = None
+                 ) -> NodeSection:
+    """The node section of the report on `data` (its hosts' newest documents); `jobs`,
+    the job results in scope left out as contended (fleet.analysis.job.contended_results,
+    hosts named as `data` names them), join the contention finding of their node."""
     options = options or NodeOptions()
     sync = tuple(synchronous_nodes(data.measures))
     names = {h.document_id: (h.provider, h.host) for h in data.hosts}
     if not names:
-        return NodeSection(sync=sync, options=options)
+        return NodeSection(sync=sync, options=options,
+                           contention=tuple(find_contention(pd.DataFrame(), [], jobs)))
     figures = mark(prepare(read_node_results(engine, documents=sorted(names)), names))
     words = contention_words(engine, sorted(names))
     documents = {(p, h): d for d, (p, h) in names.items()}
     contended = [(e, words.get((documents.get((e.provider, e.host), -1), e.gpu_index)))
                  for e in data.excluded if e.reason == CONTENDED_REASON]
-    seen = tuple(find_contention(figures, contended))
+    # A GPU shared with another process is the renter's, whichever figure showed it.
+    seen = tuple(find_contention(figures, contended, jobs))
     if figures.empty:
         return NodeSection(sync=sync, options=options, contention=seen)
     # A figure measured beside other work is the renter's contention: none of the rules

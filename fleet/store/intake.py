@@ -137,7 +137,7 @@ def read_all(names: Sequence[str], jobs: int) -> Generator[Item, None, None]:
         raise FleetError(
             "a process reading the files stopped (killed, or out of memory?); every file "
             "printed as stored is stored: run the same command again to store the rest "
-            "(stored documents are skipped), with --jobs 1 to read in one process") from None
+            "(stored documents are skipped), with --readers 1 to read in one process") from None
     finally:
         if done:
             pool.shutdown()

@@ -5,13 +5,16 @@ figure and the cost of a million tokens."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from fleet.analysis.dataset import Listing
+from fleet.analysis.contention import find_contention
+from fleet.analysis.dataset import CONTENDED_REASON as MATMUL_CONTENDED_REASON
+from fleet.analysis.dataset import Excluded, Listing
 from fleet.analysis.gaps import GapOptions
 from fleet.analysis.job import (
     CONTENDED_REASON,
@@ -19,6 +22,7 @@ from fleet.analysis.job import (
     SHARED_REASON,
     WRONG_REASON,
     JobGpu,
+    contended_results,
     find_job_shortfalls,
     job_gpus,
 )
@@ -29,7 +33,7 @@ from fleet.analysis.job_compare import (
     sync_tokens_per_s,
 )
 from fleet.analysis.job_cost import cost_per_million_tokens, job_table
-from tests.analysis.job_frames import PCIE, job_frame, job_row, matmul_frame
+from tests.analysis.job_frames import PCIE, WHEN, job_frame, job_row, matmul_frame
 
 TRAIN, DECODE, MATMUL = 79_000.0, 48_000.0, 700.0
 
@@ -38,11 +42,12 @@ def crowd(rng: random.Random | None = None, *, sd: float = 0.0, hosts: int = 2,
           provider: str = "alpha", train: dict[tuple[str, int], float] | None = None,
           decode: dict[tuple[str, int], float] | None = None,
           matmul: dict[tuple[str, int], float] | None = None,
-          hot: dict[tuple[str, int], float] | None = None, **knobs: Any
+          hot: dict[tuple[str, int], float] | None = None,
+          clock: dict[tuple[str, int], float] | None = None, **knobs: Any
           ) -> tuple[list[dict[str, Any]], list[tuple[str, str, int, float]]]:
     """`hosts` nodes of four GPUs: job rows (train and decode) and matmul figures, each
-    with `sd` relative noise; the dicts scale one GPU's (host, index) figure or set its
-    temperature under the job."""
+    with `sd` relative noise; the dicts scale one GPU's (host, index) figure or SM clock
+    under the job (of 1,980 MHz), or set its temperature under the job."""
     def noise() -> float:
         return 1.0 + (rng.gauss(0.0, sd) if rng is not None and sd else 0.0)
     rows, figures = [], []
@@ -51,12 +56,13 @@ def crowd(rng: random.Random | None = None, *, sd: float = 0.0, hosts: int = 2,
         for i in range(4):
             key = (host, i)
             temperature = (hot or {}).get(key, 70.0)
+            mhz = 1980.0 * (clock or {}).get(key, 1.0)
             rows.append(job_row(provider, host, i, "train",
                                 TRAIN * (train or {}).get(key, 1.0) * noise(),
-                                temperature_c=temperature, **knobs))
+                                temperature_c=temperature, sm_clock_mhz=mhz, **knobs))
             rows.append(job_row(provider, host, i, "decode",
                                 DECODE * (decode or {}).get(key, 1.0) * noise(),
-                                temperature_c=temperature, **knobs))
+                                temperature_c=temperature, sm_clock_mhz=mhz, **knobs))
             figures.append((provider, host, i, MATMUL * (matmul or {}).get(key, 1.0) * noise()))
     return rows, figures
 
@@ -94,18 +100,36 @@ def test_each_gpu_is_set_beside_its_matmul_in_the_same_run() -> None:
     assert all(g.matmul_tflops == 700.0 for g in found if not g.config.train)
 
 
-def test_a_gpu_whose_job_falls_further_than_its_matmul_and_runs_hotter_is_named_for_cooling(
+def test_a_gpu_whose_job_falls_further_than_its_matmul_at_a_lower_clock_is_named_for_cooling(
         ) -> None:
     rows, figures = crowd(random.Random(1), sd=0.003, train={("a-2", 3): 0.88},
-                          hot={("a-2", 3): 82.0})
+                          hot={("a-2", 3): 82.0}, clock={("a-2", 3): 0.90})
     (found,) = find_job_shortfalls(gpus_of(rows, figures))
     assert (found.host, found.gpu_index, found.cause) == ("a-2", 3, "cooling")
     assert found.job_share == pytest.approx(0.88, abs=0.01)
     assert found.matmul_share == pytest.approx(1.0, abs=0.01)
     assert (found.temperature_c, found.median_temperature_c) == (82.0, 70.0)
     assert "82 °C against the median 70 °C" in found.evidence
+    assert "SM clock 1,782 MHz against 1,980" in found.evidence
     assert found.title.startswith("a-2 GPU 3: the training step 12 points further below "
                                   "its variant than the matmul (88.")
+
+
+def test_a_hot_card_at_its_crowds_clock_is_not_put_down_to_cooling() -> None:
+    # The lent 4x H100's GPU 2, shared for real: 8 C over its crowd, as it runs healthy,
+    # its clock 2.2% under theirs, training at 77.5% and decode at 81.6% of the median
+    # (bench/records/2026-11-26-h100x4-jobs, flags.json): the GPU's time went elsewhere.
+    rows, figures = crowd(random.Random(4), sd=0.003, train={("a-1", 2): 0.775},
+                          decode={("a-1", 2): 0.816}, hot={("a-1", 2): 78.0},
+                          clock={("a-1", 2): 0.978})
+    (found,) = find_job_shortfalls(gpus_of(rows, figures))
+    assert (found.host, found.gpu_index, found.cause) == ("a-1", 2, "shared")
+    assert "nvidia-smi" in found.cause_words
+    # A clock deficit that covers half the fall is cooling's, however cool the card.
+    rows, figures = crowd(random.Random(4), sd=0.003, train={("a-1", 2): 0.90},
+                          decode={("a-1", 2): 0.90}, clock={("a-1", 2): 0.95})
+    (found,) = find_job_shortfalls(gpus_of(rows, figures))
+    assert found.cause == "cooling"
 
 
 def test_one_whose_decode_falls_as_far_is_named_for_memory() -> None:
@@ -176,6 +200,47 @@ def test_contended_unsoaked_wrong_and_shared_results_are_left_out() -> None:
     assert all(g.results == 1 for g in gpus)
     assert min(g.tokens_per_s for g in gpus if g.config.train) > 78_000
     assert find_job_shortfalls(gpus) == [] and find_job_stragglers(gpus) == []
+
+
+OWN = "other processes on the GPU: pid 31 (user renter, the agent's own user)"
+OTHER = "other processes on the GPU: pid 977 (user nobody, not the agent's user)"
+
+
+def test_contended_job_results_join_their_nodes_contention_finding() -> None:
+    """a-1's GPU 0: its matmul beside the renter's own process, its training (both
+    attention backends) and decode beside another user's: one finding, another user's
+    work named. a-2's GPU 3 trained beside a process the night before too (other words):
+    the newest contended result's words only; its decode that failed its float32 check
+    is left out for that. A contended result of a shared run is the duplicate's."""
+    rows, _ = crowd(random.Random(10))
+    rows = [r for r in rows if (r["host"], r["gpu_index"]) not in (("a-1", 0), ("a-2", 3))]
+    rows += [dict(job_row("alpha", "a-1", 0, workload, 40_000.0, attention=attention,
+                          run_id=2, contended=True),
+                  contention=f"{OTHER}; GPU utilization {use}% before the measurement started")
+             for workload, attention, use in (("train", "flash", 90), ("train", "cudnn", 100),
+                                              ("decode", "flash", 40))]
+    older = WHEN - dt.timedelta(days=1)
+    rows.append(dict(job_row("alpha", "a-2", 3, "train", 40_000.0, when=older, run_id=2,
+                             contended=True), contention="pid 5 (owner not visible)"))
+    rows.append(dict(job_row("alpha", "a-2", 3, "train", 40_000.0, run_id=3,
+                             contended=True), contention=OTHER))
+    rows.append(job_row("alpha", "a-2", 3, "decode", 40_000.0, run_id=3, contended=True,
+                        correct=False))
+    rows.append(dict(job_row("alpha", "a-2", 2, "decode", 40_000.0, run_id=4,
+                             contended=True), contention=OTHER))
+    frame = job_frame(rows)
+    busy_rows = contended_results(frame, shared={("alpha", "a-2", 4)})
+    assert len(busy_rows) == 5 and busy_rows["contended"].all()
+    matmul = Excluded("alpha", "a-1", 0, "H100 SXM5 80GB", 3, MATMUL_CONTENDED_REASON)
+    first, second = find_contention(pd.DataFrame(), [(matmul, OWN)], busy_rows)
+    assert (first.host, first.units) == (
+        "a-1", ("GPU 0 matmul", "GPU 0 training step", "GPU 0 decode"))
+    # Each process once, the busiest utilization once; one of another user's: another's.
+    assert first.seen == (OWN, OTHER, "GPU utilization 100% before the measurement started")
+    assert first.own is False and first.cause == "a process of another user"
+    assert (second.host, second.units, second.seen) == (
+        "a-2", ("GPU 3 training step",), (OTHER,))
+    assert find_contention(pd.DataFrame(), [], contended_results(job_frame(crowd()[0]))) == []
 
 
 def test_configurations_and_variants_are_never_compared() -> None:

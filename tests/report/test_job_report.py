@@ -8,9 +8,11 @@ alpha's two at 2.49 USD per GPU-hour, beta's two at 2.10 USD. Each GPU trains fo
 8B layers at about 79,000 tokens/s and decodes at about 48,000, every GPU of a node at
 once, with these faults:
 - beta's second node (a hostile name) trains on GPU 3 at 86% of the others, at 84 °C
-  against 70: its matmul is whole, so the job falls 14 points further than the matmul,
-  named as a job shortfall whose likely cause is cooling;
-- alpha-02's GPU 0 decoded beside another process: left out, and said so.
+  against 70 and an SM clock 12% under theirs: its matmul is whole, so the job falls 14
+  points further than the matmul, named as a job shortfall whose likely cause is
+  cooling;
+- alpha-02's GPU 0 decoded beside another process: left out, and put to the renter as
+  its node's contention finding.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ TRAIN = [79_000.0, 79_300.0, 78_800.0, 79_150.0]
 DECODE = [48_000.0, 48_200.0, 47_900.0, 48_100.0]
 HBM_GBS = 3350.0
 SCALE = 1.003  # alpha-02's job figures against alpha-01's
+# Another user's process, in the agent's words (agent/contention.py).
+OTHER_USER = "other processes on the GPU: pid 977 (user nobody, not the agent's user)"
 
 
 def _listing(price: float) -> Listing:
@@ -48,7 +52,9 @@ def _listing(price: float) -> Listing:
 
 
 def _node(host: str, train: list[float], temperatures: tuple[float, ...] = (70.0,) * 4,
-          contended_decode: int | None = None, scale: float = 1.0) -> dict[str, Any]:
+          contended_decode: int | None = None, scale: float = 1.0,
+          contended_train: int | None = None,
+          clocks: tuple[float, ...] = (1980.0,) * 4) -> dict[str, Any]:
     """A node's document; `scale` sets its job figures apart from other nodes' a little,
     as real nodes are (identical hosts would leave the gap tests nothing to weigh)."""
     data = factory.document(host=host, gpus=4, collected_at=WHEN, harness="1.3.0",
@@ -56,8 +62,10 @@ def _node(host: str, train: list[float], temperatures: tuple[float, ...] = (70.0
     jobs = []
     for gpu in data["gpus"]:
         i = gpu["index"]
+        beside = [OTHER_USER] if i == contended_train else []
         jobs.append(job_factory.job(gpu, "train", train[i] * scale, gpus_in_run=4,
-                                    temperature_c=temperatures[i]))
+                                    temperature_c=temperatures[i], sm_clock_mhz=clocks[i],
+                                    contention=beside))
         busy = ["pid 4242 (python3) of user other, 3.1 GiB"] if i == contended_decode else []
         jobs.append(job_factory.job(gpu, "decode", DECODE[i] * scale, gpus_in_run=4,
                                     follows="train/flash", temperature_c=temperatures[i],
@@ -67,21 +75,22 @@ def _node(host: str, train: list[float], temperatures: tuple[float, ...] = (70.0
     return data
 
 
-def _fleet() -> list[tuple[str, str, dict[str, Any], float]]:
+def _fleet(alpha_01: dict[str, Any] | None = None
+           ) -> list[tuple[str, str, dict[str, Any], float]]:
     slow = [*TRAIN[:3], 0.86 * TRAIN[3]]
     return [
-        ("alpha", "alpha-01", _node("alpha-01", TRAIN), 2.49),
+        ("alpha", "alpha-01", alpha_01 or _node("alpha-01", TRAIN), 2.49),
         ("alpha", "alpha-02", _node("alpha-02", TRAIN, contended_decode=0, scale=SCALE),
          2.49),
         ("beta", "beta-01", _node("beta-01", TRAIN, scale=0.997), 2.10),
-        ("beta", EVIL_HOST, _node("beta-02", slow, temperatures=(70.0, 70.0, 70.0, 84.0)),
-         2.10),
+        ("beta", EVIL_HOST, _node("beta-02", slow, temperatures=(70.0, 70.0, 70.0, 84.0),
+                                  clocks=(1980.0, 1980.0, 1980.0, 1740.0)), 2.10),
     ]
 
 
-def store_fleet(engine: Engine) -> None:
+def store_fleet(engine: Engine, alpha_01: dict[str, Any] | None = None) -> None:
     with Ingest(engine, RunInfo(kind="probe")) as ingest:
-        for provider, host, data, price in _fleet():
+        for provider, host, data, price in _fleet(alpha_01):
             ingest.store(AgentDocument.model_validate(data),
                          Origin(provider, host, _listing(price)))
 
@@ -131,6 +140,13 @@ def test_the_job_section_and_its_finding_from_a_stored_fleet(engine: Engine) -> 
     (excluded,) = job.excluded
     assert (excluded.host, excluded.gpu_index, excluded.workload) == ("alpha-02", 0, "decode")
     assert report.counts()["job_shortfall"] == 1
+    # The decode beside another process is the renter's to clear, on its node.
+    (busy,) = report.renter
+    assert (busy.kind, busy.provider, busy.title) == (
+        "contention", "alpha", "alpha-02: GPU 0 decode measured beside other work, left out")
+    assert busy.details == ("pid 4242 (python3) of user other, 3.1 GiB",)
+    assert busy.cause == "another process or a busy GPU"  # the words name no owner
+    assert report.counts()["contention"] == 1
     (finding,) = [f for f in report.dispute if f.kind == "job_shortfall"]
     assert finding.provider == "beta" and finding.cause is not None
     assert finding.cause.startswith("cooling")
@@ -139,6 +155,38 @@ def test_the_job_section_and_its_finding_from_a_stored_fleet(engine: Engine) -> 
     assert sync[(EVIL_HOST, "train")].slowest_gpu == 3
     assert sync[(EVIL_HOST, "train")].loss == pytest.approx(1 - 0.86 * TRAIN[3] / statistics.median(
         [*TRAIN[:3], 0.86 * TRAIN[3]]), rel=1e-6)
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_training_step_beside_another_process_is_no_job_shortfall(
+        engine: Engine, beside: bool) -> None:
+    """alpha-01's GPU 2 trains at 80% of its node, its matmul whole: a job shortfall of
+    the provider's when it ran alone, the renter's contention when another user's
+    process ran beside it, and then counted in no median, shortfall or comparison."""
+    train = [*TRAIN[:2], 0.8 * TRAIN[2], TRAIN[3]]
+    store_fleet(engine, _node("alpha-01", train, contended_train=2 if beside else None))
+    report = build_report(engine, ReportOptions(), "test")
+    job = report.job
+    short = {(s.host, s.gpu_index) for s in job.shortfalls}
+    counted = {(g.host, g.gpu_index) for g in job.gpus if g.config.train}
+    train_gpus = {c.faster_gpus + c.slower_gpus for c in job.comparisons if c.config.train}
+    contention = [f for f in report.renter if f.kind == "contention"]
+    if not beside:
+        assert short == {("alpha-01", 2), (EVIL_HOST, 3)}
+        assert ("alpha-01", 2) in counted and train_gpus == {16}
+        assert [f.title for f in contention] == [
+            "alpha-02: GPU 0 decode measured beside other work, left out"]
+        return
+    assert short == {(EVIL_HOST, 3)} and report.counts()["job_shortfall"] == 1
+    # The provider comparisons (gaps) weigh the fifteen GPUs that trained alone.
+    assert ("alpha-01", 2) not in counted and train_gpus == {15}
+    assert all((s.host, s.gpu_index) != ("alpha-01", 2) for s in job.stragglers)
+    by_host = {f.title.split(":")[0]: f for f in contention}
+    assert by_host["alpha-01"].title == ("alpha-01: GPU 2 training step measured beside "
+                                         "other work, left out")
+    assert by_host["alpha-01"].cause == "a process of another user"
+    assert by_host["alpha-01"].details == (OTHER_USER,)
+    assert report.counts()["contention"] == 2
 
 
 @pytest.fixture

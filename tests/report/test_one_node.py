@@ -3,7 +3,9 @@ with the faults a renter meets made for real (bench/records/2026-11-26-h100x2-no
 tests/fixtures/nodes/h100x2-lent-faults/): healthy, NCCL's peer-to-peer off, peer-to-peer
 and shared memory off, another user's process on GPU 1, and one of the agent's own user
 on GPU 0. Each document is stored through the real ingest path and reported alone, as a
-buyer who probed one node would see it."""
+buyer who probed one node would see it. The job suite's results on a lent 2x H100
+(tests/fixtures/jobs/h100x2-lent/) are judged the same way: a GPU shared with another
+process is the renter's, whichever figure showed it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import CONTENDED_REASON
+from fleet.analysis.job import CONTENDED_REASON as JOB_CONTENDED_REASON
+from fleet.analysis.stragglers import StragglerOptions
 from fleet.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
@@ -24,6 +28,11 @@ from fleet.store.node import read_node_results
 from tests.conftest import FIXTURES
 
 FAULTS = FIXTURES / "nodes" / "h100x2-lent-faults"
+JOBS = FIXTURES / "jobs" / "h100x2-lent" / "document.json"
+# What the agent saw beside GPU 1 of the same kind of node (foreign.json), in its words
+# (agent/contention.py), as agent/jobs.py puts it on each of a GPU's job results.
+BESIDE = ["other processes on the GPU: pid 1852 (user nobody, not the agent's user)",
+          "GPU utilization 100% before the measurement started"]
 
 
 def _document(case: str) -> dict[str, Any]:
@@ -31,11 +40,48 @@ def _document(case: str) -> dict[str, Any]:
     return data
 
 
-def _report(engine: Engine, *cases: tuple[str, dict[str, Any]]) -> Report:
+def _report(engine: Engine, *cases: tuple[str, dict[str, Any]],
+            options: ReportOptions | None = None) -> Report:
     with Ingest(engine, RunInfo(kind="probe")) as ingest:
         for host, data in cases:
             ingest.store(parse_document(data, host), Origin("lent", host))
-    return build_report(engine, ReportOptions(), "test")
+    return build_report(engine, options or ReportOptions(), "test")
+
+
+def _slowed(result: dict[str, Any], share: float) -> None:
+    """A job result as if its GPU ran at `share` of the speed it measured: the same steps
+    in more seconds, and every figure that follows from them."""
+    result["seconds"] /= share
+    for name in ("tokens_per_s", "tflops", "tflops_causal", "mfu", "gbs", "hbm_share"):
+        if result[name] is not None:
+            result[name] *= share
+    result["within_run_ci95"] = [v * share for v in result["within_run_ci95"]]
+    result["step_ms"] = {k: v / share if k.endswith("_ms") else v
+                         for k, v in result["step_ms"].items()}
+
+
+def _jobs(gpu: int | None = None, *, beside: bool = True, share: float = 1.0
+          ) -> dict[str, Any]:
+    """The real job document; GPU `gpu`'s job results (training under both attention
+    backends, and decode) at `share` of their speed and, where `beside`, measured beside
+    another user's process as agent/jobs.py flags them (constructed from the real
+    document)."""
+    data: dict[str, Any] = json.loads(JOBS.read_text())
+    for result in data["jobs"]:
+        if result["gpu_index"] != gpu:
+            continue
+        _slowed(result, share)
+        if beside:
+            result["flags"]["contended"] = True
+            result["contention"] = list(BESIDE)
+            result["processes"] = [{"pid": 1852, "uid": 65534, "user": "nobody",
+                                    "own": False}]
+    return data
+
+
+# Two GPUs make a node for the job's stragglers here: the rule would then call a GPU at
+# half its neighbour's speed, so that leaving it out is seen.
+PAIR = ReportOptions(stragglers=StragglerOptions(min_gpus=2))
 
 
 def test_the_healthy_node_alone_raises_nothing(engine: Engine) -> None:
@@ -153,3 +199,60 @@ def test_a_matmul_left_out_for_interrupted_runs_says_so() -> None:
     assert found.title == "h100x2: GPU 0 matmul measured beside other work, left out"
     [other] = find_contention(pd.DataFrame(), [(excluded, None)])
     assert other.cause == "another process or a busy GPU"
+
+
+def test_job_results_beside_another_process_are_the_renters_contention(
+        engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _jobs(1, share=0.5)), options=PAIR)
+    # Nothing of the job to dispute: GPU 1 at half GPU 0's speed is no straggler of it.
+    # (The card's own health finding is the real node's: a row remapped in its life.)
+    assert [f.kind for f in report.dispute] == ["health"]
+    [found] = report.renter
+    assert found.kind == "contention" and found.cause == "a process of another user"
+    # One unit per GPU and workload, whichever attention backends it ran.
+    assert found.title == ("h100x2: GPU 1 training step, GPU 1 decode measured beside "
+                           "other work, left out")
+    assert found.details == tuple(BESIDE)
+    assert found.evidence.startswith("What to do: measure again with the GPU free")
+    assert {kind: n for kind, n in report.counts().items() if n} == {
+        "contention": 1, "health": 1}
+    job = report.job
+    assert {g.gpu_index for g in job.gpus} == {0}
+    assert [row.gpus for row in job.rows] == [1, 1, 1]
+    assert job.stragglers == () and job.shortfalls == () and job.gaps == ()
+    assert [(e.gpu_index, e.workload, e.results, e.reason) for e in job.excluded] == [
+        (1, "decode", 1, JOB_CONTENDED_REASON), (1, "train", 2, JOB_CONTENDED_REASON)]
+    markdown = render(report, "md")
+    yours = markdown.split("Yours to fix", 1)[1]
+    assert "h100x2: GPU 1 training step, GPU 1 decode measured beside other work" in yours
+    assert "pid 1852 (user nobody, not the agent's user)" in yours
+
+
+def test_the_same_slow_gpu_free_of_other_work_is_the_providers(engine: Engine) -> None:
+    """The rule the contended GPU escaped above calls it when nothing else ran on it."""
+    report = _report(engine, ("h100x2", _jobs(1, beside=False, share=0.5)), options=PAIR)
+    assert report.renter == ()
+    assert {(s.gpu_index, s.config.workload, s.config.attention)
+            for s in report.job.stragglers} == {
+        (1, "train", "flash"), (1, "train", "cudnn"), (1, "decode", "flash")}
+    assert report.counts()["contention"] == 0 and report.job.excluded == ()
+
+
+def test_a_job_node_with_no_other_work_raises_no_contention(engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _jobs()), options=PAIR)
+    assert report.renter == () and [f.kind for f in report.dispute] == ["health"]
+    assert {kind: n for kind, n in report.counts().items() if n} == {"health": 1}
+    assert report.job.excluded == () and {g.gpu_index for g in report.job.gpus} == {0, 1}
+
+
+def test_an_anonymized_report_puts_it_to_the_renter_without_the_process(
+        engine: Engine) -> None:
+    report = _report(engine, ("h100x2", _jobs(1)),
+                     options=ReportOptions(anonymize=True))
+    [found] = report.renter
+    assert found.title.endswith(": GPU 1 training step, GPU 1 decode measured beside "
+                                "other work, left out")
+    assert "h100x2" not in found.title
+    # What the process was (its user) stays with the store, as the job frame's words do.
+    assert found.details == ("another process or a busy GPU",)
+    assert "nobody" not in render(report, "md")

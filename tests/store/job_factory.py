@@ -61,9 +61,9 @@ def job(gpu: Mapping[str, Any], workload: str, tokens_per_s: float, *,
         follows: str | None = None, compiled: bool = False, graph: bool = False,
         gpus_in_run: int = 1, concurrency: str = "concurrent",
         contention: Sequence[str] = (), stack: Mapping[str, str] = STACK,
-        temperature_c: float = 71.0, not_soaked: bool = False,
-        peak_tflops: float | None = None, hbm_gbs: float | None = None,
-        suite_version: str = "1.0.0") -> dict[str, Any]:
+        temperature_c: float = 71.0, sm_clock_mhz: float = 1980.0,
+        not_soaked: bool = False, peak_tflops: float | None = None,
+        hbm_gbs: float | None = None, suite_version: str = "1.0.0") -> dict[str, Any]:
     """One JobResult of `gpu` (a document's GPU) at about `tokens_per_s`, validated.
 
     Peak TFLOP/s and HBM GB/s are the GPU's datasheet's unless given."""
@@ -116,7 +116,7 @@ def job(gpu: Mapping[str, Any], workload: str, tokens_per_s: float, *,
         "flags": {"not_soaked": not_soaked, "contended": bool(contention),
                   "power_capped": True, "thermal_throttled": False, "hw_slowdown": False},
         "soak": soak(rate, temperature_c, soaked=not not_soaked) if judged else None,
-        "telemetry": {"samples": 40, "sm_clock_mhz_median": 1980.0,
+        "telemetry": {"samples": 40, "sm_clock_mhz_median": sm_clock_mhz,
                       "mem_clock_mhz_median": 2619.0, "power_w_median": 690.0,
                       "temperature_c_max": temperature_c + 2.0,
                       "reason_shares": {"sw_power_cap": 0.6}},

@@ -49,7 +49,7 @@ def test_fleet_ingest_a_directory_with_readers(store_url: str, tmp_path: Path) -
     documents.mkdir()
     names = _files(documents, PARALLEL_FROM + 5, bad={42})
     (documents / "notes.txt").write_text("not a document\n")
-    result = fleet("ingest", "--provider", "lambda", "--jobs", "2", str(documents),
+    result = fleet("ingest", "--provider", "lambda", "--readers", "2", str(documents),
                    db=store_url)
     assert result.exit_code == 2, result.output
     lines = result.stdout.splitlines()
@@ -59,6 +59,26 @@ def test_fleet_ingest_a_directory_with_readers(store_url: str, tmp_path: Path) -
     assert f"{PARALLEL_FROM + 4} stored, 1 rejected" in result.stderr
     rows = json.loads(fleet("results", "--json", "--limit", "0", db=store_url).stdout)
     assert len(rows) == PARALLEL_FROM + 4
+
+
+def test_ingest_jobs_is_the_old_name_of_readers(store_url: str, tmp_path: Path) -> None:
+    """`fleet results --jobs` is the job suite's figures; ingest's readers are --readers,
+    and its old --jobs still works, hidden, with a note."""
+    names = _files(tmp_path, 3, bad=set())
+    old = fleet("ingest", "--jobs", "2", *names, db=store_url)
+    assert old.exit_code == 0, old.output
+    assert old.stderr.splitlines()[0] == (
+        "Note: `fleet ingest --jobs` is deprecated; use --readers 2")
+    assert old.stdout.count("stored          ") == 3
+    both = fleet("ingest", "--jobs", "2", "--readers", "2", *names, db=store_url)
+    assert both.exit_code == 2
+    assert "--jobs is the old name of --readers: give --readers alone" in both.stderr
+    assert fleet("ingest", "--jobs", "0", *names, db=store_url).exit_code == 2
+    new = fleet("ingest", "--readers", "2", *names, db=store_url)
+    assert new.exit_code == 0 and "deprecated" not in new.stderr
+    assert new.stdout.count("already stored  ") == 3
+    shown = fleet("ingest", "--help").stdout
+    assert "--readers INTEGER RANGE" in shown and "--jobs" not in shown
 
 
 def test_a_directory_without_documents_is_refused(tmp_path: Path) -> None:
@@ -107,7 +127,7 @@ def test_ctrl_c_keeps_what_was_printed_and_stops_a_stuck_reader(tmp_path: Path) 
     os.mkfifo(fifo)
     db = tmp_path / "fleet.db"
     command = [sys.executable, "-m", "fleet", "ingest", "--db", f"sqlite:///{db}",
-               "--jobs", "2", *names[:250], str(fifo), *names[250:]]
+               "--readers", "2", *names[:250], str(fifo), *names[250:]]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     try:
