@@ -102,8 +102,9 @@ def bench(as_json: bool, **harness: Any) -> None:
     Then the job suite: a training step (forward, backward, fused AdamW) of four decoder
     layers shaped as Llama 3 8B's and its decode over a KV cache, every GPU at once,
     soaked by the matmul's rule after a check against float32: tokens/s, TFLOP/s and MFU,
-    decode's GB/s against HBM (about a minute; 86-123 s alone from idle on a lent 2x
-    H100). The README's "What a GPU-hour buys for a real job" says what it is not.
+    decode's GB/s against HBM (76 s after the matmul on a lent H100, 85-108 s alone from
+    idle on a lent 4x H100: the training step soaks again after the node suite). The
+    README's "What a GPU-hour buys for a real job" says what it is not.
 
     \b
     Examples:
