@@ -50,9 +50,9 @@ Its likely cause, from what the GPU did while its step fell, in this order:
   step at the power cap runs at its clock). A card hotter than its crowd is not enough:
   healthy, GPU 2 of a lent 4x H100 ran 7-8 C over its crowd's median at a clock 0.9-1.8%
   under theirs, run after run (bench/records/2026-11-26-h100x4-jobs);
-- "host": its decode holds (within 3 points of its matmul's share). Decode replays a CUDA
-  graph a step and waits on nothing the host does; the training step launches hundreds
-  of kernels from the CPU;
+- "host": its decode holds (within 3 points of its matmul's share), or it has no decode
+  figure to tell by. Decode replays a CUDA graph a step and waits on nothing the host
+  does; the training step launches hundreds of kernels from the CPU;
 - "memory": its decode, which reads HBM and barely computes, falls more than 3 points
   further than its matmul and further than its training step;
 - "shared": both fall, decode no further than training, at its full clock: the GPU's
