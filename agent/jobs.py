@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tup
 from agent import contention, links, soak, stats, telemetry
 from agent.harness import Config as HarnessConfig
 from agent.harness import GpuTarget, SoakCoordinator, import_torch, match_targets
+from agent.node import IDLE_BEFORE_UTILIZATION_S
 from agent.nvml import Nvml
 
 SUITE_VERSION = "1.0.0"
@@ -48,8 +49,6 @@ Progress = Callable[[str], None]
 # Timed units of work: (when one ended by the host's clock, its milliseconds).
 Units = Generator[Tuple[float, float], None, None]
 CAPTURE_LOCK = threading.Lock()
-# Longer than NVML's utilization sample period, as agent/node.py waits.
-IDLE_BEFORE_UTILIZATION_S = 1.2
 
 
 @dataclass

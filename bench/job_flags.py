@@ -43,10 +43,8 @@ import argparse
 import copy
 import gzip
 import json
-import statistics
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +59,10 @@ from fleet.analysis.job import (  # noqa: E402
     JobGpu,
     JobShortfall,
     JobShortfallOptions,
+    JobStanding,
+    job_standings,
 )
 from fleet.analysis.job_compare import JobStraggler  # noqa: E402
-from fleet.analysis.stragglers import below_others  # noqa: E402
 from fleet.document import parse_document  # noqa: E402
 from fleet.report import ReportOptions, build_report  # noqa: E402
 from fleet.report.build import Finding  # noqa: E402
@@ -151,51 +150,15 @@ def judge(data: dict[str, Any], name: str) -> Judged:
                   report.node.contention, report.dispute, report.renter)
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """One GPU under one training configuration, as the rule judged it."""
-
-    gpu_index: int
-    attention: str
-    job_share: float
-    matmul_share: float
-    sigmas_below: float  # its standing below the others', in their robust sds
-
-    @property
-    def points(self) -> float:
-        """Matmul share - job share, in points (the rule calls above 3)."""
-        return (self.matmul_share - self.job_share) * 100
-
-
 def judgements(gpus: Collection[JobGpu], options: JobShortfallOptions | None = None
-               ) -> list[Judgement]:
-    """Every GPU the rule judges (a training configuration with a matmul figure, among at
-    least `min_gpus` such GPUs of its variant), with its shares as the rule computes
-    them."""
-    options = options or JobShortfallOptions()
-    groups: dict[tuple[Any, str], list[JobGpu]] = defaultdict(list)
-    for g in gpus:
-        if g.config.train and g.matmul_tflops:
-            groups[(g.config, g.variant)].append(g)
-    found = []
-    for members in groups.values():
-        if len(members) < options.min_gpus:
-            continue
-        job_centre = statistics.median(g.tokens_per_s for g in members)
-        matmul_centre = statistics.median(g.matmul_tflops or 0.0 for g in members)
-        shares = [(g.tokens_per_s / job_centre, (g.matmul_tflops or 0.0) / matmul_centre)
-                  for g in members]
-        standing = [job / matmul for job, matmul in shares]
-        for i, g in enumerate(members):
-            _, centre, sigma = below_others(standing[i], standing[:i] + standing[i + 1:],
-                                            0.0, options.sigmas, options.sigma_floor)
-            found.append(Judgement(g.gpu_index, g.config.attention, shares[i][0],
-                                   shares[i][1], (centre - standing[i]) / sigma))
-    found.sort(key=lambda j: (j.attention, j.gpu_index))
-    return found
+               ) -> list[JobStanding]:
+    """Every GPU the rule judges, as the rule sees it (fleet.analysis.job.job_standings),
+    by backend then GPU."""
+    return sorted(job_standings(list(gpus), options),
+                  key=lambda j: (j.gpu.config.attention, j.gpu.gpu_index))
 
 
-def false_flags(records: Path = RECORDS) -> list[tuple[Judged, list[Judgement]]]:
+def false_flags(records: Path = RECORDS) -> list[tuple[Judged, list[JobStanding]]]:
     """Each healthy run (and the contended one, as measured) paired and judged alone."""
     matmul = document(MATMUL_RUN, records)
     out = []
@@ -266,7 +229,7 @@ def main() -> None:
 
     healthy: dict[str, Any] = {}
     total = flagged = 0
-    every: list[Judgement] = []
+    every: list[JobStanding] = []
     for judged, judged_gpus in false_flags(args.records):
         total += len(judged_gpus)
         flagged += len(judged.shortfalls)
@@ -274,15 +237,15 @@ def main() -> None:
         worst = max(judged_gpus, key=lambda j: j.points)
         healthy[judged.name] = {
             "judgements": len(judged_gpus), "flagged": len(judged.shortfalls),
-            "gpus": sorted({j.gpu_index for j in judged_gpus}),
+            "gpus": sorted({j.gpu.gpu_index for j in judged_gpus}),
             "max_points": round(worst.points, 2),
             "min_job_share": round(min(j.job_share for j in judged_gpus), 4),
             "max_sigmas_below": round(max(j.sigmas_below for j in judged_gpus), 1),
             **_named(judged)}
         print(f"  {judged.name:10} {len(judged_gpus):2} judgements (GPUs "
               f"{','.join(map(str, healthy[judged.name]['gpus']))}), "
-              f"{len(judged.shortfalls)} flagged; widest: GPU {worst.gpu_index} "
-              f"{worst.attention} {worst.points:+.2f} points; other findings: "
+              f"{len(judged.shortfalls)} flagged; widest: GPU {worst.gpu.gpu_index} "
+              f"{worst.gpu.config.attention} {worst.points:+.2f} points; other findings: "
               f"{len(judged.dispute) - len(judged.shortfalls)} dispute, "
               f"{len(judged.renter)} renter")
     print(f"false flags: {flagged} of {total} GPU judgements; largest matmul-job gap "

@@ -470,46 +470,95 @@ def _decode_shares(gpus: Sequence[JobGpu]) -> dict[tuple[str, str, int, str, str
     return {key: statistics.median(values) for key, values in shares.items()}
 
 
-def find_job_shortfalls(gpus: Sequence[JobGpu], options: JobShortfallOptions | None = None
-                        ) -> list[JobShortfall]:
-    """Every GPU whose training step falls further below its variant than its matmul, by
-    the module docstring's rule, with its likely cause."""
+@dataclass(frozen=True)
+class JobStanding:
+    """One GPU under one training configuration as the shortfall rule sees it: its job
+    and matmul shares of its crowd's medians, and its standing against the others'."""
+
+    gpu: JobGpu
+    gpus: int  # GPUs of the configuration and variant with a matmul figure
+    job_centre: float
+    matmul_centre: float
+    others_standing: float  # the median standing of the other GPUs
+    sigma: float  # their robust standard deviation
+    below: bool  # more than the rule's robust sds below them
+
+    @property
+    def job_share(self) -> float:
+        """Its training tokens/s over the median of its crowd."""
+        return self.gpu.tokens_per_s / self.job_centre
+
+    @property
+    def matmul_share(self) -> float:
+        """Its matmul TFLOP/s over the median of the same GPUs."""
+        return (self.gpu.matmul_tflops or 0.0) / self.matmul_centre
+
+    @property
+    def points(self) -> float:
+        """Matmul share - job share, in points (the rule calls above its `points`)."""
+        return (self.matmul_share - self.job_share) * 100
+
+    @property
+    def sigmas_below(self) -> float:
+        """How many of the others' robust sds its standing is below theirs."""
+        return (self.others_standing - self.job_share / self.matmul_share) / self.sigma
+
+
+def job_standings(gpus: Sequence[JobGpu], options: JobShortfallOptions | None = None
+                  ) -> list[JobStanding]:
+    """Every GPU the rule judges (a training configuration with a matmul figure, among at
+    least `min_gpus` such GPUs of its variant), in configuration order."""
     options = options or JobShortfallOptions()
-    decode = _decode_shares(gpus)
     groups: dict[tuple[JobConfig, str], list[JobGpu]] = defaultdict(list)
     for g in gpus:
         if g.config.train and g.matmul_tflops:
             groups[(g.config, g.variant)].append(g)
     found = []
-    for (config, variant), members in sorted(groups.items(), key=lambda item: (
-            item[0][0].order(), item[0][1])):
+    for _, members in sorted(groups.items(), key=lambda item: (item[0][0].order(),
+                                                                 item[0][1])):
         if len(members) < options.min_gpus:
             continue
         job_centre = statistics.median(g.tokens_per_s for g in members)
         matmul_centre = statistics.median(g.matmul_tflops or 0.0 for g in members)
         standing = [(g.tokens_per_s / job_centre) / ((g.matmul_tflops or 0.0) / matmul_centre)
                     for g in members]
-        temperature = _median([g.temperature_c for g in members])
-        clock = _median([g.sm_clock_mhz for g in members])
         for i, g in enumerate(members):
-            job_share = g.tokens_per_s / job_centre
-            matmul_share = (g.matmul_tflops or 0.0) / matmul_centre
-            # Below its variant on the job by the points too: a card whose matmul runs
-            # 5% above its crowd and its job 1% above has lost nothing to dispute.
-            if matmul_share - job_share <= options.points or job_share > 1.0 - options.points:
-                continue
             below, centre, sigma = below_others(standing[i], standing[:i] + standing[i + 1:],
                                                 0.0, options.sigmas, options.sigma_floor)
-            if not below:
-                continue
-            decode_share = decode.get((g.provider, g.host, g.gpu_index, g.variant,
-                                       config.stack, config.gpus_in_run))
-            found.append(JobShortfall(
-                g.provider, g.host, g.gpu_index, variant, config, len(members),
-                g.tokens_per_s, job_centre, g.matmul_tflops or 0.0, matmul_centre, centre,
-                sigma, _cause(options, matmul_share - job_share, job_share, decode_share,
-                              matmul_share, g.sm_clock_mhz, clock),
-                g.temperature_c, temperature, g.sm_clock_mhz, clock, decode_share))
+            found.append(JobStanding(g, len(members), job_centre, matmul_centre, centre,
+                                     sigma, below))
+    return found
+
+
+def find_job_shortfalls(gpus: Sequence[JobGpu], options: JobShortfallOptions | None = None
+                        ) -> list[JobShortfall]:
+    """Every GPU whose training step falls further below its variant than its matmul, by
+    the module docstring's rule, with its likely cause."""
+    options = options or JobShortfallOptions()
+    decode = _decode_shares(gpus)
+    standings = job_standings(gpus, options)
+    crowds: dict[tuple[JobConfig, str], list[JobGpu]] = defaultdict(list)
+    for st in standings:
+        crowds[(st.gpu.config, st.gpu.variant)].append(st.gpu)
+    found = []
+    for st in standings:
+        g = st.gpu
+        # Below its variant on the job by the points too: a card whose matmul runs 5%
+        # above its crowd and its job 1% above has lost nothing to dispute.
+        if (st.matmul_share - st.job_share <= options.points
+                or st.job_share > 1.0 - options.points or not st.below):
+            continue
+        crowd = crowds[(g.config, g.variant)]
+        temperature = _median([m.temperature_c for m in crowd])
+        clock = _median([m.sm_clock_mhz for m in crowd])
+        decode_share = decode.get((g.provider, g.host, g.gpu_index, g.variant,
+                                   g.config.stack, g.config.gpus_in_run))
+        found.append(JobShortfall(
+            g.provider, g.host, g.gpu_index, g.variant, g.config, st.gpus, g.tokens_per_s,
+            st.job_centre, g.matmul_tflops or 0.0, st.matmul_centre, st.others_standing,
+            st.sigma, _cause(options, st.matmul_share - st.job_share, st.job_share,
+                             decode_share, st.matmul_share, g.sm_clock_mhz, clock),
+            g.temperature_c, temperature, g.sm_clock_mhz, clock, decode_share))
     return found
 
 

@@ -55,7 +55,7 @@ def test_no_healthy_gpu_is_called(healthy: list[tuple[Any, list[Any]]]) -> None:
         # Every training result the rule may count is judged, one per GPU and backend.
         expected = {(r["gpu_index"], r["attention"]) for r in _results(judged.name)
                     if r["workload"] == "train" and _counted(r)}
-        assert {(j.gpu_index, j.attention) for j in judgements} == expected
+        assert {(j.gpu.gpu_index, j.gpu.config.attention) for j in judgements} == expected
         assert len(expected) >= 6  # three GPUs at least, both backends
         assert judged.shortfalls == (), judged.name
         for j in judgements:  # what the rule computed, within its margins
