@@ -49,6 +49,9 @@ SPREAD_JUDGED = ("memory_copy", "peer_copy", "allreduce")
 # backend it ran ("GPU 3 training step").
 JOB_UNITS = {"train": "training step", "decode": "decode"}
 UNSEEN = "another process or a busy GPU"  # a contended figure that stored no words
+# A job result not flagged itself, left out with its GPU's results of the same run that
+# were (fleet/analysis/job.py, `_reasons`); said with its unit, as a spread is.
+JOINED = "left out with its GPU's results of the same run measured beside other work"
 WHAT_TO_DO = ("measure again with the GPU free: the figure is the renter's contention, "
               "left out of every comparison with the provider")
 
@@ -161,6 +164,8 @@ def _lines(seen: list[str], unit: str, text: str) -> None:
                 seen.remove(old)
         elif line.startswith("its repeats spread"):
             line = f"{unit}: {line.removeprefix('its ')}"
+        elif line == JOINED:
+            line = f"{unit}: {line}"
         if line not in seen:
             seen.append(line)
 

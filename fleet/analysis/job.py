@@ -10,7 +10,7 @@ median of its results. A result measured beside another process (`contended`), o
 load never settled (`not_soaked`) or one whose stack failed its float32 check is left
 out of every median, stated in `JobExcluded`, as the matmul's are; a contended one also
 raises its node's contention finding, the renter's to fix (fleet/analysis/contention.py,
-from `contended_results`).
+from `contended_results`), and takes its GPU's other results of the same run with it.
 
 **The job's shortfall** (`find_job_shortfalls`). For each GPU of a training
 configuration and variant (never across either), both figures as shares of the same
@@ -75,6 +75,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from fleet.analysis.contention import JOINED
 from fleet.analysis.stragglers import below_others
 from fleet.words import counted
 
@@ -234,6 +235,12 @@ def _flag(column: pd.Series) -> pd.Series:
     return column.astype("boolean").fillna(False).astype(bool)
 
 
+def _gpu_runs(frame: pd.DataFrame) -> list[tuple[str, str, int, int]]:
+    """(provider, host, run, GPU index) of each row."""
+    return list(zip(frame["provider"].astype(str), frame["host"].astype(str),
+                    frame["run_id"].astype(int), frame["gpu_index"].astype(int), strict=True))
+
+
 def _reasons(frame: pd.DataFrame, shared: Collection[tuple[str, str, int]]
              ) -> list[tuple[pd.Series, str]]:
     """Each reason to leave a row out, with the rows it is the first reason for."""
@@ -241,7 +248,14 @@ def _reasons(frame: pd.DataFrame, shared: Collection[tuple[str, str, int]]
                frame["run_id"].astype(int), strict=True)
     twice = pd.Series([key in shared for key in keys], index=frame.index, dtype=bool)
     wrong = ~frame["correctness_passed"].astype("boolean").fillna(True).astype(bool) & ~twice
-    contended = _flag(frame["contended"]) & ~wrong & ~twice
+    flagged = _flag(frame["contended"]) & ~wrong & ~twice
+    # A GPU's job results of a run are contended together: the agent flags them so, but a
+    # stored document may come from an older agent, a hand edit or another tool, and a
+    # GPU-run partly flagged would otherwise be told to both parties, the renter
+    # (contention) and the provider (shortfall, straggler, gap). Whole, it is the renter's.
+    busy = {key for key, hit in zip(_gpu_runs(frame), flagged.tolist(), strict=True) if hit}
+    contended = pd.Series([key in busy for key in _gpu_runs(frame)], index=frame.index,
+                          dtype=bool) & ~wrong & ~twice
     unsettled = _flag(frame["not_soaked"]) & ~wrong & ~contended & ~twice
     return [(twice, SHARED_REASON), (wrong, WRONG_REASON), (contended, CONTENDED_REASON),
             (unsettled, NOT_SOAKED_REASON)]
@@ -273,9 +287,14 @@ def contended_results(frame: pd.DataFrame, shared: Collection[tuple[str, str, in
                       ) -> pd.DataFrame:
     """The rows of `frame` that `left_out` leaves out as contended (a result of a shared
     run, or one that failed its check, is left out for that first): the renter's
-    contention, for its finding (fleet/analysis/contention.py)."""
+    contention, for its finding (fleet/analysis/contention.py). A row left out only with
+    its GPU's flagged results of the same run is marked contended, its words saying so."""
     mask = next(m for m, reason in _reasons(frame, shared) if reason == CONTENDED_REASON)
-    return frame[mask]
+    rows = frame[mask].copy()
+    joined = ~_flag(rows["contended"])
+    rows.loc[joined, "contention"] = JOINED
+    rows.loc[joined, "contended"] = True
+    return rows
 
 
 def _config(row: Mapping[Any, Any]) -> JobConfig:

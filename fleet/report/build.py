@@ -423,7 +423,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     variants = sorted({m.variant for m in data.measures} | {
         d.variant for d in drift} | {g.variant for g in job.gpus})
     node = node_section(engine, data, options.gaps, options.node,
-                        contended_results(jobs.frame, jobs.shared))
+                        contended_results(jobs.frame, jobs.shared), options.anonymize)
     corruption = [Finding.of(c.finding()) for c in find_corruption(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     health = told_elsewhere(fleet_health(data.gpus), {

@@ -274,19 +274,27 @@ def _grouped(outliers: list[NodeOutlier], host_links: list[HostLinkIssue],
 
 
 def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
-                 options: NodeOptions | None = None, jobs: pd.DataFrame | None = None
-                 ) -> NodeSection:
+                 options: NodeOptions | None = None, jobs: pd.DataFrame | None = None,
+                 anonymized: bool = False) -> NodeSection:
     """The node section of the report on `data` (its hosts' newest documents); `jobs`,
     the job results in scope left out as contended (fleet.analysis.job.contended_results,
-    hosts named as `data` names them), join the contention finding of their node."""
+    hosts named as `data` names them), join the contention finding of their node.
+    `anonymized`: what the agent saw beside a matmul or node figure is not read."""
     options = options or NodeOptions()
     sync = tuple(synchronous_nodes(data.measures))
     names = {h.document_id: (h.provider, h.host) for h in data.hosts}
     if not names:
         return NodeSection(sync=sync, options=options,
                            contention=tuple(find_contention(pd.DataFrame(), [], jobs)))
-    figures = mark(prepare(read_node_results(engine, documents=sorted(names)), names))
-    words = contention_words(engine, sorted(names))
+    figures = prepare(read_node_results(engine, documents=sorted(names)), names)
+    # The agent's words name the processes beside a figure, their users and pids: an
+    # anonymized report leaves them with the store, as it does a job result's
+    # (JobInput.anonymized), and says only that the GPU was busy. A node figure's spread
+    # names nobody: `mark` still says it.
+    if anonymized and not figures.empty:
+        figures = figures.assign(contention=None)
+    figures = mark(figures)
+    words = {} if anonymized else contention_words(engine, sorted(names))
     documents = {(p, h): d for d, (p, h) in names.items()}
     contended = [(e, words.get((documents.get((e.provider, e.host), -1), e.gpu_index)))
                  for e in data.excluded if e.reason == CONTENDED_REASON]

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from fleet.analysis.contention import find_contention
+from fleet.analysis.contention import JOINED, find_contention
 from fleet.analysis.dataset import CONTENDED_REASON as MATMUL_CONTENDED_REASON
 from fleet.analysis.dataset import Excluded, Listing
 from fleet.analysis.gaps import GapOptions
@@ -241,6 +241,32 @@ def test_contended_job_results_join_their_nodes_contention_finding() -> None:
     assert (second.host, second.units, second.seen) == (
         "a-2", ("GPU 3 training step",), (OTHER,))
     assert find_contention(pd.DataFrame(), [], contended_results(job_frame(crowd()[0]))) == []
+
+
+def test_a_gpu_run_partly_contended_is_contended_whole() -> None:
+    """a-1's GPU 0 decoded beside another process in run 2, its training there not
+    flagged (a document not from the agent, which flags a GPU's run together) and at
+    half speed: both are left out, the training with the decode's words saying why; its
+    run 3, flagged nowhere, counts."""
+    rows, figures = crowd(random.Random(11), sd=0.003)
+    rows = [r for r in rows if (r["host"], r["gpu_index"]) != ("a-1", 0)]
+    rows.append(job_row("alpha", "a-1", 0, "train", 40_000.0, run_id=2))
+    rows.append(job_row("alpha", "a-1", 0, "decode", 48_000.0, run_id=2, contended=True))
+    rows.append(job_row("alpha", "a-1", 0, "train", 79_000.0, run_id=3))
+    frame = job_frame(rows)
+    gpus, excluded = job_gpus(frame, matmul_frame(figures))
+    assert [(e.host, e.gpu_index, e.workload, e.results, e.reason) for e in excluded] == [
+        ("a-1", 0, "decode", 1, CONTENDED_REASON), ("a-1", 0, "train", 1, CONTENDED_REASON)]
+    [kept] = [g for g in gpus if (g.host, g.gpu_index) == ("a-1", 0)]
+    assert kept.config.train and kept.tokens_per_s == 79_000.0
+    assert find_job_shortfalls(gpus) == [] and find_job_stragglers(gpus) == []
+    busy = contended_results(frame)
+    assert list(zip(busy["workload"], busy["run_id"], busy["contended"], busy["contention"],
+                    strict=True)) == [("train", 2, True, JOINED),
+                                      ("decode", 2, True, "pid 4242 (python) of user other")]
+    [found] = find_contention(pd.DataFrame(), [], busy)
+    assert found.units == ("GPU 0 training step", "GPU 0 decode")
+    assert found.seen == (f"GPU 0 training step: {JOINED}", "pid 4242 (python) of user other")
 
 
 def test_configurations_and_variants_are_never_compared() -> None:

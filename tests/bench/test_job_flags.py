@@ -85,8 +85,10 @@ def test_gpu_2_slowed_for_real_is_named_when_the_agent_did_not_see_why(
 def test_decode_alone_is_no_job_shortfall(contended: dict[str, Any]) -> None:
     judged = jf.judge(jf.hidden(contended, jf.BUSY_GPU, jf.HIDDEN["decode"]), "decode")
     assert judged.shortfalls == ()
-    [found] = judged.contention  # its training steps were still seen
-    assert found.units == (f"GPU {jf.BUSY_GPU} training step",)
+    # Its training steps were still seen, and take its decode of the same run with them.
+    [found] = judged.contention
+    assert found.units == (f"GPU {jf.BUSY_GPU} training step", f"GPU {jf.BUSY_GPU} decode")
+    assert judged.stragglers == () and judged.dispute == ()
 
 
 def test_gpu_2_as_recorded_is_the_renters(contended: dict[str, Any]) -> None:

@@ -11,8 +11,9 @@ once, with these faults:
   against 70 and an SM clock 12% under theirs: its matmul is whole, so the job falls 14
   points further than the matmul, named as a job shortfall whose likely cause is
   cooling;
-- alpha-02's GPU 0 decoded beside another process: left out, and put to the renter as
-  its node's contention finding.
+- alpha-02's GPU 0 decoded beside another process, only its decode flagged so (as an
+  older agent or another tool might store it): its results of that run, training too,
+  are left out, and put to the renter as its node's contention finding.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
+from fleet.analysis.contention import JOINED
+from fleet.analysis.job import CONTENDED_REASON
 from fleet.cli import main
 from fleet.document import AgentDocument
 from fleet.report import ReportOptions, build_report
@@ -100,9 +103,9 @@ def _cost(price: float, tokens: list[float]) -> str:
     return f"{price / (statistics.median(tokens) * 3600) * 1e6:.4g}"
 
 
-ALPHA_TRAIN = TRAIN + [t * SCALE for t in TRAIN]
+# alpha-02 GPU 0's training and decode were left out.
+ALPHA_TRAIN = TRAIN + [t * SCALE for t in TRAIN[1:]]
 ALPHA_TRAIN_COST = _cost(2.49, ALPHA_TRAIN)
-# alpha-02 GPU 0's decode was left out.
 ALPHA_DECODE_COST = _cost(2.49, DECODE + [d * SCALE for d in DECODE[1:]])
 
 
@@ -113,10 +116,10 @@ def test_the_job_section_and_its_finding_from_a_stored_fleet(engine: Engine) -> 
     train = {row.provider: row for row in job.rows if row.config.train}
     decode = {row.provider: row for row in job.rows if not row.config.train}
     alpha = train["alpha"]
-    assert (alpha.gpus, alpha.hosts) == (8, 2)
+    assert (alpha.gpus, alpha.hosts) == (7, 2)
     assert alpha.tokens_per_s == pytest.approx(statistics.median(ALPHA_TRAIN), rel=1e-9)
     # The matmul of the same GPUs in the same run, and the share of it the job keeps.
-    assert alpha.matmul_tflops == pytest.approx(700.0, abs=1.0) and alpha.matmul_gpus == 8
+    assert alpha.matmul_tflops == pytest.approx(700.0, abs=1.0) and alpha.matmul_gpus == 7
     assert (alpha.matmul_config or "").startswith("8192³ bf16, sustained, soaked, cold L2")
     assert alpha.kept == pytest.approx(alpha.tflops / 700.0, rel=0.01)
     assert alpha.mfu == pytest.approx(alpha.tflops / 989.0, rel=1e-9)
@@ -137,14 +140,17 @@ def test_the_job_section_and_its_finding_from_a_stored_fleet(engine: Engine) -> 
     assert short.matmul_share == pytest.approx(1.0, abs=0.005)
     # Named once: its node's straggler on the job is the same GPU for the same cause.
     assert job.stragglers == ()
-    (excluded,) = job.excluded
-    assert (excluded.host, excluded.gpu_index, excluded.workload) == ("alpha-02", 0, "decode")
+    assert [(e.host, e.gpu_index, e.workload, e.reason) for e in job.excluded] == [
+        ("alpha-02", 0, "decode", CONTENDED_REASON), ("alpha-02", 0, "train", CONTENDED_REASON)]
     assert report.counts()["job_shortfall"] == 1
-    # The decode beside another process is the renter's to clear, on its node.
+    # The decode beside another process, and the training left out with it, are the
+    # renter's to clear, on its node.
     (busy,) = report.renter
     assert (busy.kind, busy.provider, busy.title) == (
-        "contention", "alpha", "alpha-02: GPU 0 decode measured beside other work, left out")
-    assert busy.details == ("pid 4242 (python3) of user other, 3.1 GiB",)
+        "contention", "alpha", "alpha-02: GPU 0 training step, GPU 0 decode measured beside "
+        "other work, left out")
+    assert busy.details == ("GPU 0 training step: " + JOINED,
+                            "pid 4242 (python3) of user other, 3.1 GiB")
     assert busy.cause == "another process or a busy GPU"  # the words name no owner
     assert report.counts()["contention"] == 1
     (finding,) = [f for f in report.dispute if f.kind == "job_shortfall"]
@@ -173,20 +179,50 @@ def test_a_training_step_beside_another_process_is_no_job_shortfall(
     contention = [f for f in report.renter if f.kind == "contention"]
     if not beside:
         assert short == {("alpha-01", 2), (EVIL_HOST, 3)}
-        assert ("alpha-01", 2) in counted and train_gpus == {16}
+        assert ("alpha-01", 2) in counted and train_gpus == {15}
         assert [f.title for f in contention] == [
-            "alpha-02: GPU 0 decode measured beside other work, left out"]
+            "alpha-02: GPU 0 training step, GPU 0 decode measured beside other work, left out"]
         return
     assert short == {(EVIL_HOST, 3)} and report.counts()["job_shortfall"] == 1
-    # The provider comparisons (gaps) weigh the fifteen GPUs that trained alone.
-    assert ("alpha-01", 2) not in counted and train_gpus == {15}
+    # The provider comparisons (gaps) weigh the fourteen GPUs that trained alone.
+    assert ("alpha-01", 2) not in counted and train_gpus == {14}
     assert all((s.host, s.gpu_index) != ("alpha-01", 2) for s in job.stragglers)
     by_host = {f.title.split(":")[0]: f for f in contention}
-    assert by_host["alpha-01"].title == ("alpha-01: GPU 2 training step measured beside "
-                                         "other work, left out")
+    # Its decode, not flagged itself, goes with it: the GPU-run is the renter's whole.
+    assert by_host["alpha-01"].title == ("alpha-01: GPU 2 training step, GPU 2 decode "
+                                         "measured beside other work, left out")
     assert by_host["alpha-01"].cause == "a process of another user"
-    assert by_host["alpha-01"].details == (OTHER_USER,)
+    assert by_host["alpha-01"].details == (OTHER_USER, "GPU 2 decode: " + JOINED)
     assert report.counts()["contention"] == 2
+
+
+def test_a_gpu_partly_beside_another_process_is_the_renters_for_the_whole_run(
+        engine: Engine) -> None:
+    """As above, alpha-01's GPU 2 trains at 80% of its node, but only its decode is
+    flagged as beside another process (as an older agent, a hand edit or another tool
+    might store it; agent/jobs.py flags a GPU's results of a run together). The GPU-run is
+    the renter's whole: its training step is no job shortfall, straggler or gap of the
+    provider's, and joins the decode in its node's contention finding."""
+    train = [*TRAIN[:2], 0.8 * TRAIN[2], TRAIN[3]]
+    store_fleet(engine, _node("alpha-01", train, contended_decode=2))
+    report = build_report(engine, ReportOptions(), "test")
+    job = report.job
+    assert {(s.host, s.gpu_index) for s in job.shortfalls} == {(EVIL_HOST, 3)}
+    assert all((s.host, s.gpu_index) != ("alpha-01", 2) for s in job.stragglers)
+    assert all((g.host, g.gpu_index) != ("alpha-01", 2) for g in job.gpus)
+    # Sixteen GPUs, less alpha-01's GPU 2 and alpha-02's GPU 0 (the fleet's own partly
+    # contended one): fourteen trained in the provider comparisons.
+    assert {c.faster_gpus + c.slower_gpus for c in job.comparisons if c.config.train} == {14}
+    named = {f.title.split(":")[0] for f in report.dispute}
+    assert "alpha-01" not in named
+    by_host = {f.title.split(":")[0]: f for f in report.renter if f.kind == "contention"}
+    assert by_host["alpha-01"].title == ("alpha-01: GPU 2 training step, GPU 2 decode "
+                                         "measured beside other work, left out")
+    assert by_host["alpha-01"].details == (
+        "GPU 2 training step: " + JOINED, "pid 4242 (python3) of user other, 3.1 GiB")
+    assert [(e.gpu_index, e.workload, e.reason) for e in job.excluded
+            if e.host == "alpha-01"] == [(2, "decode", CONTENDED_REASON),
+                                         (2, "train", CONTENDED_REASON)]
 
 
 @pytest.fixture
@@ -267,12 +303,12 @@ def test_the_job_section_renders_in_chromium(job_url: str, tmp_path: Path) -> No
     # Rank, provider, variant, GPUs (hosts), tokens/s (range), TFLOP/s (causal), MFU of
     # the peak, matmul of the same GPUs and runs, kept, peak memory, per million tokens
     # (at the price), synchronous.
-    assert alpha[3] == "8 (2)"
+    assert alpha[3] == "7 (2)"
     flop, causal = job_factory.flop_per_token("train", job_factory.TRAIN)
     tokens = statistics.median(ALPHA_TRAIN)
     assert alpha[5] == f"{tokens * flop / 1e12:.1f}; causal {tokens * causal / 1e12:.1f}"
     assert alpha[6].endswith("; of 989 dense bf16")
-    assert alpha[7].startswith("700.") and alpha[7].endswith("; 8 GPUs")
+    assert alpha[7].startswith("700.") and alpha[7].endswith("; 7 GPUs")
     assert re.fullmatch(r"6\d\.\d%", alpha[8]) and alpha[9] == "13.2 GB"
     assert alpha[10] == f"{ALPHA_TRAIN_COST} USD; at 2.49 per GPU-hour"
     finding = [r for r in rows if r[0] == "job_shortfall"]

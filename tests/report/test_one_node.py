@@ -175,6 +175,25 @@ def test_a_busy_gpu_is_the_renters_contention_never_the_providers(
         assert [row.gpus for row in report.cost] == [1]
 
 
+@pytest.mark.parametrize("node", [False, True])
+def test_an_anonymized_report_names_no_process_beside_the_matmul(
+        engine: Engine, node: bool) -> None:
+    """GPU 1's matmul beside another user's process (foreign.json): an anonymized report
+    puts it to the renter without the process, its user or its pid, as it does a job
+    result's (above); with the node figures beside the same process too, or alone."""
+    data = _document("foreign")
+    if not node:
+        data["node"] = []
+    report = _report(engine, ("h100x2", data), options=ReportOptions(anonymize=True))
+    [found] = report.renter
+    assert found.kind == "contention" and "GPU 1 matmul" in found.title
+    assert "h100x2" not in found.title
+    assert not any("pid" in d or "nobody" in d for d in found.details)
+    for fmt in ("md", "html", "json"):
+        text = render(report, fmt)
+        assert "nobody" not in text and "1852" not in text, fmt
+
+
 def test_whose_process_it_was_is_escaped(engine: Engine) -> None:
     data = _document("foreign")
     for result in data["node"] + data["benchmarks"]:
