@@ -45,11 +45,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness, "
                                          "the node suite and the job suite")
     bench.add_argument("--suite", choices=("all", "gemm", "node", "job"), default="all",
-                       help="all: the matmul, then the node suite (memory, host links, GPU "
-                            "pairs, all-reduce), then the job suite (a transformer's "
-                            "training step and decode); gemm: the matmul alone; node: the "
-                            "node suite alone; job: the job suite alone (default "
-                            "%(default)s)")
+                       help="all: the matmul, then the job suite (a transformer's "
+                            "training step and decode, while the cards hold the matmul's "
+                            "heat), then the node suite (memory, host links, GPU pairs, "
+                            "all-reduce); gemm: the matmul alone; node: the node suite "
+                            "alone; job: the job suite alone (default %(default)s)")
     bench.add_argument("--job-compile", action="store_true",
                        help="the job suite's training step under torch.compile (its "
                             "compile time recorded apart) instead of eager")

@@ -205,6 +205,13 @@ def collect(
             if bench is not None:
                 benchmarks, failures = _benchmark(bench, gpus, live, progress)
                 errors += failures
+            # The job straight after the matmul, while the cards still hold its heat:
+            # behind the node suite (25 s of transfers on a 4x H100) they had cooled
+            # 22-24 C and took 50-80 s of training to soak again. The node suite's
+            # transfers are not soaked figures; after the job they still follow a load.
+            if job is not None:
+                job_results, failures = _job_suite(job, gpus, live, progress)
+                errors += failures
             if node is not None:
                 node_results, failures = _node_suite(node, gpus, live, progress, started)
                 errors += failures
@@ -212,9 +219,6 @@ def collect(
                 # The matmul alone (--suite gemm): no link was read under load, but the
                 # replays counted while it ran still tell.
                 _health_after_load(gpus, live, {}, started)
-            if job is not None:
-                job_results, failures = _job_suite(job, gpus, live, progress)
-                errors += failures
         finally:
             nvml.close()
         if recorder is not None:

@@ -1,11 +1,12 @@
 """The job suite: what a GPU-hour buys for a real job, on every GPU of the node at once.
 
-After the matmul and the node suite, each GPU runs, in lockstep with the others (one
-thread a GPU, as the matmul's harness runs them):
+Straight after the matmul (the node suite follows: agent/collect.py says why), each GPU
+runs, in lockstep with the others (one thread a GPU, as the matmul's harness runs them):
 
 1. the gates (agent/train_step.py, agent/decode.py): a small training step and a small
    decode step in bf16 against float32; a GPU that fails them is reported and measures
-   nothing;
+   nothing. From here until the training load begins a matmul keeps the card at load
+   (agent/warm.py), so that the soak starts near the matmul's heat;
 2. the training step of the decoder stack (agent/transformer.py) with attention pinned
    to flash, loaded continuously until throughput and temperature stop moving by the
    matmul's rule (agent/soak.py: the same span, window, tolerances and cap, after the
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
-from agent import contention, links, soak, stats, telemetry
+from agent import contention, links, soak, stats, telemetry, warm
 from agent.harness import Config as HarnessConfig
 from agent.harness import GpuTarget, SoakCoordinator, import_torch, match_targets
 from agent.node import IDLE_BEFORE_UTILIZATION_S
@@ -66,11 +67,10 @@ class Config:
     window_s: float = soak.WINDOW_S
     span_s: float = soak.SPAN_S
     # The soak takes the matmul's cap (agent/soak.py, `--soak-cap-s`) after the matmul as
-    # from idle: the node suite and the job's own set-up leave the cards at low load for
-    # ~35 s, and on a lent 4x H100 they began the training step at 41-55 C, 22-24 C under
-    # the matmul's soaked level; under a 35-s cap (a minute a node in all) every GPU was
-    # still heating 6-8 C a span and slowing 0.3-1.2% (bench/records/2026-11-26-h100x4-jobs).
-    # From idle they settled 49-82 s into the load.
+    # from idle. Straight after the matmul, held at load while the job set up
+    # (agent/warm.py), lent H100s soaked 31-37 s into the training step; from idle
+    # 49-82 s. Behind the node suite, the cards had cooled 22-24 C and under a 35-s cap
+    # every GPU was still heating 6-8 C a span (bench/records/2026-11-26-h100x4-jobs).
     cap_s: float = soak.CAP_S
     # Measured for 6 s, the other backend 2 s and decode 3 s (after a second's warm-up
     # each), runs spread 0.27%, 0.38% and 0.08% (dof 17), where 8, 3 and 5 s spread
@@ -179,6 +179,9 @@ class Gpu:
         self.sampler = telemetry.Sampler(target.nvml, target.handle)
         self.label = f"GPU {gpu.get('index', target.index)}" if self.timer.cuda else "the CPU"
         self.errors: List[str] = []
+        self.warmer = warm.Warmer(torch, self.device)
+        # Seconds the warmer held the card before the training load (None: it did not).
+        self.warmed_s: Optional[float] = None
 
     def say(self, message: str) -> None:
         self.progress(f"{self.label}: {message}")
@@ -273,6 +276,7 @@ class Gpu:
             else round(verdict.temperature_change_c, 3),
             "temperature_c": statistics.median(temps) if temps else None,
             "temperature_start_c": start[0] if start else None,
+            "warmed_s": self.warmed_s,
             "curve": soak.curve_rows(windows + tail),
         }
         return span, detail
@@ -305,6 +309,8 @@ class Gpu:
         """Gate, train, train beside, decode; the results."""
         seen = contention.others(self.target.nvml, self.target.handle)
         self.sampler.start()
+        # Started after the reading of who else is on the card: it is this process.
+        self.warmer.start()
         try:
             checked, checked_decode = self._gates()
             results = self._train(checked, seen, busy_before)
@@ -314,6 +320,7 @@ class Gpu:
                 phase.withdraw(self.target.index)
             raise
         finally:
+            self.warmer.stop()
             self.sampler.stop()
         after = contention.others(self.target.nvml, self.target.handle)
         if after:
@@ -363,12 +370,17 @@ class Gpu:
 
         cfg = self.cfg
         wall0 = time.perf_counter()
-        self._reset_peak()
         shape = self.shapes["train"]
         trainer = train_step.Trainer(shape, self.device, self.torch.bfloat16, cfg.attention,
                                      cfg.compiled)
         loss = trainer.first_step(self._sync)
         self.phases[0].arrive(self.target.index, timeout=600.0)
+        self.warmed_s = self.warmer.stop()
+        if self.warmer.error is not None:
+            self.errors.append(f"{self.label}: the card could not be kept at load while the "
+                               f"job set up ({self.warmer.error}); its soak started cooler")
+        # From the first step on: the warmer's products are not the step's memory.
+        self._reset_peak()
         tokens = shape.batch * shape.seq
         units = self.timer.units(lambda: _discard(trainer.step()))
         span, detail = self._soak(units, tokens, self.phases[0])
@@ -577,8 +589,8 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
     cuda = cfg.device == "cuda"
     if cuda:
         torch.cuda.empty_cache()
-        # The matmul's and the node suite's load must have left the card: NVML averages
-        # utilization over its last sample period.
+        # The matmul's load must have left the card before utilization is read: NVML
+        # averages it over its last sample period.
         time.sleep(IDLE_BEFORE_UTILIZATION_S)
     busy = {t.index: contention.utilization(t.nvml, t.handle) for t in targets}
     results: List[Dict[str, Any]] = []

@@ -8,6 +8,7 @@
 #
 #   bash bench/device_jobs.sh [runs] [alone-runs] [extra agent args...]
 #   FIRST_SUITE=all bash bench/device_jobs.sh 5 0   # the first run the whole agent
+#   FIRST_SUITE=all FIRST_RUNS=2 bash bench/device_jobs.sh 2 0   # the first two
 #   START=4 REFERENCE=0 bash bench/device_jobs.sh 2 1   # runs 4-5 (a second call), no
 #                                                       # reference at once
 #   CONTEND=2 bash bench/device_jobs.sh 0 0   # one more run at once while another user's
@@ -81,7 +82,7 @@ start=${START:-1}
 for i in $(seq "$start" $((start + runs - 1))); do
   t0=$(date +%s.%N)
   suite=job
-  [ "$i" = "$start" ] && suite=${FIRST_SUITE:-job}
+  [ "$i" -lt $((start + ${FIRST_RUNS:-1})) ] && suite=${FIRST_SUITE:-job}
   python3 -m agent bench --suite "$suite" "$@" > "$work/all-$i.jsonl" 2> "$work/all-$i.err"
   rc=$?
   echo "all-$i rc=$rc wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
-DEFAULT = ("records/2026-11-26-h100x4-jobs", "records/2026-11-26-h100-jobs-full",
-           "records/2026-11-26-h100x2-jobs", "records/2026-11-26-h100-jobs")
+DEFAULT = ("records/2026-11-26-h100x4-jobs", "records/2026-11-27-h100x4-jobs-warm",
+           "records/2026-11-26-h100-jobs-full", "records/2026-11-27-h100-jobs-reorder",
+           "records/2026-11-27-h100-jobs-warm", "records/2026-11-26-h100x2-jobs",
+           "records/2026-11-26-h100-jobs")
 Key = tuple[str, str]  # (workload, attention)
 
 

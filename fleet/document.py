@@ -892,6 +892,10 @@ class JobSoak(SoakVerdict):
 
     temperature_c: Celsius | None
     temperature_start_c: Celsius | None
+    # Seconds a bf16 matmul held the card while the job set up, so that the soak began
+    # near the matmul's heat (agent/warm.py); None: not held (the CPU path, agents
+    # before 2026-11-27, or the card had no room for it).
+    warmed_s: Seconds | None = None
     # Per window from the first launch: [end s, tokens/s, deg C, SM MHz, W], -1 unknown.
     curve: list[Annotated[list[Annotated[float, Field(ge=-1, le=1e12)]],
                           Field(min_length=5, max_length=5)]] = Field(max_length=1000)

@@ -91,6 +91,14 @@ def bench(as_json: bool, **harness: Any) -> None:
     contended, not soaked) and the share of the datasheet peak. About 1-2 minutes a
     node (55-122 s on the lent cards).
 
+    Then the job suite, straight after the matmul while the cards hold its heat (a
+    matmul keeps them at load while it sets up): a training step (forward, backward,
+    fused AdamW) of four decoder layers shaped as Llama 3 8B's and its decode over a KV
+    cache, every GPU at once, soaked by the matmul's rule after a check against float32:
+    tokens/s, TFLOP/s and MFU, decode's GB/s against HBM (54-61 s after the matmul on
+    lent H100s, 77-108 s alone from idle). The README's "What a GPU-hour buys for a real
+    job" says what it is not.
+
     Then the node suite: each GPU's memory bandwidth (a 1 GiB device copy, bytes read
     plus written) and host link (256 MiB host to device and back, pinned and pageable,
     with the PCIe link as it ran), each pair's copy one way and both ways at once with
@@ -98,13 +106,6 @@ def bench(as_json: bool, **harness: Any) -> None:
     16 MiB to 1 GiB, bus bandwidth as nccl-tests reports it), each beside its datasheet
     figure. Figures are medians of 10 repeats timed with CUDA events (20 for the
     all-reduce); the suite took 6 s on a lent H100 and 22 s on a lent 4x H200.
-
-    Then the job suite: a training step (forward, backward, fused AdamW) of four decoder
-    layers shaped as Llama 3 8B's and its decode over a KV cache, every GPU at once,
-    soaked by the matmul's rule after a check against float32: tokens/s, TFLOP/s and MFU,
-    decode's GB/s against HBM (76 s after the matmul on a lent H100, 85-108 s alone from
-    idle on a lent 4x H100: the training step soaks again after the node suite). The
-    README's "What a GPU-hour buys for a real job" says what it is not.
 
     \b
     Examples:

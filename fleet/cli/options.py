@@ -120,12 +120,13 @@ HARNESS_OPTIONS = (
                  help="The matmul alone: skip the node suite and the job suite that follow "
                       "it (as --suite gemm)."),
     click.option("--suite", type=click.Choice(SUITES),
-                 help="all (the default): the matmul, then the node suite (each GPU's "
+                 help="all (the default): the matmul, then the job suite (a "
+                      "transformer's training step and decode on every GPU at once, about "
+                      "a minute, half of it its soak), then the node suite (each GPU's "
                       "memory and host link, each pair's copies, the node's all-reduce; "
-                      "6-22 s), then the job suite (a transformer's training step and "
-                      "decode on every GPU at once, 1-2 minutes, most of it its soak); "
-                      "gemm: the matmul alone; node: the node suite alone; job: the job "
-                      "suite alone (its soak takes up to 3 minutes, as the matmul's)."),
+                      "6-25 s); gemm: the matmul alone; node: the node suite alone; job: "
+                      "the job suite alone (its soak takes up to 3 minutes, as the "
+                      "matmul's)."),
     click.option("--job-compile", is_flag=True,
                  help="Run the job suite's training step under torch.compile (its compile "
                       "time recorded apart; compiled and eager figures are compared apart)."),

@@ -36,9 +36,9 @@ NODE_SUITE_S = 150.0
 NODE_SUITE_PER_GPU_S = 10.0
 # The job suite beyond its soak (which takes the matmul's cap, `--soak-cap-s`, and a
 # span's wait for the node's last GPU): gates, set-up and 6 + 3 + 4 s measured took
-# 24-27 s on lent H100s (bench/records/2026-11-26-h100x4-jobs); the margin is a slow
-# host's. After the matmul the whole stage took 76 s on a lent H100, alone from idle
-# 85-108 s.
+# 23-27 s on lent H100s (bench/records/2026-11-27-h100x4-jobs-warm); the margin is a
+# slow host's. After the matmul the whole stage took 54-61 s on lent H100s (soaked at
+# 31-37 s), alone from idle 77-108 s.
 JOB_SUITE_BEYOND_SOAK_S = 60.0
 JOB_SUITE_MARGIN_S = 90.0
 SUITES = ("all", "gemm", "node", "job")
@@ -67,8 +67,8 @@ class BenchOptions:
     max_total_s: float | None = None
     lock_clocks_mhz: int | None = None
     cpu: bool = False
-    # "all": the matmul, then the node suite (memory, host links, GPU pairs, all-reduce),
-    # then the job suite (a training step and decode); "gemm": the matmul alone
+    # "all": the matmul, then the job suite (a training step and decode), then the node
+    # suite (memory, host links, GPU pairs, all-reduce); "gemm": the matmul alone
     # (--gemm-only); "node": the node suite alone; "job": the job suite alone.
     suite: str = "all"
     # The job suite under torch.compile.

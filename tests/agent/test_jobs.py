@@ -127,6 +127,7 @@ def test_cpu_path_end_to_end(tmp_path: Any) -> None:
         assert result["correctness"]["passed"]
         assert result["mfu"] is None  # no datasheet peak on the CPU
     assert train["soak"]["curve"] and decoded["soak"] is None
+    assert train["soak"]["warmed_s"] is None  # nothing to keep warm on the CPU
     assert decoded["gbs"] == pytest.approx(
         decoded["bytes_per_step"] * decoded["steps"] / decoded["seconds"] / 1e9)
     # The controller's own checks accept what the agent wrote.
@@ -160,3 +161,42 @@ def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
     assert train["compiled"] and train["compile_s"] is not None and train["compile_s"] > 0
     # Decode replays the eager step (a CUDA graph on a GPU): not compiled, no time.
     assert not decoded["compiled"] and decoded["compile_s"] is None
+
+
+def test_the_job_follows_the_matmul_before_the_node_suite(h100_recording: Any) -> None:
+    # Behind the node suite the cards had cooled 22-24 C and took 50-80 s to soak again
+    # (agent/collect.py): the job must come straight after the matmul.
+    from agent.harness import Config as HarnessConfig
+    from agent.node import Config as NodeConfig
+
+    events: list[dict[str, Any]] = []
+    bench = HarnessConfig(device="cpu", m=64, n=64, k=64, protocol="quick", measure_s=0.2,
+                          max_warmup_s=0.3, max_total_s=1.0)
+    document = collect(str(h100_recording), probe_torch=False, emit=events.append,
+                       bench=bench, node=NodeConfig.for_cpu(), job=jobs.Config.for_cpu())
+    stages = [e["stage"] for e in events if e["stage"] in ("benchmark", "node", "job")]
+    order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
+    assert order == ["benchmark", "job", "node"], stages
+    assert document["benchmarks"] and document["jobs"] and document["node"]
+    # The node suite's reading after load still covers the whole run.
+    assert document["gpus"][0]["health"]["pcie_replays_during_run"] == 0
+
+
+def test_a_lent_4x_h100_held_at_load_soaked_at_the_first_judgement() -> None:
+    # bench/records/2026-11-27-h100x4-jobs-warm: the agent as committed, --suite all.
+    import gzip
+
+    from fleet.document import parse_document
+
+    path = ROOT / "bench/records/2026-11-27-h100x4-jobs-warm/all-1.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        events = [json.loads(line) for line in fh]
+    stages = [e["stage"] for e in events if e.get("stage") in ("benchmark", "job", "node")]
+    assert stages.index("job") < stages.index("node") and stages[-1] == "node"
+    document = parse_document(events[-1]["document"], str(path))
+    trains = [j for j in document.jobs if j.workload == "train" and j.follows is None]
+    assert len(trains) == 4
+    for job in trains:
+        assert job.soak is not None and job.soak.soaked and not job.flags.not_soaked
+        assert job.soak.warmed_s is not None and job.soak.warmed_s > 5
+        assert job.soak.settled_s is not None and job.soak.settled_s < 32
