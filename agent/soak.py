@@ -47,6 +47,11 @@ FIRST_S = 20.0
 MIN_WINDOWS = 4
 # How many of its own standard errors the throughput change must clear the tolerance by.
 UNCERTAINTY_WEIGHT = 0.5
+# The most a verdict reports of the throughput change, either way: the document's bound
+# (fleet/document.py, SoakVerdict). Beyond ten times the level a span, a load is only
+# far from soaked; the CPU path's 0.2-s windows on a loaded CI machine got there, and
+# the document, refused whole, lost every figure with it.
+CHANGE_LIMIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -141,10 +146,14 @@ def judge(
         temperature = least_squares_slope([x for x, _ in heat], [y for _, y in heat]) * span_s
     elif any(w.temperature_c is not None for w in windows):
         # The card answered before and stopped: its temperature cannot be judged now.
-        return Verdict(False, throughput, None)
+        return Verdict(False, _within_limit(throughput), None)
     soaked = abs(throughput) + UNCERTAINTY_WEIGHT * uncertainty <= throughput_tolerance and (
         temperature is None or abs(temperature) <= temperature_tolerance_c)
-    return Verdict(soaked, throughput, temperature)
+    return Verdict(soaked, _within_limit(throughput), temperature)
+
+
+def _within_limit(change: float) -> float:
+    return max(-CHANGE_LIMIT, min(CHANGE_LIMIT, change))
 
 
 def curve_rows(windows: Sequence[Window], limit: int = 1000) -> List[List[float]]:

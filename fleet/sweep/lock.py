@@ -152,11 +152,14 @@ class SweepLock:
             conn.commit()
             if not got:
                 # A bigint key is split into classid (high half) and objid (low half).
+                # Advisory locks are a database's own: a sweep of the same name into
+                # another database of the server holds one too, and is not the holder.
                 row = conn.execute(text(
                     "SELECT a.application_name, a.backend_start, a.client_addr "
                     "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
                     "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                    "AND l.classid = :high AND l.objid = :low"),
+                    "AND l.classid = :high AND l.objid = :low AND l.database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())"),
                     {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF}).first()
                 conn.rollback()
                 holder = ("the holder has just released it" if row is None else

@@ -125,3 +125,17 @@ def test_the_curve_keeps_every_window_up_to_its_limit_and_marks_what_nvml_did_no
     assert rows[0] == [2.0, 671.0, -1.0, 1365.0, -1.0] and len(rows) == 10
     short = soak.curve_rows(windows, limit=4)
     assert len(short) <= 4 and short[-1][0] == 20.0 and short[0][0] == 2.0
+
+
+def test_a_wild_change_is_reported_at_the_documents_bound_and_never_soaked() -> None:
+    # A CPU run's short windows on a loaded machine: one window 400 times the others.
+    # The verdict must still fit the document (|change| <= 10) or the whole run is lost.
+    def judged(levels: list[float]) -> soak.Verdict:
+        windows = [soak.Window(0.2 * (i + 1), v, None, None, None)
+                   for i, v in enumerate(levels)]
+        return soak.judge(windows, span_s=0.8, min_s=0.8)
+
+    rising = judged([1.0, 1.0, 1.0, 1.0, 400.0])
+    assert not rising.soaked and rising.throughput_change == soak.CHANGE_LIMIT
+    falling = judged([1.0, 400.0, 1.0, 1.0, 1.0])
+    assert not falling.soaked and falling.throughput_change == -soak.CHANGE_LIMIT

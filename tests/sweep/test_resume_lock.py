@@ -8,7 +8,8 @@ import os
 import signal
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.pool import NullPool
 
 from fleet.store.database import resolve
 from fleet.store.ingest import RunInfo
@@ -21,9 +22,9 @@ from fleet.store.sweeps import (
     newest_run,
     settled_hosts,
 )
-from fleet.sweep.lock import KEEPALIVE_IDLE_S, SweepLock
+from fleet.sweep.lock import KEEPALIVE_IDLE_S, SweepLock, SweepLocked, lock_key
 from tests.probe.conftest import Workspace
-from tests.store.conftest import truncate
+from tests.store.conftest import Scratch, truncate
 from tests.sweep.conftest import engine_of, fleet_process, hang_once, kill_marked, wait_for
 
 CASES = ["provider-b-a100-sxm4", "provider-a-a100-pcie", "h100-sxm5-passthrough",
@@ -163,3 +164,27 @@ def test_the_postgresql_lock_connection_keeps_alive(postgres_url: str) -> None:
         assert client.get("keepalives_idle") == str(KEEPALIVE_IDLE_S)
         server = lock._conn.exec_driver_sql("SHOW tcp_keepalives_idle").scalar_one()
         assert server == f"{KEEPALIVE_IDLE_S}s" or server == str(KEEPALIVE_IDLE_S)
+
+
+def test_the_holder_named_is_the_one_in_the_same_database(postgres: Scratch) -> None:
+    # Two stores on one server, a sweep named "nightly" holding each: the refusal in the
+    # second names the second's holder, never the first's (CI's stores share a server).
+    first, second = postgres.create(), postgres.create()
+    key = lock_key("nightly")
+    holders = []
+    try:
+        for url, name in ((first, "someone else"), (second, "the right holder")):
+            engine = create_engine(resolve(url).url, poolclass=NullPool)
+            conn = engine.connect()
+            conn.execute(text("SELECT set_config('application_name', :n, false)"), {"n": name})
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            conn.commit()
+            holders.append((engine, conn))
+        with pytest.raises(SweepLocked) as refused, SweepLock(resolve(second), "nightly"):
+            pass
+        assert "the right holder" in str(refused.value)
+        assert "someone else" not in str(refused.value)
+    finally:
+        for engine, conn in holders:
+            conn.close()
+            engine.dispose()
