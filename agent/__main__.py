@@ -13,11 +13,11 @@ from typing import Any, Dict, List, Optional
 
 from agent import __version__
 from agent.collect import SourceError, collect
-from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
-from agent.harness import Config as HarnessConfig
-from agent.jobs import Config as JobConfig
-from agent.node import Config as NodeConfig
-from agent.soak import MEASURE_S as SOAK_MEASURE_S
+from agent.job.suite import Config as JobConfig
+from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
+from agent.matmul.harness import Config as HarnessConfig
+from agent.node.suite import Config as NodeConfig
+from agent.timing.soak import MEASURE_S as SOAK_MEASURE_S
 
 
 def _emit(event: Dict[str, Any]) -> None:

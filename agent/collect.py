@@ -14,12 +14,14 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent import DOCUMENT_FORMAT, __version__, host, smi
-from agent.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
-from agent.harness import Config as HarnessConfig
-from agent.jobs import Config as JobConfig
-from agent.node import Config as NodeConfig
-from agent.nvml import (
+from agent import DOCUMENT_FORMAT, __version__
+from agent.gpu import host
+from agent.gpu.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
+from agent.job.suite import Config as JobConfig
+from agent.matmul.harness import Config as HarnessConfig
+from agent.node.suite import Config as NodeConfig
+from agent.source import smi
+from agent.source.nvml import (
     REPLAY_ENV,
     LiveNvml,
     Nvml,
@@ -80,7 +82,7 @@ def _benchmark(
     cfg: HarnessConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
     progress: Callable[..., None],
 ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    from agent import harness
+    from agent.matmul import harness
 
     progress("benchmark", f"benchmarking {cfg.dtype} {cfg.m}x{cfg.n}x{cfg.k} ({cfg.mode})")
     try:
@@ -92,7 +94,7 @@ def _benchmark(
 def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
                 progress: Callable[..., None],
                 run_started: float) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    from agent import node
+    from agent.node import suite as node
 
     progress("node", "measuring memory, host links, GPU pairs and the all-reduce")
     started = time.monotonic()
@@ -106,7 +108,8 @@ def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml
 
 def _job_suite(cfg: JobConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
                progress: Callable[..., None]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    from agent import harness, jobs
+    from agent.job import suite as jobs
+    from agent.matmul import harness
 
     progress("job", "a transformer's training step and decode on every GPU at once")
     started = time.monotonic()
@@ -123,7 +126,7 @@ def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,
                        links: Dict[int, Dict[str, Optional[int]]], run_started: float) -> None:
     """Judge each GPU's health again with what only the load shows: the replays counted
     during the run and the host link as it ran (links drop a generation at idle)."""
-    from agent import health
+    from agent.health import card as health
 
     # `run_started` is time.monotonic() when collect began, the clock of the kernel log's
     # stamps: the span the counters read again cover, and the start of "inside the run".

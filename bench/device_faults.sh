@@ -43,7 +43,7 @@ step() {  # name, then the command; its wall time and exit status to the log
 }
 
 step fingerprint python3 -m agent fingerprint --record "$work/nvml-recording.json"
-# NCCL's own INFO lines as agent/collective.py asks for them, healthy and with peer-to-peer
+# NCCL's own INFO lines as agent/node/collective.py asks for them, healthy and with peer-to-peer
 # off: the parser's test fixtures (tests/fixtures/nccl/).
 cat > "$work/nccl_log.py" <<'PY'
 import os, sys, torch, torch.distributed as dist

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the device tool (a real multi-GPU node): the product checked bit for bit under load
-# (issue 36 item 5, agent/integrity.py). Reads only; changes no GPU setting.
+# (issue 36 item 5, agent/matmul/integrity.py). Reads only; changes no GPU setting.
 #
 #   bash bench/device_integrity.sh        # ~4 minutes on 2 H100s; files into $OUT
 #

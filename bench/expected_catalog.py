@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 
 import pandas as pd  # noqa: E402
 
-from agent.links import NVLINK_BY_ARCHITECTURE  # noqa: E402
+from agent.gpu.links import NVLINK_BY_ARCHITECTURE  # noqa: E402
 from fleet import expected  # noqa: E402
 from fleet.analysis.node import size_text  # noqa: E402
 from fleet.expected import (  # noqa: E402

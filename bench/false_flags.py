@@ -5,7 +5,7 @@ they still find one that is.
 Every fleet is constructed: all GPUs of a variant have the same true level (700 TFLOP/s),
 and each result is that level times a draw of the run-to-run wander measured on the lent
 cards, each card's own five soaked runs (bench/RESULTS.md "Repeat intervals"; the
-catalog in agent/repeat.py pools more records than these):
+catalog in agent/timing/repeat.py pools more records than these):
 
 - H100 SXM5: relative sd 0.495% (soaked, bench/records/2026-11-25-h100-soak-*);
 - H200 SXM: 0.268% (bench/records/2026-11-25-h200-soak-*);

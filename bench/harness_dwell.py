@@ -234,8 +234,9 @@ def main() -> None:
 
     import torch
 
-    from agent import harness, telemetry
-    from agent.nvml import LiveNvml
+    from agent.matmul import harness
+    from agent.source.nvml import LiveNvml
+    from agent.timing import telemetry
 
     nvml = LiveNvml()
     handle = nvml.device(0)

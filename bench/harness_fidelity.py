@@ -43,9 +43,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent import harness
-from agent.fingerprint import fingerprint_gpu, read_system
-from agent.nvml import LiveNvml
+from agent.gpu.fingerprint import fingerprint_gpu, read_system
+from agent.matmul import harness
+from agent.source.nvml import LiveNvml
 
 
 def flops(size: int) -> float:
@@ -177,7 +177,7 @@ def reference(torch: Any, size: int, seconds: float, nvml: Any = None,
     seconds count (by default the last half). Telemetry is sampled throughout, as the
     harness does, from NVML's GPU `nvml_index` (torch's cuda:0 is that GPU when the
     caller set CUDA_VISIBLE_DEVICES so: bench/node_reference.py)."""
-    from agent import telemetry
+    from agent.timing import telemetry
 
     sampler = telemetry.Sampler(nvml, nvml.device(nvml_index) if nvml is not None else None)
     a, b, c = inputs(torch, size)

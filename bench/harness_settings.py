@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from agent import harness
+from agent.matmul import harness
 
 CONFIGS = {
     "cold L2, 4 s": {},

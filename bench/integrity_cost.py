@@ -1,6 +1,6 @@
-"""What checking the product bit for bit under load costs (agent/integrity.py).
+"""What checking the product bit for bit under load costs (agent/matmul/integrity.py).
 
-On every GPU at once, the harness's own continuous load (agent/harness.py, Runner) at the
+On every GPU at once, the harness's own continuous load (agent/matmul/harness.py, Runner) at the
 standard 8192³ bf16: a warm-up, then blocks of load alternating without and with the
 checks (one a soak window, as the harness does), so that the card's drift as it heats
 falls on both alike. Throughput is the products over the wall time of the blocks (a
@@ -27,7 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent import harness, integrity, soak
+from agent.matmul import harness, integrity
+from agent.timing import soak
 
 
 def _load(runner: harness.Runner, seconds: float, check: integrity.Check | None,

@@ -2,7 +2,7 @@
 training and decode tokens/s per GPU, their spread over runs, the wall the suite added,
 the agent against the independent plain script (bench/job_reference.py) on the same
 node, at once and alone, and the run-to-run spread pooled over every GPU of the records
-(agent/repeat.py JOB_SPREADS).
+(agent/timing/repeat.py JOB_SPREADS).
 
 A result flagged contended or not soaked is listed and left out of every figure, as the
 report leaves it out.

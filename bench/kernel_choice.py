@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from agent import harness
+from agent.matmul import harness
 
 
 def kernel_names(runner: harness.Runner) -> list[str]:

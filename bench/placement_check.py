@@ -32,8 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent import harness, stats, telemetry
-from agent.nvml import LiveNvml
+from agent.matmul import harness
+from agent.source.nvml import LiveNvml
+from agent.timing import stats, telemetry
 
 
 class Place:

@@ -1,6 +1,6 @@
 """Does the next run of a card land inside the interval the run before it stated?
 
-Issue 31's check of agent/repeat.py: over every repeated soaked run in bench/records/
+Issue 31's check of agent/timing/repeat.py: over every repeated soaked run in bench/records/
 (bench/repeat_records.py finds them), each run after a card's first is checked against
 the interval its predecessor states, built as ingest builds it: the predecessor's figure
 (the work over the time, harness 1.4's headline, recomputed from its samples), its own
@@ -9,7 +9,7 @@ card's runs before the predecessor.
 
 The variant's spread must not be measured on the runs it is checked on. Two ways:
 
-- "left out": a record that agent/repeat.py's SPREADS pools is checked with its
+- "left out": a record that agent/timing/repeat.py's SPREADS pools is checked with its
   variant's spread pooled again from the catalog's *other* records (bench/
   repeat_records.py's `catalog_spreads`; where none is left, the widest other variant's),
   so no record predicts itself;
@@ -51,7 +51,7 @@ from repeat_records import (
     work_over_time,
 )
 
-from agent import repeat
+from agent.timing import repeat
 
 LEFT_OUT = "left out"  # a record the catalog pools: its variant's spread pooled without it
 CATALOG = "catalog"  # a record the catalog does not pool: SPREADS as committed

@@ -38,7 +38,7 @@ harness beside a graph reference (2026-11-26-h100x2-probe-reference, the referen
 the soak checks) is no repeat: the reference is another method, with its own offset from
 the harness (bench/RESULTS.md, "Soaked").
 
-Last, the catalog: each of agent/repeat.py's SPREADS pooled again from the records it
+Last, the catalog: each of agent/timing/repeat.py's SPREADS pooled again from the records it
 names, beside the figure it states.
 
     python bench/repeat_records.py
@@ -61,7 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent import repeat
+from agent.timing import repeat
 
 RECORDS = Path(__file__).parent / "records"
 
@@ -410,7 +410,7 @@ def main() -> None:
     print("\npooled within-card sd of work/time, relative to each card's mean:")
     for (variant, protocol), (sd, dof, cards) in sorted(pooled(groups).items()):
         print(f"  {variant:<16} {protocol:<28} {100 * sd:.3f}%  dof {dof}  ({cards} cards)")
-    print("\nagent/repeat.py's SPREADS, pooled again from the records each names:")
+    print("\nagent/timing/repeat.py's SPREADS, pooled again from the records each names:")
     again = catalog_spreads(groups, repeat.SPREADS)
     for variant, stated in sorted(repeat.SPREADS.items()):
         found = again.get(variant)

@@ -21,7 +21,7 @@ figure falls to the datasheet: such runs are counted under "datasheet (no other 
 
 The soaked matmul likewise: each soaked run of each GPU judged against the catalog
 without its record (`find_matmul_shortfalls`, the GPU's repeat sd its variant's spread,
-agent/repeat.py, one result), and the same run 5% slow.
+agent/timing/repeat.py, one result), and the same run 5% slow.
 
 `--faulty` takes records of nodes with a fault put in for real (a GPU run with NCCL's
 peer-to-peer off, say): each run is judged against the catalog of every healthy record
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import expected_catalog as records  # bench/, beside this file
 
-from agent.repeat import variant_spread
+from agent.timing.repeat import variant_spread
 from fleet.analysis.dataset import Config, GpuMeasure
 from fleet.analysis.node import prepare
 from fleet.analysis.shortfall import (

@@ -66,7 +66,7 @@ class Documents:
         self.templates = {v: factory.document(gpus=gpus, variant=v, runs=samples,
                                               harness="1.3.0" if soaked else "1")
                           for v in VARIANTS}
-        if node:  # the node suite's figures as agent/node.py measures them
+        if node:  # the node suite's figures as agent/node/suite.py measures them
             for template in self.templates.values():
                 template["node"] = node_factory.node_results(template)
 

@@ -194,12 +194,12 @@ FINGERPRINT_COLUMNS = _columns(
         ("power_limit", "the power limit"), ("persistence_mode", "persistence mode"),
         ("compute_mode", "the compute mode"), ("ecc", "ECC"))),
     ("health", "category", 'the card\'s health as the agent judged it from the driver\'s '
-                           'counters (agent/health.py): "healthy", "degraded", "failing", '
+                           'counters (agent/health/card.py): "healthy", "degraded", "failing", '
                            '"unknown" (the driver could not tell), or "not read" (an agent '
                            "older than the health counters fingerprinted it)"),
     ("health_reasons", "object", "the counters that decided the verdict, in words, a list; "
                                  "empty for a healthy card and for one not read"),
-    ("health_action", "string", 'what to ask the provider for (agent/health.py): "none", '
+    ("health_action", "string", 'what to ask the provider for (agent/health/card.py): "none", '
                                 '"reset", "drain_and_reset" or "replace"; missing where the '
                                 "verdict is unknown or the agent predates actions"),
 )

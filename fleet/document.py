@@ -175,13 +175,13 @@ class Xid(Strict):
     note: Text
     # The newest lines that carry an Xid, as the kernel printed them.
     events: list[Text] = Field(default_factory=list, max_length=64)
-    # Each event's code by agent/xid.py's cited table, in the same order (older agents:
+    # Each event's code by agent/health/xid.py's cited table, in the same order (older agents:
     # empty).
     classified: list[XidClass] = Field(default_factory=list, max_length=64)
 
 
 class XidClass(Strict):
-    """One Xid line's code, what it points at and what a buyer asks for (agent/xid.py)."""
+    """One Xid line's code, what it points at and what a buyer asks for (agent/health/xid.py)."""
 
     code: Annotated[int, Field(ge=0, le=100_000)] | None
     cause: Literal["hardware", "driver", "application", "unknown"]
@@ -218,7 +218,7 @@ class RemapHistogram(Strict):
 
 class Health(Strict):
     """Whether a card is failing, or has been: the counters the driver keeps, and the
-    verdict drawn from them by the rule in agent/health.py (`rule` says it in words).
+    verdict drawn from them by the rule in agent/health/card.py (`rule` says it in words).
     `unknown` when the driver cannot tell: never healthy by default."""
 
     verdict: HealthVerdict
@@ -240,7 +240,7 @@ class Health(Strict):
     throttle_ns: dict[Name, Count] = Field(default_factory=dict, max_length=16)
     energy_mj: Count | None
     xid: Xid | None
-    # What the buyer asks the provider for (agent/health.py RULE); None: unknown, or an
+    # What the buyer asks the provider for (agent/health/card.py RULE); None: unknown, or an
     # older agent that did not say.
     action: HealthAction | None = None
     # NVML's recovery action field (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
@@ -270,7 +270,7 @@ class NvLinkRemote(Strict):
 
 
 class Gpu(Strict):
-    """One GPU's fingerprint, as `agent.fingerprint.fingerprint_gpu` builds it."""
+    """One GPU's fingerprint, as `agent.gpu.fingerprint.fingerprint_gpu` builds it."""
 
     index: Annotated[int, Field(ge=0, le=1024)]
     name: Name | None
@@ -311,10 +311,10 @@ class Gpu(Strict):
     pcie_width_max: Count | None
     nvlink_links_active: Annotated[int, Field(ge=0, le=64)]
     nvlink_links_total: Annotated[int, Field(ge=0, le=64)]
-    # Where each active link goes (agent/nvlink.py); None where NVML did not say whether
+    # Where each active link goes (agent/gpu/nvlink.py); None where NVML did not say whether
     # the GPU has NVLink, and in documents of agents before the per-link facts.
     nvlink_remotes: list[NvLinkRemote] | None = Field(default=None, max_length=64)
-    # The NVLink links the variant carries per GPU (agent/variants.py); None: not known.
+    # The NVLink links the variant carries per GPU (agent/gpu/variants.py); None: not known.
     nvlink_links_variant: Annotated[int, Field(ge=0, le=64)] | None = None
     clocks_event_reasons: Count | None
     clocks_event_reason_names: list[Name] | None = Field(max_length=64)
@@ -537,7 +537,7 @@ Celsius = Annotated[float, Field(ge=-100, le=300)]
 
 
 class SoakVerdict(Strict):
-    """A continuous load judged by agent/soak.py's rule, the matmul's and the job suite's
+    """A continuous load judged by agent/timing/soak.py's rule, the matmul's and the job suite's
     alike: whether and when throughput and temperature stopped moving."""
 
     # Both stopped moving before the cap; False: the cap ended the wait (flag not_soaked).
@@ -561,7 +561,7 @@ class SoakVerdict(Strict):
 
 class Soak(SoakVerdict):
     """Harness 1.3 and later, soaked results: the continuous load from the first launch,
-    and when throughput and temperature stopped moving (agent/soak.py)."""
+    and when throughput and temperature stopped moving (agent/timing/soak.py)."""
 
     # The level of the first 20 s of load (the cool-start figure, from the same run) and
     # the drop to the soaked figure: 1 - tflops / first_20s_tflops, positive when it fell.
@@ -577,7 +577,7 @@ class Soak(SoakVerdict):
 
 
 class Integrity(Strict):
-    """Soaked results from harness 1.4 on (agent/integrity.py): the product compared bit for
+    """Soaked results from harness 1.4 on (agent/matmul/integrity.py): the product compared bit for
     bit with the GPU's first one under load, once a soak window, and a digest of that first
     product that the node's GPUs of one device and stack must share."""
 
@@ -708,7 +708,7 @@ class Bandwidth(Strict):
     min_gbs: GBps
     max_gbs: GBps
     cv: Annotated[float, Field(ge=0, le=100)]
-    # The 95% interval of the median (agent/stats.py's order-statistic interval).
+    # The 95% interval of the median (agent/timing/stats.py's order-statistic interval).
     ci95_gbs: Annotated[list[GBps], Field(min_length=2, max_length=2)] | None
     samples_gbs: list[GBps] = Field(max_length=10_000)
 
@@ -728,7 +728,7 @@ NodeKind = Literal["memory_copy", "host_to_device", "device_to_host", "peer_copy
 
 class SeenProcess(Strict):
     """A process the agent saw on a GPU around a figure, with its owner where /proc shows
-    it (agent/contention.py): `own` is whether it runs as the agent's own user."""
+    it (agent/timing/contention.py): `own` is whether it runs as the agent's own user."""
 
     pid: Annotated[int, Field(ge=0, le=2**31)]
     uid: Annotated[int, Field(ge=0, le=2**32)] | None = None
@@ -737,7 +737,7 @@ class SeenProcess(Strict):
 
 
 class NcclTransport(Strict):
-    """What NCCL's INFO lines said the all-reduce used (agent/collective.py): connections
+    """What NCCL's INFO lines said the all-reduce used (agent/node/collective.py): connections
     per transport ("P2P", "SHM", "NET", "COLLNET", "NVLS", "PXN"), the distinct forms
     ("P2P/CUMEM/read"), and the settings NCCL said came from the environment."""
 
@@ -749,7 +749,7 @@ class NcclTransport(Strict):
 
 
 class NodeResult(Strict):
-    """One figure of the node suite (agent/node.py): a GPU's memory or host link, a pair's
+    """One figure of the node suite (agent/node/suite.py): a GPU's memory or host link, a pair's
     copy, or the node's all-reduce, with what it counts and its datasheet figure."""
 
     suite_version: Name
@@ -783,7 +783,7 @@ class NodeResult(Strict):
     peer_access: bool | None = None
     topology: Annotated[str, StringConstraints(max_length=32)] | None = None
     # peer_copy: the NVLink links joining the pair, from each GPU's per-link far ends
-    # (agent/nvlink.py), and through what; 0 where NVML says none joins them, None where
+    # (agent/gpu/nvlink.py), and through what; 0 where NVML says none joins them, None where
     # it did not say where the links go.
     nvlink_links: Annotated[int, Field(ge=0, le=64)] | None = None
     nvlink_fabric: Literal["switch", "direct"] | None = None
@@ -796,13 +796,13 @@ class NodeResult(Strict):
     cuda_runtime_version: Name | None
     nccl_version: Name | None = None
     wall_s: Seconds
-    # What was seen on the figure's GPUs before and after it (agent/contention.py): the
+    # What was seen on the figure's GPUs before and after it (agent/timing/contention.py): the
     # lines a reader sees, and the other processes with their owners. Empty: nothing
     # seen, or an agent older than suite 1.1.0, which did not look.
     contention: list[Text] = Field(default_factory=list, max_length=16)
     processes: list[SeenProcess] = Field(default_factory=list, max_length=64)
     # Host copies: the GPU's NUMA node (None where the host does not say) and the CPUs
-    # the copy ran from, as Linux writes a CPU set (agent/numa.py).
+    # the copy ran from, as Linux writes a CPU set (agent/gpu/numa.py).
     numa_node: Annotated[int, Field(ge=0, le=4096)] | None = None
     cpus: Annotated[str, StringConstraints(max_length=512)] | None = None
     # allreduce through NCCL: the transports it used, and the NCCL_* and
@@ -888,12 +888,12 @@ class JobFlags(Strict):
 
 class JobSoak(SoakVerdict):
     """The continuous load a job's figure was measured after, as the matmul's Soak but in
-    tokens a second, and without a first-20-s level (agent/soak.py)."""
+    tokens a second, and without a first-20-s level (agent/timing/soak.py)."""
 
     temperature_c: Celsius | None
     temperature_start_c: Celsius | None
     # Seconds a bf16 matmul held the card while the job set up, so that the soak began
-    # near the matmul's heat (agent/warm.py); None: not held (the CPU path, agents
+    # near the matmul's heat (agent/job/warm.py); None: not held (the CPU path, agents
     # before 2026-11-27, or the card had no room for it).
     warmed_s: Seconds | None = None
     # Per window from the first launch: [end s, tokens/s, deg C, SM MHz, W], -1 unknown.
@@ -911,7 +911,7 @@ class JobProvenance(Strict):
 
 
 class JobResult(Strict):
-    """One GPU's figure for one job of the job suite (agent/jobs.py): a transformer's
+    """One GPU's figure for one job of the job suite (agent/job/suite.py): a transformer's
     training step or decode step under one attention backend, as tokens a second, with
     the FLOP (and for decode the bytes) a token costs, so that a GPU-hour is priced in
     the work of a real job. Compared only within its configuration (`job_config`)."""
@@ -1066,9 +1066,9 @@ class AgentDocument(Strict):
     gpus: list[Gpu] = Field(max_length=256)
     benchmarks: list[BenchmarkResult] = Field(max_length=4096)
     errors: list[AgentFailure] = Field(max_length=1024)
-    # The node suite's figures (agent/node.py); absent from agents before it.
+    # The node suite's figures (agent/node/suite.py); absent from agents before it.
     node: list[NodeResult] = Field(default_factory=list, max_length=16_384)
-    # The job suite's figures (agent/jobs.py), one per GPU, workload and attention
+    # The job suite's figures (agent/job/suite.py), one per GPU, workload and attention
     # backend; absent from agents before it.
     jobs: list[JobResult] = Field(default_factory=list, max_length=4096)
 

@@ -2,7 +2,7 @@
 catalog a single node is judged against (DESIGN.md, "Judging one node").
 
 Each entry is one figure of one configuration of one variant (the variant label as
-agent/variants.py spells it), with the median a healthy node gave, how much that spreads
+agent/gpu/variants.py spells it), with the median a healthy node gave, how much that spreads
 and the bench/records/ folders it came from. `python bench/expected_catalog.py` recomputes
 every entry from those folders and prints them as they stand here; `--check` says where
 this file differs from what the records give.

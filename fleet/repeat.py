@@ -1,6 +1,6 @@
 """The interval a repeat run falls inside, for a result as fleet holds it.
 
-agent/repeat.py builds the interval from the variant's run-to-run spread, the GPU's
+agent/timing/repeat.py builds the interval from the variant's run-to-run spread, the GPU's
 earlier figures and the run's own wander; this module feeds it a validated result and
 the GPU's history from the store, and says in words what set the width. Only soaked
 results carry one: the variant spreads were measured soaked, and a cool-start figure
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent import repeat
+from agent.timing import repeat
 from fleet.document import BenchmarkResult, JobResult
 
 # How many of the GPU's earlier figures count: a month of nights. Older ones describe a
@@ -31,7 +31,7 @@ def of_result(result: BenchmarkResult, variant: str | None,
 
 
 def wander_of(result: BenchmarkResult) -> float | None:
-    """The run's own wander (agent/repeat.py's `wander`), None for a cool-start result."""
+    """The run's own wander (agent/timing/repeat.py's `wander`), None for a cool-start result."""
     if result.thermal != "soaked" or result.soak is None:
         return None
     measurement = result.measurement
@@ -63,7 +63,7 @@ def job_wander(result: JobResult) -> float:
 def of_job(tokens_per_s: float, variant: str | None, wander: float | None,
            workload: str, attention: str) -> repeat.Interval:
     """Where a repeat run of a job figure falls (95%): the job's own run-to-run spread
-    (agent/repeat.py JOB_SPREADS), or the run's wander where that is wider."""
+    (agent/timing/repeat.py JOB_SPREADS), or the run's wander where that is wider."""
     return repeat.interval(tokens_per_s, variant, wander or 0.0, job=(workload, attention))
 
 

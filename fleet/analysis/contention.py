@@ -7,7 +7,7 @@ a figure is:
 
 - **seen**: the agent looks at each GPU's processes and utilization before and after each
   figure (the matmul since harness 1.0, the node suite since 1.1.0, the job suite's
-  training and decode steps since its 1.0.0; agent/contention.py) and says whose process
+  training and decode steps since its 1.0.0; agent/timing/contention.py) and says whose process
   it saw: the agent's own user (a forgotten job of the renter's) or another (a shared
   machine, a provider's agent);
 - **or shown by its own repeats**: a node figure whose repeats spread far beyond their

@@ -226,7 +226,7 @@ class GpuMeasure:
     temperature_c: float | None = None
     stack: str = ""  # the software stack(s) the GPU's results were measured on
     # The relative standard deviation of one result of this GPU between runs, as its
-    # results' repeat intervals were built from (agent/repeat.py: the variant's spread,
+    # results' repeat intervals were built from (agent/timing/repeat.py: the variant's spread,
     # the GPU's history, the run's own wander; the median over its results); None where
     # no result carries one (cool-start results, stores before 0012).
     repeat_sd: float | None = None

@@ -38,7 +38,7 @@ tests above see none of it. Such a comparison (called only where `min_hosts` is 
 to 1; the Welch test cannot run) must also clear what repeat runs of the two hosts could
 make of the gap (issue #31): faster - slower > 1.96 x sqrt((faster x sd_f)^2 / n_f +
 (slower x sd_s)^2 / n_s), with sd a side's relative run-to-run sd (per host the median
-`repeat_sd` of its GPUs, else the variant's measured spread; agent/repeat.py) and n its
+`repeat_sd` of its GPUs, else the variant's measured spread; agent/timing/repeat.py) and n its
 runs (per host the median number of results of its GPUs, not its GPU count). The
 evidence states that margin. Comparisons of two hosts a side or more keep the host test,
 which sees the hosts' wander in their spread.

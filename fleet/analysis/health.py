@@ -1,6 +1,6 @@
 """Cards that are failing, or have been: the health finding.
 
-The verdict is drawn on the host, by the rule in agent/health.py, from the counters the
+The verdict is drawn on the host, by the rule in agent/health/card.py, from the counters the
 driver keeps (ECC errors, remapped rows or retired pages, PCIe replays and the link
 under load, throttle time by reason); every document carries that rule in words
 (`Health.rule`). The report does not judge again: it names every GPU whose verdict is
@@ -31,12 +31,12 @@ from typing import Any
 
 import pandas as pd
 
-from agent.health import LINK_REASON
+from agent.health.card import LINK_REASON
 from fleet.words import counted
 
 NOT_READ = "not read"
 UNWELL = ("failing", "degraded")  # worst first
-# The agent's actions (agent/health.py ACTIONS) as the report asks for them.
+# The agent's actions (agent/health/card.py ACTIONS) as the report asks for them.
 ASKS = {"reset": "ask the provider to reset it",
         "drain_and_reset": "ask the provider to drain the node and reset it",
         "replace": "ask the provider to replace it"}
@@ -54,7 +54,7 @@ class UnwellGpu:
     variant: str
     verdict: str  # "failing" or "degraded"
     reasons: tuple[str, ...]
-    action: str | None = None  # agent/health.py ACTIONS; None: stored without one
+    action: str | None = None  # agent/health/card.py ACTIONS; None: stored without one
 
     @property
     def ask(self) -> str | None:

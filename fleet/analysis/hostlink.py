@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from agent.links import pcie_gbs
+from agent.gpu.links import pcie_gbs
 from fleet.analysis.node import HOST_LINK_KINDS, host_link_datasheet, link_text, optional_int
 
 

@@ -1,4 +1,5 @@
-"""Cards that computed wrong under load: the product checked bit for bit (agent/integrity.py).
+"""Cards that computed wrong under load: the product checked bit for bit
+(agent/matmul/integrity.py).
 
 Two ways a card is caught. Its product changed under load: the same kernel on the same
 seeded inputs gave other bits than its own first product, minutes into the soak. Or its

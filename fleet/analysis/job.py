@@ -23,8 +23,8 @@ step launches hundreds of kernels and waits on the CPU between them).
 
 Called when all three hold:
 - matmul share - job share is more than 3 points. A share carries its card's run-to-run
-  wander: 0.57% sd for a soaked H100 matmul (agent/repeat.py); the job's own, pooled
-  over seven lent H100s (agent/repeat.py JOB_SPREADS), is 0.07-0.35%, and is taken to be
+  wander: 0.57% sd for a soaked H100 matmul (agent/timing/repeat.py); the job's own, pooled
+  over seven lent H100s (agent/timing/repeat.py JOB_SPREADS), is 0.07-0.35%, and is taken to be
   as large as the matmul's, the wider. The difference of two shares of one card then
   moves by at most sqrt(2) x 0.57 = 0.8 points sd, and 3 points is nearly four of them: the
   straggler rule's 3%, on the same scale;

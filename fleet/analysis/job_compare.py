@@ -7,7 +7,7 @@ The rules are the matmul's own statistics, not copies of them:
   robust standard deviations below the median of its node's other GPUs of the same
   configuration (`below_others`, fleet/analysis/stragglers.py), three GPUs or more. The
   matmul's second half, the repeat margin, is left out: the job's run-to-run sd rests on
-  seven GPUs of one variant (agent/repeat.py JOB_SPREADS, 0.07-0.35%, dof 21), too few
+  seven GPUs of one variant (agent/timing/repeat.py JOB_SPREADS, 0.07-0.35%, dof 21), too few
   cards to set a margin by; as the node suite's outliers (fleet/analysis/node_outliers.py) the
   sigma is floored at 0.5% of the median instead of 0.25%, and the 3% threshold binds
   first for a steady node (eight H100s' matmul margin was 1.0%);

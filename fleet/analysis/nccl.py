@@ -1,5 +1,5 @@
 """Why an all-reduce went slow, where the agent saw it: the transport NCCL chose and the
-settings it ran under (agent/collective.py records both, from NCCL's own INFO lines and
+settings it ran under (agent/node/collective.py records both, from NCCL's own INFO lines and
 the agent's environment).
 
 A node whose GPUs reach each other over NVLink gives NCCL a peer-to-peer path (NCCL

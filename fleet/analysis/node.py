@@ -12,7 +12,7 @@ links, and the issue's lent nodes moved from 215 GB/s there to 341 at 2 GiB), an
 
 A host link is judged against what its link carries as NVML read it while the copy ran
 (the `link_gbs` column: the PCIe figures of reference/gpu-variants.md, "Links", as
-agent/links.py's `pcie_gbs` computes them), not against the agent's datasheet figure,
+agent/gpu/links.py's `pcie_gbs` computes them), not against the agent's datasheet figure,
 which is the link at the most the card and slot support: a card that trained down
 carries less, and the rules must know both.
 """
@@ -25,7 +25,7 @@ from typing import SupportsInt, cast
 
 import pandas as pd
 
-from agent.links import pcie_gbs
+from agent.gpu.links import pcie_gbs
 from fleet.store.node import node_stack
 
 KINDS = ("memory_copy", "host_to_device", "device_to_host", "peer_copy", "allreduce")

@@ -67,7 +67,7 @@ pair really has).
 **The soaked matmul** (`find_matmul_shortfalls`): a GPU is called when its soaked figure
 is below the catalog's for its variant and configuration by more than the larger of 3%
 (the straggler rule's threshold) and 1.96 x sqrt(repeat_sd^2 / results + sd^2): its own
-run-to-run sd (its results' repeat interval, else its variant's spread, agent/repeat.py)
+run-to-run sd (its results' repeat interval, else its variant's spread, agent/timing/repeat.py)
 over its results, joined with how far healthy GPUs of the records land (machines apart
 1.0%, GPUs and runs within one 0.4-0.5%). That is 2.3-2.5% for one result on the lent
 H100s and H200s, so the floor decides. Measured: no healthy soaked run called (0 of 33 GPU
@@ -98,9 +98,9 @@ RECORDS, DATASHEET = "records", "datasheet"
 # Where the agent's datasheet figure comes from, where the frame does not carry the row's
 # own source (prepare's frame leaves it out).
 DATASHEET_SOURCES = {
-    "memory_copy": "the variant's memory bandwidth (agent/variants.py)",
-    "peer_copy": "the pair's NVLink links at their rate each way (agent/links.py)",
-    "allreduce": "the GPUs' one-way NVLink, else their slowest host link (agent/links.py)"}
+    "memory_copy": "the variant's memory bandwidth (agent/gpu/variants.py)",
+    "peer_copy": "the pair's NVLink links at their rate each way (agent/gpu/links.py)",
+    "allreduce": "the GPUs' one-way NVLink, else their slowest host link (agent/gpu/links.py)"}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ two, nothing says which of them is the slow one.
 And the shortfall must exceed what repeat runs of the same cards could make of it
 (issue #31): centre - value > 1.96 x sqrt((value x sd_g)^2 / n_g + (pi/2) x (centre x
 sd_c)^2 / n_c), with sd_g the GPU's relative run-to-run sd (its `repeat_sd`, else its
-variant's measured spread, agent/repeat.py) over its n_g results, and sd_c the others'
+variant's measured spread, agent/timing/repeat.py) over its n_g results, and sd_c the others'
 median sd over n_c = their count x their median number of results: the centre is a median
 of independent figures, whose variance is about pi/2 times a mean's. Wander the node's
 GPUs share (the room, the power feed) moves the GPU and its centre alike and cancels in
@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.repeat import variant_spread
+from agent.timing.repeat import variant_spread
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
 
 MAD_TO_SIGMA = 1.4826  # for normally distributed values

@@ -155,7 +155,7 @@ def _repairs(health: Health) -> str:
 
 def health_table(document: AgentDocument) -> Table:
     """Per GPU, the health verdict and the counters it rests on; the reasons go below it."""
-    table = Table(title="Health (agent/health.py: RULE)")
+    table = Table(title="Health (agent/health/card.py: RULE)")
     for column in ("#", "verdict", "uncorr. ECC boot/life", "repairs corr+unc", "replays",
                    "Xid"):
         table.add_column(column, overflow="fold")

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
+from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from fleet.errors import FleetError, InputError
 from fleet.probe.local import SUITES, BenchOptions
 from fleet.probe.run import DEFAULT_PARALLEL
@@ -101,7 +101,7 @@ HARNESS_OPTIONS = (
     # Harness 1.1's opt-in, the default since 1.2: still accepted so that installed
     # schedules and scripts keep working.
     click.option("--flush-auto", is_flag=True, hidden=True),
-    # The harness's own defaults (agent/harness.py, measured in bench/RESULTS.md) apply
+    # The harness's own defaults (agent/matmul/harness.py, measured in bench/RESULTS.md) apply
     # unless these are given, so the agent alone and fleet measure alike.
     click.option("--measure-s", type=click.FloatRange(0.1, 600),
                  help="Measure this long once soaked (harness default 20 s); with --quick, "

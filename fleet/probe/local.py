@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent import soak
-from agent.harness import DEFAULT_DTYPE, DEFAULT_SIZE
+from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE
+from agent.timing import soak
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
 from fleet.events import ProgressHandler, read_events
@@ -30,7 +30,7 @@ QUICK_TIMEOUT_PER_GPU_S = 120.0
 SOAK_MARGIN_S = 90.0
 SOAK_MARGIN_PER_GPU_S = 30.0
 # The node suite's budget is 20 s for one GPU and 45 s for eight (issue #32); the timeout
-# leaves room for a slow host, and for the all-reduce's own 120-s guard (agent/node.py)
+# leaves room for a slow host, and for the all-reduce's own 120-s guard (agent/node/suite.py)
 # to fire first.
 NODE_SUITE_S = 150.0
 NODE_SUITE_PER_GPU_S = 10.0
@@ -55,12 +55,12 @@ class BenchOptions:
     pause_ms: float | None = None  # burst mode when set
     # The cool-start protocol (--quick), instead of the soaked default.
     quick: bool = False
-    soak_cap_s: float | None = None  # None: the harness's own (agent/soak.py)
+    soak_cap_s: float | None = None  # None: the harness's own (agent/timing/soak.py)
     warm_l2: bool = False
     sequential: bool = False
     gpus: tuple[int, ...] | None = None
     flush_always: bool = False
-    # None: the harness's own default (agent/harness.py), so the agent run alone and the
+    # None: the harness's own default (agent/matmul/harness.py), so the agent run alone and the
     # agent run by fleet measure alike.
     measure_s: float | None = None
     max_warmup_s: float | None = None

@@ -135,7 +135,7 @@ def _chart(variant: str, config: Config, gpus: list[GpuMeasure],
 
 def _repeat_note(m: GpuMeasure) -> str:
     """The run-to-run sd one result of the GPU rests on (the median of its results'): the
-    width each stored repeat interval was built from (agent/repeat.py)."""
+    width each stored repeat interval was built from (agent/timing/repeat.py)."""
     if m.repeat_sd is None:
         return ""
     return f", run-to-run sd {m.repeat_sd:.2%}"

@@ -127,8 +127,8 @@ def read_driver(pyz: str) -> dict[str, Any]:
         return {"payload": False}
     sys.path.insert(0, pyz)
     try:
-        from agent.fingerprint import read_system
-        from agent.nvml import NvmlUnavailable, open_nvml
+        from agent.gpu.fingerprint import read_system
+        from agent.source.nvml import NvmlUnavailable, open_nvml
     except Exception as exc:  # the payload is unreadable: say so, fleet uploads it again
         return {"payload": False, "payload_error": f"{type(exc).__name__}: {exc}"}
     try:

@@ -32,7 +32,7 @@ from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
-from agent import repeat
+from agent.timing import repeat
 from fleet import __version__
 from fleet import repeat as fleet_repeat
 from fleet.document import (

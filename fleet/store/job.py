@@ -90,7 +90,7 @@ JOB_COLUMNS = columns(
     ("correctness_passed", "bool", "the stack passed its check against float32 before it "
                                    "was timed"),
     ("repeat_low", "float64", "where a repeat run's tokens/s should fall, 95%: the low end "
-                              "(the job's run-to-run spread, agent/repeat.py JOB_SPREADS, "
+                              "(the job's run-to-run spread, agent/timing/repeat.py JOB_SPREADS, "
                               "or the run's own wander where wider)"),
     ("repeat_high", "float64", "the same interval's high end"),
 )

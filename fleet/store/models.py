@@ -287,7 +287,7 @@ class Fingerprint(Base):
     host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
     # {"application_clocks": "no", "power_limit": "unknown", ...}: may the tenant change it.
     capabilities: Mapped[dict[str, Any]]
-    # The GPU's health verdict (agent/health.py), the reasons that decided it, and the
+    # The GPU's health verdict (agent/health/card.py), the reasons that decided it, and the
     # counters it was drawn from (0011); NULL where the agent did not read them.
     health: Mapped[str | None] = mapped_column(String(16))
     health_reasons: Mapped[list[str] | None] = mapped_column(Json)
@@ -392,7 +392,7 @@ class BenchmarkResult(Base):
     soak_drop: Mapped[float | None] = mapped_column(Float)
 
     # Soaked results stored at 0015 or later whose agent checked the product under load
-    # (agent/integrity.py): checks done and how many found it changed, the first of those
+    # (agent/matmul/integrity.py): checks done and how many found it changed, the first of those
     # (seconds of load, temperature, elements differing), the first product's digest and
     # whether the corruption was the test hook's. NULL before, and for cool-start results.
     integrity_checks: Mapped[int | None] = mapped_column(Integer)
@@ -405,7 +405,7 @@ class BenchmarkResult(Base):
 
     # Soaked results stored at 0012 or later: where a repeat run of this card should
     # land (95%), as ingest built it from the variant's run-to-run spread, the GPU's earlier
-    # figures and the run's own wander (agent/repeat.py); the relative sd it rests on; which
+    # figures and the run's own wander (agent/timing/repeat.py); the relative sd it rests on; which
     # evidence set the width ("variant", "history", "run"); the run's own wander.
     repeat_low_tflops: Mapped[float | None] = mapped_column(Float)
     repeat_high_tflops: Mapped[float | None] = mapped_column(Float)
@@ -468,7 +468,7 @@ class ResultSeries(Base):
 
 
 class NodeResult(Base):
-    """One figure of the node suite (agent/node.py): a GPU's memory or host-link copy, a
+    """One figure of the node suite (agent/node/suite.py): a GPU's memory or host-link copy, a
     pair's copy, or the node's all-reduce, with the configuration it is compared within
     (kind, size, direction, pinned or pageable, GPU count, software stack) as columns."""
 
@@ -532,7 +532,7 @@ class NodeResult(Base):
 
 
 class JobResult(Base):
-    """One figure of the job suite (agent/jobs.py): a GPU's tokens a second on a
+    """One figure of the job suite (agent/job/suite.py): a GPU's tokens a second on a
     transformer's training or decode step under one attention backend, with its
     configuration (the model, every dimension of the shape, data type, attention,
     compile, graph, optimizer, concurrency, thermal state, software stack) as columns,

@@ -31,8 +31,8 @@ most of the window is slow, slow is the GPU's new normal.
 And tonight must also fall below the centre by more than repeat runs of the card could
 (issue #31): by more than t975(dof) x sqrt((pi/2) x sd_past^2 / n + sd_tonight^2) x centre,
 with sd a night's stored relative run-to-run sd (its results' `repeat_sd`, else the
-variant's measured spread; agent/repeat.py), sd_past the median over the n past nights
-(pi/2: the centre is their median, not their mean), and dof what agent/repeat.py gives a
+variant's measured spread; agent/timing/repeat.py), sd_past the median over the n past nights
+(pi/2: the centre is their median, not their mean), and dof what agent/timing/repeat.py gives a
 card with those n nights of history (the variant's spread worth the dof it was measured
 over, pooled with n - 1). A steady card's margin (1.4% on an H100 at its 0.57%, five
 nights) is under the
@@ -63,7 +63,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agent import repeat, stats
+from agent.timing import repeat, stats
 
 MAD_TO_SIGMA = 1.4826
 # Variance of the median of many independent normal values over that of their mean.

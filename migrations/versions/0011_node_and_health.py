@@ -1,11 +1,11 @@
 """node_result: the node suite's figures; fingerprint: each GPU's health verdict.
 
-The node suite (agent/node.py) measures, beside the matmul, each GPU's memory and host
+The node suite (agent/node/suite.py) measures, beside the matmul, each GPU's memory and host
 link, each pair's copies and the node's all-reduce: one row per figure, with what it is
 compared by (kind, size, direction, pinned or pageable, GPU count, software stack) as
 columns, and the datasheet figure it stands beside.
 
-A GPU's health (agent/health.py) is its verdict (healthy, degraded, failing, unknown),
+A GPU's health (agent/health/card.py) is its verdict (healthy, degraded, failing, unknown),
 the reasons that decided it, and the counters it was drawn from, so that a sweep can say
 which counter rose since the previous night. Rows stored before this revision have none:
 their agents did not read the counters, and a missing verdict reads as "not read", never

@@ -2,7 +2,7 @@
 
 A soaked result (harness 1.4 and later) carries where a repeat run of the same card
 should land (95%): built at ingest from the variant's measured run-to-run spread, the
-GPU's earlier figures and the run's own wander (agent/repeat.py), with the relative
+GPU's earlier figures and the run's own wander (agent/timing/repeat.py), with the relative
 standard deviation it rests on and which of those set its width. Rows stored before
 this revision have none: their interval was never stated, and is not made up after the
 fact.

@@ -1,7 +1,7 @@
 """node_result: what was seen around each figure, and the causes a finding names;
 benchmark_result: the matmul's contention in words.
 
-Node suite 1.1.0 (agent/node.py) records, per figure, the other processes on its GPUs
+Node suite 1.1.0 (agent/node/suite.py) records, per figure, the other processes on its GPUs
 and a busy GPU before it (`contention`; `contended` where anything was seen), where a
 host copy ran from (`numa_node`), which transports NCCL took for the all-reduce
 (`transport`, most used first) and the NCCL_* / CUDA_VISIBLE_DEVICES settings it ran

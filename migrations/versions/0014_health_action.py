@@ -1,6 +1,6 @@
 """fingerprint: what a buyer asks the provider for about each GPU's health.
 
-Issue 36: the agent's verdict now carries an action (agent/health.py RULE): none, reset,
+Issue 36: the agent's verdict now carries an action (agent/health/card.py RULE): none, reset,
 drain_and_reset or replace. The fingerprint table keeps it beside the verdict, so that the
 report's health finding asks for it and a sweep tells a change of it as news.
 

@@ -1,6 +1,6 @@
 """benchmark_result: the product checked bit for bit under load.
 
-Soaked results from agents that check the product under load (agent/integrity.py) carry
+Soaked results from agents that check the product under load (agent/matmul/integrity.py) carry
 how many checks compared the latest product with the GPU's first one, how many found it
 changed, the first such (seconds of load, the card's temperature, elements differing),
 the first product's digest (equal digests, equal bits: the node's GPUs of one device and

@@ -1,6 +1,6 @@
 """job_result: the job suite's figures (issue 37, "what a GPU-hour buys for a real job").
 
-The job suite (agent/jobs.py) times a transformer's training step and decode step on each
+The job suite (agent/job/suite.py) times a transformer's training step and decode step on each
 GPU, under each attention backend, and gives tokens a second with the FLOP (and for
 decode the bytes) a token costs: one row per figure. What a figure is compared within
 (the model, every dimension of its shape, data type, attention, compile, CUDA graph,
@@ -64,7 +64,7 @@ COLUMNS = (
     ("temperature_c", sa.Float(), True), ("sm_clock_mhz", sa.Float(), True),
     ("power_w", sa.Float(), True), ("compile_s", sa.Float(), True),
     ("wall_s", sa.Float(), False),
-    # The run's own wander (agent/repeat.py), what may widen its repeat interval.
+    # The run's own wander (agent/timing/repeat.py), what may widen its repeat interval.
     ("wander", sa.Float(), True),
 )
 

@@ -1,6 +1,6 @@
-"""Who else is on a GPU (agent/contention.py), where a host copy runs from (agent/numa.py),
-and what NCCL says it used (agent/collective.py): each from the raw answers a host gives,
-as files and recordings."""
+"""Who else is on a GPU (agent/timing/contention.py), where a host copy runs from
+(agent/gpu/numa.py), and what NCCL says it used (agent/node/collective.py): each from the raw
+answers a host gives, as files and recordings."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent import collective, contention, numa
-from agent.nvml import ReplayNvml
+from agent.gpu import numa
+from agent.node import collective
+from agent.source.nvml import ReplayNvml
+from agent.timing import contention
 from tests.conftest import FIXTURES
 
 NCCL = FIXTURES / "nccl"

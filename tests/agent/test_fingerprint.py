@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent import health
 from agent.collect import collect
+from agent.health import card as health
 from fleet.document import parse_document
 from tests.conftest import GPU_CASES
 

@@ -47,7 +47,7 @@ COMPARED = (
 # - mig_devices: compared apart below; the text names no MIG device and prints no UUID.
 MIG_FIELDS = ("index", "memory_total_mib", "sm_count", "gpu_instance_id",
               "compute_instance_id")
-# The health verdict and the counters behind it (agent/health.py), which nvidia-smi -q
+# The health verdict and the counters behind it (agent/health/card.py), which nvidia-smi -q
 # prints in both forms. Left out: throttle_ns (time that grows between captures, and
 # nvidia-smi prints two of NVML's eight policies), energy_mj (not in nvidia-smi -q), xid
 # (the kernel log is in no form) and the under-load fields (set after a benchmark).

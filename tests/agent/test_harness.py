@@ -23,8 +23,8 @@ else:
     torch = pytest.importorskip("torch", reason="the harness tests need torch: "
                                 "pip install torch==2.13.0 (a CPU build)")
 
-from agent import harness
-from agent.nvml import ReplayNvml
+from agent.matmul import harness
+from agent.source.nvml import ReplayNvml
 from fleet.document import parse_document
 from tests.conftest import ROOT
 

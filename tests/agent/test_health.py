@@ -1,7 +1,7 @@
-"""The health counters and the verdict drawn from them (agent/health.py, issue #30).
+"""The health counters and the verdict drawn from them (agent/health/card.py, issue #30).
 
 Every expected figure and sentence is written out by hand from the rule in
-agent/health.py's RULE, never recomputed with the code under test. NVML answers come from
+agent/health/card.py's RULE, never recomputed with the code under test. NVML answers come from
 `ReplayNvml` over recordings written here, the backend every fixture replays through.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from agent import health
-from agent.nvml import Handle, ReplayNvml
+from agent.health import card as health
+from agent.source.nvml import Handle, ReplayNvml
 from fleet.document import Health
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -414,7 +414,7 @@ def test_python38_judges_the_same(python38: str) -> None:
     cases = [counters(), counters(remapped_rows=rows(pending=True)),
              counters(ecc=None, remapped_rows=None), counters(remapped_rows=None,
                                                               retired_pages=pages(60, 4, False))]
-    program = ("import json, sys\nfrom agent import health\n"
+    program = ("import json, sys\nfrom agent.health import card as health\n"
                "print(json.dumps([health.judge(c) for c in json.load(sys.stdin)]))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     done = subprocess.run([python38, "-c", program], input=json.dumps(cases), cwd=ROOT,

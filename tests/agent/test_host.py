@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from agent import host
+from agent.gpu import host
 from fleet.document import Host
 from tests.conftest import FIXTURES, ROOT
 
@@ -305,7 +305,7 @@ def test_torch_probe_without_torch(torchless_python: str, tmp_path: Path,
 
 def test_collect_host_facts_without_torch_probes_its_own_interpreter(
         torchless_python: str) -> None:
-    script = "import json; from agent import host; print(json.dumps(host.collect_host_facts()))"
+    script = "import json; from agent.gpu import host; print(json.dumps(host.collect_host_facts()))"
     done = subprocess.run([torchless_python, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=True)
     facts = json.loads(done.stdout)
@@ -421,7 +421,7 @@ def test_collect_host_facts_on_this_machine() -> None:
 
 PY38_SCRIPT = textwrap.dedent("""
     import importlib.util, json, sys
-    from agent import host
+    from agent.gpu import host
     job = json.load(sys.stdin)
     json.dump({
         "version": sys.version_info[:2],

@@ -1,4 +1,4 @@
-"""The product checked bit for bit under load (agent/integrity.py), on the CPU path.
+"""The product checked bit for bit under load (agent/matmul/integrity.py), on the CPU path.
 
 A healthy run records its checks and no mismatch; a constructed corruption (the test
 hook flips one element of the product) is recorded with when, how many elements and that
@@ -18,7 +18,7 @@ else:
     torch = pytest.importorskip("torch", reason="the harness tests need torch: "
                                 "pip install torch==2.13.0 (a CPU build)")
 
-from agent import integrity
+from agent.matmul import integrity
 from fleet.document import Integrity
 from tests.agent.test_harness import cpu_target, measure, small, soaked
 

@@ -1,5 +1,5 @@
-"""The job suite (agent/jobs.py, agent/transformer.py, agent/train_step.py,
-agent/decode.py): the stack's counts against Llama 3 8B's published shapes, the gates
+"""The job suite (agent/job/suite.py, agent/job/transformer.py, agent/job/train_step.py,
+agent/job/decode.py): the stack's counts against Llama 3 8B's published shapes, the gates
 against a kernel made wrong on purpose, and the CPU path end to end as `fleet bench
 --cpu --suite job` runs it."""
 
@@ -16,8 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agent import decode, jobs, train_step, transformer  # noqa: E402
 from agent.collect import collect  # noqa: E402
+from agent.job import decode, train_step, transformer  # noqa: E402
+from agent.job import suite as jobs  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 
 
@@ -141,7 +142,7 @@ def test_collect_without_a_suite_runs_none() -> None:
 
 
 def test_a_job_figure_takes_the_job_spread() -> None:
-    from agent import repeat
+    from agent.timing import repeat
 
     # The job's own run-to-run spread, not the matmul's (0.571% on H100 SXM5).
     spread, measured = repeat.variant_spread("H100-SXM5-80GB", ("train", "flash"))
@@ -166,8 +167,8 @@ def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
 def test_the_job_follows_the_matmul_before_the_node_suite(h100_recording: Any) -> None:
     # Behind the node suite the cards had cooled 22-24 C and took 50-80 s to soak again
     # (agent/collect.py): the job must come straight after the matmul.
-    from agent.harness import Config as HarnessConfig
-    from agent.node import Config as NodeConfig
+    from agent.matmul.harness import Config as HarnessConfig
+    from agent.node.suite import Config as NodeConfig
 
     events: list[dict[str, Any]] = []
     bench = HarnessConfig(device="cpu", m=64, n=64, k=64, protocol="quick", measure_s=0.2,

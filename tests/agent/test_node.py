@@ -1,4 +1,4 @@
-"""The node suite (agent/node.py and the modules it runs): datasheet figures, NVML's path
+"""The node suite (agent/node/suite.py and the modules it runs): datasheet figures, NVML's path
 between two GPUs, nccl-tests' arithmetic, and the CPU path end to end, with real spawned
 gloo ranks, as `fleet bench --cpu --suite node` runs it."""
 
@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from agent import collective, links, node, peers
-from agent.nvml import ReplayNvml
+from agent.gpu import links
+from agent.node import collective, peers
+from agent.node import suite as node
+from agent.source.nvml import ReplayNvml
 from fleet.document import parse_document
 from tests.conftest import ROOT
 
@@ -138,8 +140,9 @@ def test_gemm_only_leaves_the_suite_out_and_a_failing_all_reduce_leaves_the_rest
 
 
 PY38_CHECK = """
-import agent.node, agent.collective, agent.peers, agent.hostlink, agent.memory, agent.links
-assert agent.links.pcie_gbs(5, 16) == 63.02
+import agent.node.suite, agent.node.collective, agent.node.peers, agent.node.hostlink
+import agent.node.memory, agent.gpu.links
+assert agent.gpu.links.pcie_gbs(5, 16) == 63.02
 print("ok")
 """
 
@@ -166,7 +169,7 @@ def test_fleet_bench_prints_the_suite_in_80_columns() -> None:
 def test_the_matmul_alone_still_counts_the_replays_during_the_run(
         h100_recording: Any) -> None:
     from agent.collect import collect
-    from agent.harness import Config as HarnessConfig
+    from agent.matmul.harness import Config as HarnessConfig
 
     cfg = HarnessConfig(device="cpu", m=64, n=64, k=64, protocol="quick", measure_s=0.2,
                         max_warmup_s=0.3, max_total_s=1.0)

@@ -1,4 +1,4 @@
-"""The NVLink links a pair of GPUs really has (agent/nvlink.py, issue 38 item 4): NVML's
+"""The NVLink links a pair of GPUs really has (agent/gpu/nvlink.py, issue 38 item 4): NVML's
 per-link far ends, the links that join each pair through NVSwitch or directly, the
 datasheet figures built from them, and the GPU that lost a link.
 
@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 
-from agent import health, node, nvlink, peers, variants
 from agent.collect import collect
-from agent.nvml import ReplayNvml
+from agent.gpu import nvlink, variants
+from agent.health import card as health
+from agent.node import peers
+from agent.node import suite as node
+from agent.source.nvml import ReplayNvml
 from fleet.document import Gpu, NodeResult
 from tests.conftest import GPU_CASES, ROOT
 
@@ -338,8 +341,10 @@ def test_a_recording_carries_the_far_ends_and_replays_them(tmp_path: Path) -> No
 
 PY38_CHECK = """
 import json, sys
-from agent import node, nvlink, peers
-from agent.nvml import ReplayNvml
+from agent.gpu import nvlink
+from agent.node import peers
+from agent.node import suite as node
+from agent.source.nvml import ReplayNvml
 nvml = ReplayNvml.from_file(sys.argv[1])
 gpus = []
 for i in range(4):

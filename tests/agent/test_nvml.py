@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.nvml import NvmlError, RecordingNvml, ReplayNvml, call_key, to_plain
+from agent.source.nvml import NvmlError, RecordingNvml, ReplayNvml, call_key, to_plain
 
 
 def recording(**device: Any) -> dict[str, Any]:

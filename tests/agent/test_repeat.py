@@ -1,4 +1,4 @@
-"""agent/repeat.py: the interval a repeat run falls inside, from hand-computed figures."""
+"""agent/timing/repeat.py: the interval a repeat run falls inside, from hand-computed figures."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agent import repeat, stats
+from agent.timing import repeat, stats
 
 H100, H200 = "H100-SXM5-80GB", "H200-SXM-141GB"
 

@@ -1,4 +1,4 @@
-"""nvidia-smi -q text and -q -x XML converted into NVML recordings (agent/smi.py).
+"""nvidia-smi -q text and -q -x XML converted into NVML recordings (agent/source/smi.py).
 
 The real captures are checked against the NVML recording made on the same machine: every
 key the converter produces that the recording also has must hold the same value, except
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agent import smi
-from agent.nvml import NvmlError, ReplayNvml
+from agent.source import smi
+from agent.source.nvml import NvmlError, ReplayNvml
 from tests.conftest import GPU_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -955,7 +955,7 @@ def test_nvidia_smi_that_hangs_times_out(
 
 def test_python38_converts_the_same(python38: str) -> None:
     cases = [str(_capture(case, name)) for case, name, _ in CAPTURE_CASES]
-    program = ("import json, sys\nimport agent.smi as smi\n"
+    program = ("import json, sys\nimport agent.source.smi as smi\n"
                "json.dump([smi.recording_from_file(p) for p in sys.argv[1:]], sys.stdout)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     done = subprocess.run([python38, "-c", program, *cases], cwd=ROOT, env=env,
@@ -964,7 +964,7 @@ def test_python38_converts_the_same(python38: str) -> None:
     assert json.loads(done.stdout) == [smi.recording_from_file(p) for p in cases]
 
 
-# --- health sections (issue #30, agent/smi_health.py) ---------------------------------
+# --- health sections (issue #30, agent/source/smi_health.py) ---------------------------------
 
 def _with_sections(sections: str) -> dict[str, Any]:
     """OLD_TEXT's V100 with `sections` printed where nvidia-smi prints them, converted."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent import soak
+from agent.timing import soak
 
 WINDOW_S = 2.0
 LEVEL = 670.0

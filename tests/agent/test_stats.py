@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 
-from agent import stats, steady
+from agent.matmul import steady
+from agent.timing import stats
 
 
 def test_summary_of_a_known_series() -> None:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from agent import variants
+from agent.gpu import variants
 from fleet.document import Variant
 from tests.conftest import GPU_CASES, ROOT
 
@@ -585,7 +585,7 @@ def test_catalog_rows_cannot_be_changed() -> None:
 
 
 PY38_CHECK = """
-import json, agent.variants as v
+import json, agent.gpu.variants as v
 r = v.classify_variant(590352606, "NVIDIA H100 80GB HBM3", "passthrough")
 assert (r["family"], r["memory_gb"], r["form_factor"], r["label"]) == \\
     ("H100", 80, "SXM", "H100-SXM5-80GB"), r

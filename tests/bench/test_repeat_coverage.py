@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import repeat
+from agent.timing import repeat
 from tests.bench import scripts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent import repeat
+from agent.timing import repeat
 from tests.bench import scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_a_probe_then_a_bench_of_one_card(groups: dict[tuple[str, str], list[Any
 
 
 def test_the_catalog_is_its_records_pooled(groups: dict[tuple[str, str], list[Any]]) -> None:
-    # Each of agent/repeat.py's SPREADS is what its named records give, to its rounding,
+    # Each of agent/timing/repeat.py's SPREADS is what its named records give, to its rounding,
     # and every record it names was found.
     again = rr.catalog_spreads(groups, repeat.SPREADS)
     assert set(again) == set(repeat.SPREADS)

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from agent.variants import classify_variant
+from agent.gpu.variants import classify_variant
 from fleet.cli import main
 from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve

@@ -46,7 +46,7 @@ TRAIN = [79_000.0, 79_300.0, 78_800.0, 79_150.0]
 DECODE = [48_000.0, 48_200.0, 47_900.0, 48_100.0]
 HBM_GBS = 3350.0
 SCALE = 1.003  # alpha-02's job figures against alpha-01's
-# Another user's process, in the agent's words (agent/contention.py).
+# Another user's process, in the agent's words (agent/timing/contention.py).
 OTHER_USER = "other processes on the GPU: pid 977 (user nobody, not the agent's user)"
 
 
@@ -200,7 +200,7 @@ def test_a_gpu_partly_beside_another_process_is_the_renters_for_the_whole_run(
         engine: Engine) -> None:
     """As above, alpha-01's GPU 2 trains at 80% of its node, but only its decode is
     flagged as beside another process (as an older agent, a hand edit or another tool
-    might store it; agent/jobs.py flags a GPU's results of a run together). The GPU-run is
+    might store it; agent/job/suite.py flags a GPU's results of a run together). The GPU-run is
     the renter's whole: its training step is no job shortfall, straggler or gap of the
     provider's, and joins the decode in its node's contention finding."""
     train = [*TRAIN[:2], 0.8 * TRAIN[2], TRAIN[3]]

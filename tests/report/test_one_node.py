@@ -30,7 +30,7 @@ from tests.conftest import FIXTURES
 FAULTS = FIXTURES / "nodes" / "h100x2-lent-faults"
 JOBS = FIXTURES / "jobs" / "h100x2-lent" / "document.json"
 # What the agent saw beside GPU 1 of the same kind of node (foreign.json), in its words
-# (agent/contention.py), as agent/jobs.py puts it on each of a GPU's job results.
+# (agent/timing/contention.py), as agent/job/suite.py puts it on each of a GPU's job results.
 BESIDE = ["other processes on the GPU: pid 1852 (user nobody, not the agent's user)",
           "GPU utilization 100% before the measurement started"]
 
@@ -64,7 +64,7 @@ def _jobs(gpu: int | None = None, *, beside: bool = True, share: float = 1.0
           ) -> dict[str, Any]:
     """The real job document; GPU `gpu`'s job results (training under both attention
     backends, and decode) at `share` of their speed and, where `beside`, measured beside
-    another user's process as agent/jobs.py flags them (constructed from the real
+    another user's process as agent/job/suite.py flags them (constructed from the real
     document)."""
     data: dict[str, Any] = json.loads(JOBS.read_text())
     for result in data["jobs"]:

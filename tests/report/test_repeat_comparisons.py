@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 from sqlalchemy import select
 
-from agent.repeat import variant_spread
+from agent.timing.repeat import variant_spread
 from fleet.analysis.dataset import GpuMeasure
 from fleet.analysis.gaps import GapOptions, compare_providers
 from fleet.analysis.stragglers import find_stragglers
@@ -30,7 +30,7 @@ from tests.report.synthetic import SOAKED, dataset, measure
 from tests.store import factory
 
 ROOT = Path(__file__).resolve().parents[2]
-H100 = "H100-SXM5-80GB"  # agent/repeat.py's spread: 9 dof, so 13 with five nights
+H100 = "H100-SXM5-80GB"  # agent/timing/repeat.py's spread: 9 dof, so 13 with five nights
 SIBLINGS = [699.0, 700.0, 701.0, 700.0, 699.5, 700.5, 700.0]  # median 700.0
 
 

@@ -152,7 +152,7 @@ def test_a_variant_without_records_is_judged_on_its_datasheet_share(engine: Engi
     assert found.expected_gbs == 450.0
     assert found.threshold == ShortfallOptions().allreduce_share == 0.40
     assert found.sources == ("the GPUs' one-way NVLink, else their slowest host link "
-                             "(agent/links.py)",)
+                             "(agent/gpu/links.py)",)
     assert found.title == ("slow: all-reduce 24.7 GB/s, 5% of its datasheet's 450 (no "
                            "records of a healthy H200-NVL-141GB at this configuration)")
     assert "called under 40% of it" in found.evidence

@@ -1,6 +1,6 @@
 """The job suite's figures (fleet-agent/1 `jobs`) for a test document, from a few knobs.
 
-Shaped as /tmp/job_contract.md (issue 37) has agent/jobs.py emit them: per GPU a training
+Shaped as /tmp/job_contract.md (issue 37) has agent/job/suite.py emit them: per GPU a training
 step and a decode step of four Llama 3 8B layers under each attention backend asked for;
 the first (train, flash) judged soaked with its own soak, the others measured right after
 it (`follows`). Every derived figure is computed from the counts and times, unrounded, as

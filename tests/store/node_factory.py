@@ -1,6 +1,6 @@
 """The node suite's figures (fleet-agent/1 `node`) for a factory document, from a few knobs.
 
-Shaped as agent/node.py measures them: per GPU a 1 GiB memory copy (2 GiB counted) and
+Shaped as agent/node/suite.py measures them: per GPU a 1 GiB memory copy (2 GiB counted) and
 256 MiB host-link copies both ways, pinned and pageable; per pair of GPUs (lower index
 first) one way and both ways at once; and, from two GPUs on, an NCCL all-reduce over
 16 MiB to 1 GiB whose figure is the bus bandwidth. Each figure is the median of its own
@@ -31,7 +31,7 @@ DATASHEET = {"memory_copy": 3350.0, "host": 63.015, "nvlink": 450.0}
 
 
 def bandwidth(samples_gbs: list[float]) -> dict[str, Any]:
-    """The Bandwidth record of these samples, as agent/bandwidth.py builds it."""
+    """The Bandwidth record of these samples, as agent/node/bandwidth.py builds it."""
     ordered = sorted(samples_gbs)
     mean = math.fsum(samples_gbs) / len(samples_gbs)
     stdev = statistics.stdev(samples_gbs) if len(samples_gbs) > 1 else 0.0

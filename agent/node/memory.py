@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
-from agent import bandwidth, links
+from agent.gpu import links
+from agent.node import bandwidth
 
 
 def measure(torch: Any, device: Any, stream: Any, gpu: Dict[str, Any], size: int,

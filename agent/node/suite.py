@@ -2,11 +2,11 @@
 same agent run and runtime.
 
 Per GPU, one GPU at a time so that no figure shares the host's root complex or memory
-with another: the memory bandwidth (agent/memory.py) and the host link both ways, pinned
-and pageable (agent/hostlink.py). Per pair of GPUs: peer access, NVML's path, and the
-copy one way and both ways at once (agent/peers.py). The whole node: an all-reduce with
-one process per GPU, over sizes from 16 MiB to 1 GiB (agent/collective.py). Each figure
-carries its datasheet figure and its source (agent/links.py).
+with another: the memory bandwidth (agent/node/memory.py) and the host link both ways, pinned
+and pageable (agent/node/hostlink.py). Per pair of GPUs: peer access, NVML's path, and the
+copy one way and both ways at once (agent/node/peers.py). The whole node: an all-reduce with
+one process per GPU, over sizes from 16 MiB to 1 GiB (agent/node/collective.py). Each figure
+carries its datasheet figure and its source (agent/gpu/links.py).
 
 A GPU whose figures fail is reported with the reason (stage "node") while the rest of the
 suite, and the GPU's matmul result, stand. On the CPU path (`--cpu`) the same code runs
@@ -21,20 +21,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent import (
-    bandwidth,
-    collective,
-    contention,
-    hostlink,
-    links,
-    memory,
-    numa,
-    nvlink,
-    peers,
-)
-from agent.harness import Config as HarnessConfig
-from agent.harness import GpuTarget, HarnessError, import_torch, match_targets
-from agent.nvml import Nvml
+from agent.gpu import links, numa, nvlink
+from agent.matmul.harness import Config as HarnessConfig
+from agent.matmul.harness import GpuTarget, HarnessError, import_torch, match_targets
+from agent.node import bandwidth, collective, hostlink, memory, peers
+from agent.source.nvml import Nvml
+from agent.timing import contention
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -106,7 +98,7 @@ def _why(exc: BaseException) -> str:
 def allreduce_datasheet(paths: Sequence[Optional[str]], gpus: Sequence[Dict[str, Any]]
                         ) -> Tuple[Optional[float], Optional[str]]:
     """Bus bandwidth can reach each GPU's one-way NVLink toward the other ranks, the
-    slowest GPU's (agent/nvlink.py: through NVSwitch, all its links to switches; direct,
+    slowest GPU's (agent/gpu/nvlink.py: through NVSwitch, all its links to switches; direct,
     its links to the other ranks; a GPU none of whose links reaches a rank, its host
     link). Where NVML says NVLink joins every pair but not where the links go (an old
     driver or recording): each GPU's active links, said to assume a switched board. The
@@ -142,7 +134,7 @@ def allreduce_datasheet(paths: Sequence[Optional[str]], gpus: Sequence[Dict[str,
 
 class _Watch:
     """Who else is on some GPUs around a figure: their processes read before it and after
-    it, as the harness does around the matmul (agent/contention.py), and how busy each was
+    it, as the harness does around the matmul (agent/timing/contention.py), and how busy each was
     when the suite began (`busy`)."""
 
     def __init__(self, targets: Sequence[GpuTarget], busy: Dict[int, Optional[int]]

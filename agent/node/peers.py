@@ -15,8 +15,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent import bandwidth, links, nvlink
-from agent.nvml import Handle, Nvml, NvmlError
+from agent.gpu import links, nvlink
+from agent.node import bandwidth
+from agent.source.nvml import Handle, Nvml, NvmlError
 
 # nvmlGpuTopologyLevel_t, as nvidia-smi topo -m names the levels.
 TOPOLOGY_LEVELS = {0: "SAME", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -49,7 +50,7 @@ def pair_datasheet(path: Optional[str], first: Dict[str, Any], second: Dict[str,
                    node: Optional[Sequence[Dict[str, Any]]] = None
                    ) -> Tuple[Optional[float], Optional[str]]:
     """One way between two GPUs. Where NVML says NVLink joins them: the links that join
-    the pair (agent/nvlink.py: through NVSwitch, the fewer of the two GPUs' switch links;
+    the pair (agent/gpu/nvlink.py: through NVSwitch, the fewer of the two GPUs' switch links;
     direct, the links whose far end is the other GPU) x the per-link rate; where NVML did
     not say where the links go (an old driver or recording), the fewer of the two GPUs'
     active links, said to assume a switched board. The slower host link only where the

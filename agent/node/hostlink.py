@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from agent import bandwidth, links
-from agent.nvml import Handle, Nvml, NvmlError
+from agent.gpu import links
+from agent.node import bandwidth
+from agent.source.nvml import Handle, Nvml, NvmlError
 
 LinkState = Dict[str, Optional[int]]
 

@@ -5,7 +5,7 @@ stream with all repeats queued before the one synchronisation, so the device nev
 on the host between them and the figure is what the link carried, not the launch gaps.
 Each repeat gives one GB/s sample (bytes counted over its time, 10^9 bytes a second);
 the figure is their median, with min, max, CV and the median's 95% interval beside it
-(agent/stats.py). On the CPU path the same code times with the host clock.
+(agent/timing/stats.py). On the CPU path the same code times with the host clock.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from agent import stats
+from agent.timing import stats
 
 WARMUP = 2
 REPEATS = 10
@@ -76,7 +76,7 @@ def time_op(torch: Any, op: Op, counted_bytes: int, stream: Any = None,
     return [_gbs(counted_bytes, start.elapsed_time(stop) / 1e3) for start, stop in pairs]
 
 
-# 1.1.0: host copies run from the GPU's own CPUs (agent/numa.py), and every figure
+# 1.1.0: host copies run from the GPU's own CPUs (agent/gpu/numa.py), and every figure
 # says who else was on its GPUs; the all-reduce names NCCL's transports and settings.
 SUITE_VERSION = "1.1.0"
 TIMING_METHOD = "cuda-events-per-copy"

@@ -1,7 +1,7 @@
 """Does the card still compute the same product when hot? Bit-for-bit checks under load.
 
 The correctness gate compares one product against float64, cold, before any time counts
-(agent/harness.py). A card that computes wrong only when hot (silent data corruption) is
+(agent/matmul/harness.py). A card that computes wrong only when hot (silent data corruption) is
 what acceptance suites look for by running the load and comparing its results: Imbue's
 host validation compares a five-minute bf16 matmul's results bit for bit, gpu-burn
 compares, DCGM's diagnostic runs a GEMM for minutes. The soaked load already runs the same

@@ -1,6 +1,6 @@
 """nvidia-smi's `-q` text and `-q -x` XML, converted into an NVML recording.
 
-The fingerprint reads NVML answers through `agent.nvml.ReplayNvml`, so turning nvidia-smi's
+The fingerprint reads NVML answers through `agent.source.nvml.ReplayNvml`, so turning nvidia-smi's
 report into an `nvml-recording/1` dict lets one code path handle a live driver, a recording
 and nvidia-smi output alike. Both forms are first read into the same small tree (names
 normalised so that the XML tag `fb_memory_usage` and the text label `FB Memory Usage` meet),
@@ -30,8 +30,8 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
-from agent import smi_health
-from agent.nvml import RECORDING_FORMAT
+from agent.source import smi_health
+from agent.source.nvml import RECORDING_FORMAT
 
 ACCEPTED_FORMS = (
     "an NVML recording (JSON with format nvml-recording/1), "
@@ -455,7 +455,7 @@ _KNOWN_GPU = _section_names([
     *(section for section, _ in _CLOCK_SECTIONS), _POWER,
     "pci|fb memory usage|bar1 memory usage|utilization|remapped rows|supported clocks"
     "|clocks event reasons|clocks throttle reasons|processes|mig devices"
-    # agent/smi_health.py's sections
+    # agent/source/smi_health.py's sections
     "|ecc errors|retired pages|clocks event reasons counters|gpu recovery action",
     _UNUSED_GPU,
 ])

@@ -1,6 +1,6 @@
 """Whether a card is failing, or has been: the counters its driver keeps, and a verdict.
 
-Every counter is read through `agent.nvml.Nvml` (read-only calls), so a live driver, a
+Every counter is read through `agent.source.nvml.Nvml` (read-only calls), so a live driver, a
 recording and a converted nvidia-smi report take the same path; a call the driver does not
 answer stays None and is noted in the GPU's `unavailable` map, as the fingerprint does.
 The kernel log's Xid lines are read where the tenant may read it, and said unreadable
@@ -21,8 +21,8 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from agent import xid as xids
-from agent.nvml import Arg, Handle, Nvml, NvmlError, call_key
+from agent.health import xid as xids
+from agent.source.nvml import Arg, Handle, Nvml, NvmlError, call_key
 
 # What NVIDIA documents, and what the thresholds below rest on:
 # - Row remapping (Ampere and later), docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from agent.fingerprint import CLOCKS_EVENT_REASONS
-from agent.nvml import Handle, Nvml, NvmlError
+from agent.gpu.fingerprint import CLOCKS_EVENT_REASONS
+from agent.source.nvml import Handle, Nvml, NvmlError
 
 # One sample: seconds (perf_counter), SM MHz, memory MHz, watts, deg C, reasons bitmask.
 Sample = List[float]

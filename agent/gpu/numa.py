@@ -20,7 +20,7 @@ import contextlib
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
-from agent.nvml import Handle, Nvml, NvmlError
+from agent.source.nvml import Handle, Nvml, NvmlError
 
 SYS_PCI = "/sys/bus/pci/devices"
 _WORD_BITS = 64  # pynvml's cpuSet is an array of C unsigned longs

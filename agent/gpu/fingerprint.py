@@ -1,6 +1,6 @@
 """One GPU's fingerprint from NVML: what the card is and how it is configured.
 
-Every function here asks through `agent.nvml.Nvml`, so a live driver, a recording and a
+Every function here asks through `agent.source.nvml.Nvml`, so a live driver, a recording and a
 converted `nvidia-smi` file all take the same path. A value NVML does not give stays None
 and the reason goes into the GPU's `unavailable` map: nothing is invented.
 """
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from agent import capabilities, health, nvlink, variants
-from agent.nvml import Arg, Handle, Nvml, NvmlError, call_key
+from agent.gpu import capabilities, nvlink, variants
+from agent.health import card as health
+from agent.source.nvml import Arg, Handle, Nvml, NvmlError, call_key
 
 # NVML_GPU_VIRTUALIZATION_MODE_*: pass-through is an ordinary VM with the whole card.
 VIRTUALIZATION_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host", 4: "host"}
@@ -309,7 +310,7 @@ def fingerprint_gpu(
         "pcie_width_max": _int(r.get("nvmlDeviceGetMaxPcieLinkWidth")),
         "nvlink_links_active": sum(1 for s in links if s),
         "nvlink_links_total": len(links),
-        # Where each active link goes (agent/nvlink.py); None: NVML did not say.
+        # Where each active link goes (agent/gpu/nvlink.py); None: NVML did not say.
         "nvlink_remotes": remotes,
         "clocks_event_reasons": reasons,
         "clocks_event_reason_names": decode_event_reasons(reasons),

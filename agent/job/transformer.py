@@ -21,7 +21,7 @@ Counted as others count it, each with its source:
   the floor of what a step must read, as nvbandwidth-style figures count; the one new
   key and value written a step and the activations are left out (under 0.1%).
 
-Imported only once torch is known to import (agent/jobs.py imports it inside its run).
+Imported only once torch is known to import (agent/job/suite.py imports it inside its run).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent import bandwidth
+from agent.node import bandwidth
 
 WARMUP = 5  # nccl-tests' default warm-up iterations
 ITERATIONS = 20  # and its default timed ones
@@ -102,7 +102,7 @@ def _agent_root() -> str:
 def _rank_command(rank: int, world: int, port: int, backend: str, device: Optional[int],
                   sizes: Sequence[int], warmup: int, iterations: int) -> List[str]:
     boot = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from agent.collective import rank_main; sys.exit(rank_main(sys.argv[2:]))")
+            "from agent.node.collective import rank_main; sys.exit(rank_main(sys.argv[2:]))")
     args = ["--rank", str(rank), "--world", str(world), "--port", str(port),
             "--backend", backend, "--sizes", ",".join(str(s) for s in sizes),
             "--warmup", str(warmup), "--iterations", str(iterations)]

@@ -1,5 +1,5 @@
 """The job suite's decode: one new token per sequence a step, over a KV cache of fixed
-length, with the decoder stack's weights (agent/transformer.py) in bf16.
+length, with the decoder stack's weights (agent/job/transformer.py) in bf16.
 
 A step reads every weight and every cached key and value once and does little
 arithmetic on them: it is bound by memory bandwidth, which the matmul does not measure.
@@ -10,7 +10,7 @@ as serving stacks do, so the host's launch speed does not set the figure.
 
 The gate: the same step at a small shape in bf16 with the pinned backend and in float32
 with the attention written out, from the same weights, input and cache: the output within
-`agent.train_step.TOLERANCE` of float32's, and finite.
+`agent.job.train_step.TOLERANCE` of float32's, and finite.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from agent.train_step import SEED, TOLERANCE
-from agent.transformer import (
+from agent.job.train_step import SEED, TOLERANCE
+from agent.job.transformer import (
     Shape,
     Stack,
     attention_backend,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, Collection, Dict, List, Optional
 
-from agent.nvml import Handle, Nvml, NvmlError
+from agent.source.nvml import Handle, Nvml, NvmlError
 
 # nvidia-smi's own definition of "busy" is any utilization; the harness has called a GPU
 # busy above 5% since 1.0 (a monitoring agent's sampling shows as 1-2%).

@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from agent import links
-from agent.nvml import Handle, Nvml, NvmlError, call_key
+from agent.gpu import links
+from agent.source.nvml import Handle, Nvml, NvmlError, call_key
 
 MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvidia-ml-py 13; Hopper and Blackwell have 18
 STATE = "nvmlDeviceGetNvLinkState"

@@ -1,5 +1,5 @@
 """The job suite's training step: forward, backward and a fused AdamW step of the decoder
-stack (agent/transformer.py) in bf16, and the gate a run passes before any step counts.
+stack (agent/job/transformer.py) in bf16, and the gate a run passes before any step counts.
 
 The step is what a data-parallel job's GPU does between gradient exchanges: the loss is
 the mean squared error of the stack's output against a fixed random target (no LM head,
@@ -9,7 +9,7 @@ keeping float32 master weights would hold 14 GiB more and spend more of its step
 optimizer: that is another configuration, not this one).
 
 The gate runs the same code at a small shape twice, in bf16 with the pinned attention
-backend and in float32 with the attention written out (agent/transformer.py), from the
+backend and in float32 with the attention written out (agent/job/transformer.py), from the
 same weights and inputs: the loss must be finite and every parameter's gradient within
 `TOLERANCE` of float32's (relative, by norm). A card or stack that computes a wrong step
 fails here, before its time is counted.
@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from agent.transformer import Shape, Stack, attention_backend, paired, relative_error
+from agent.job.transformer import Shape, Stack, attention_backend, paired, relative_error
 
 # bf16 keeps 8 bits of mantissa (a rounding of 0.2-0.4%); through a forward and backward
 # of two layers the gradients of a healthy run land 0.5-2% from float32's

@@ -1,5 +1,5 @@
 """What NVIDIA and PCI-SIG publish for the links a node's copies cross: HBM per variant
-(agent/variants.py), NVLink per link by generation, PCIe per lane by generation.
+(agent/gpu/variants.py), NVLink per link by generation, PCIe per lane by generation.
 
 Figures are GB/s (10^9 bytes a second) each way, as the project's reference/gpu-variants.md
 ("Links") gives them with its sources. Healthy copies reach about 85-90% of them (the lent

@@ -21,10 +21,10 @@ Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
   done; the median before). Runs slowed by something outside the card (INTERRUPTED_FACTOR)
   are excluded by name and the result flagged contended, not trimmed by count. The
   within-run 95% interval comes from the measurement's ~1 s sub-windows; the interval a
-  repeat run falls inside is fleet's (agent/repeat.py); provenance of everything that
+  repeat run falls inside is fleet's (agent/timing/repeat.py); provenance of everything that
   changes the kernel.
 
-torch is imported here and by the node suite (agent/node.py), nowhere else in the agent.
+torch is imported here and by the node suite (agent/node/suite.py), nowhere else in the agent.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
 
-from agent import contention as contended_by
-from agent import integrity, soak, stats, steady, telemetry
-from agent.nvml import Handle, Nvml, NvmlError
+from agent.matmul import integrity, steady
+from agent.source.nvml import Handle, Nvml, NvmlError
+from agent.timing import contention as contended_by
+from agent.timing import soak, stats, telemetry
 
 HARNESS_VERSION = "1.4.0"
 # The standard benchmark: what the agent's CLI, fleet's CLI and its local agent all default
@@ -88,7 +89,7 @@ class Config:
     k: int = DEFAULT_SIZE
     mode: str = "sustained"  # or "burst"
     # "soaked" (the default since 1.3): every GPU loaded continuously from its first
-    # launch until throughput and temperature stop moving (agent/soak.py), then measured;
+    # launch until throughput and temperature stop moving (agent/timing/soak.py), then measured;
     # "quick": warm-up until 1-s windows agree, the protocol of every result before 1.3,
     # a cool-start figure. Burst is always quick: its pauses are the point.
     protocol: str = "soaked"
@@ -549,7 +550,7 @@ class Load:
     m0: float
     m1: float
     soak: Optional[Dict[str, Any]] = None
-    integrity: Optional[Dict[str, Any]] = None  # soaked loads only (agent/integrity.py)
+    integrity: Optional[Dict[str, Any]] = None  # soaked loads only (agent/matmul/integrity.py)
 
 
 def _quick_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: Coordinator,
@@ -652,7 +653,7 @@ def _soak_window(sampler: telemetry.Sampler, start: float, end: float, load0: fl
 def _soaked_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: SoakCoordinator,
                  sampler: telemetry.Sampler, progress: Progress) -> Load:
     """One continuous load from the first launch to the last timed run: soak windows judged
-    by agent/soak.py until this GPU has soaked or reached the cap, on until every GPU of
+    by agent/timing/soak.py until this GPU has soaked or reached the cap, on until every GPU of
     the node has; then measure_seconds of timed runs; then load on, untimed, until every
     GPU has measured."""
     load0 = time.perf_counter()

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from agent import stats
+from agent.timing import stats
 
 # An operating point counts when it held at least this many sub-windows (as the harness's
 # operating_point_switch flag counts them): a lone sub-window is the switch itself.
@@ -74,12 +74,12 @@ SPREADS: Dict[str, Spread] = {
         ("2026-11-25-h200-soak-1653724065387", "2026-11-26-h200-repeat-1653724033734",
          "2026-11-26-h200x4-node-probe")),
 }
-# The job suite's figures (agent/jobs.py), by variant, workload and attention backend:
+# The job suite's figures (agent/job/suite.py), by variant, workload and attention backend:
 # soaked runs, each a process of its own, back to back, every GPU of the node at once;
 # the sd of each GPU's tokens/s about its own mean pooled over the GPUs (`python
 # bench/job_suite.py` lists each GPU's and pools them again). Contended and unsoaked
 # results are left out. The 2x H100's runs measured 8 s, 3 s and 5 s, the others 6, 2
-# and 3 s (agent/jobs.py says what each spread alone).
+# and 3 s (agent/job/suite.py says what each spread alone).
 JOB_RECORDS = ("2026-11-26-h100x4-jobs", "2026-11-26-h100-jobs-full",
                "2026-11-26-h100x2-jobs")
 JOB_SOURCE = ("seven H100 SXM5s of three nodes (4x, 2x, 1x): 3-5 job-suite runs each, "

@@ -68,7 +68,7 @@ _T975_BEYOND = ((40, 2.021), (60, 2.000), (120, 1.980))
 
 
 # The normal's 97.5% quantile, the t's limit: for a width whose sigma is not a count of
-# runs (agent/repeat.py's run wander), not t's last row above (1.980 at 120 dof).
+# runs (agent/timing/repeat.py's run wander), not t's last row above (1.980 at 120 dof).
 Z975 = 1.959964
 
 

@@ -3,13 +3,13 @@
 Straight after the matmul (the node suite follows: agent/collect.py says why), each GPU
 runs, in lockstep with the others (one thread a GPU, as the matmul's harness runs them):
 
-1. the gates (agent/train_step.py, agent/decode.py): a small training step and a small
+1. the gates (agent/job/train_step.py, agent/job/decode.py): a small training step and a small
    decode step in bf16 against float32; a GPU that fails them is reported and measures
    nothing. From here until the training load begins a matmul keeps the card at load
-   (agent/warm.py), so that the soak starts near the matmul's heat;
-2. the training step of the decoder stack (agent/transformer.py) with attention pinned
+   (agent/job/warm.py), so that the soak starts near the matmul's heat;
+2. the training step of the decoder stack (agent/job/transformer.py) with attention pinned
    to flash, loaded continuously until throughput and temperature stop moving by the
-   matmul's rule (agent/soak.py: the same span, window, tolerances and cap, after the
+   matmul's rule (agent/timing/soak.py: the same span, window, tolerances and cap, after the
    matmul too: `Config.cap_s` says why), then measured;
 3. beside it, where the torch has it, the same step with cuDNN's attention, measured on
    the card the flash step soaked;
@@ -18,13 +18,13 @@ runs, in lockstep with the others (one thread a GPU, as the matmul's harness run
 The phases run in lockstep (no GPU starts one before every GPU has left the last)
 because PyTorch's attention-backend switch is process-wide: every thread must be asking
 for the same backend at once. The gates' float32 reference writes its attention out
-rather than switch backends (agent/transformer.py).
+rather than switch backends (agent/job/transformer.py).
 
 Steps are timed with CUDA events in a pipeline (each step's end event is waited for
 only once the next step is queued, so the GPU never idles for the host's sake); the
 figure is the work over the summed step times, as the matmul's is. Each result carries
 its telemetry, who else was on the GPU, the gate's verdict, peak memory, and the
-FLOP and byte counts with their sources (agent/transformer.py).
+FLOP and byte counts with their sources (agent/job/transformer.py).
 
 On the CPU path (`--cpu`) the same code runs at a tiny shape with the math backend and
 short windows: the path, not a figure.
@@ -38,11 +38,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
-from agent import contention, links, soak, stats, telemetry, warm
-from agent.harness import Config as HarnessConfig
-from agent.harness import GpuTarget, SoakCoordinator, import_torch, match_targets
-from agent.node import IDLE_BEFORE_UTILIZATION_S
-from agent.nvml import Nvml
+from agent.gpu import links
+from agent.job import warm
+from agent.matmul.harness import Config as HarnessConfig
+from agent.matmul.harness import GpuTarget, SoakCoordinator, import_torch, match_targets
+from agent.node.suite import IDLE_BEFORE_UTILIZATION_S
+from agent.source.nvml import Nvml
+from agent.timing import contention, soak, stats, telemetry
 
 SUITE_VERSION = "1.0.0"
 TIMING_METHOD = "cuda-events-pipelined"
@@ -66,9 +68,9 @@ class Config:
     graph: bool = True
     window_s: float = soak.WINDOW_S
     span_s: float = soak.SPAN_S
-    # The soak takes the matmul's cap (agent/soak.py, `--soak-cap-s`) after the matmul as
+    # The soak takes the matmul's cap (agent/timing/soak.py, `--soak-cap-s`) after the matmul as
     # from idle. Straight after the matmul, held at load while the job set up
-    # (agent/warm.py), lent H100s soaked 31-37 s into the training step; from idle
+    # (agent/job/warm.py), lent H100s soaked 31-37 s into the training step; from idle
     # 49-82 s. Behind the node suite, the cards had cooled 22-24 C and under a 35-s cap
     # every GPU was still heating 6-8 C a span (bench/records/2026-11-26-h100x4-jobs).
     cap_s: float = soak.CAP_S
@@ -100,7 +102,7 @@ class JobError(Exception):
 
 
 def _shapes(cfg: Config) -> Dict[str, Any]:
-    from agent import transformer as t
+    from agent.job import transformer as t
 
     cpu = cfg.device == "cpu"
     defaults = {"train": t.CPU_TRAIN if cpu else t.TRAIN,
@@ -342,7 +344,7 @@ class Gpu:
 
     def _gates(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Both gates' verdicts; JobError where either failed."""
-        from agent import decode, train_step
+        from agent.job import decode, train_step
 
         cfg = self.cfg
         dtype = self.torch.bfloat16
@@ -366,7 +368,7 @@ class Gpu:
     def _train(self, checked: Dict[str, Any], seen: List[Dict[str, Any]],
                busy_before: Optional[int]) -> List[Dict[str, Any]]:
         """The soaked training figure, and the other backend's beside it."""
-        from agent import train_step
+        from agent.job import train_step
 
         cfg = self.cfg
         wall0 = time.perf_counter()
@@ -400,7 +402,7 @@ class Gpu:
     def _decode(self, checked: Dict[str, Any], first: Dict[str, Any],
                 seen: List[Dict[str, Any]], busy_before: Optional[int]) -> Dict[str, Any]:
         """Decode on the card the training step soaked (its weights and state freed)."""
-        from agent import decode
+        from agent.job import decode
 
         cfg = self.cfg
         self._free()
@@ -409,7 +411,7 @@ class Gpu:
         self._reset_peak()
         shape = self.shapes["decode"]
         # One capture at a time, and no GPU's work beside it: every GPU waits at the
-        # phase's start and again once all have captured (agent/decode.py says what a
+        # phase's start and again once all have captured (agent/job/decode.py says what a
         # shared capture stream did on a lent 2x H100).
         with CAPTURE_LOCK:
             decoder = decode.Decoder(shape, self.device, self.torch.bfloat16, cfg.attention,
@@ -457,7 +459,7 @@ class Gpu:
                 detail: Optional[Dict[str, Any]], wall0: float, seen: List[Dict[str, Any]],
                 busy_before: Optional[int], trainer: Any = None,
                 follows: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        from agent import transformer
+        from agent.job import transformer
 
         torch = self.torch
         cfg = self.cfg

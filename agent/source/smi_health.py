@@ -1,7 +1,7 @@
-"""nvidia-smi's health sections as NVML recording keys, for `agent.smi`'s converter.
+"""nvidia-smi's health sections as NVML recording keys, for `agent.source.smi`'s converter.
 
 `ECC Errors`, `Retired Pages` and `Clocks Event Reasons Counters` carry what
-`agent.health` asks NVML for; each becomes the keys and values the same driver's NVML
+`agent.health.card` asks NVML for; each becomes the keys and values the same driver's NVML
 calls would have given, under smi.py's rules (a value nvidia-smi does not print is left
 out, "N/A" is NOT_SUPPORTED). Two forms of `ECC Errors` exist: Ampere and later print
 SRAM and DRAM counts (Hopper splits SRAM uncorrectable into parity and SEC-DED); older
@@ -246,7 +246,7 @@ def _banks(raw: str) -> int:
 
 def repair_keys(read: Read, gpu: Node) -> Dict[str, Any]:
     """The recovery action, the repair flags printed under `ECC Errors` (drivers from
-    R575) and the row remapper's bank histogram, as the NVML calls agent/health.py asks."""
+    R575) and the row remapper's bank histogram, as the NVML calls agent/health/card.py asks."""
     store: Dict[str, Any] = {}
 
     def put(key: str, state: str, value: Any) -> None:
