@@ -57,4 +57,4 @@ def hbm_figure(gpu: Dict[str, Any]) -> Tuple[Optional[float], Optional[str]]:
     if not gbs:
         return None, None
     label = (gpu.get("variant") or {}).get("label") or "this variant"
-    return float(gbs), f"{label}: {datasheet.get('source') or 'agent/variants.py'}"
+    return float(gbs), f"{label}: {datasheet.get('source') or 'agent/gpu/variants.py'}"
