@@ -565,14 +565,6 @@ class Gpu:
         }
 
 
-def _fingerprint(target: GpuTarget, gpus: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    for gpu in gpus:
-        if target.nvml_index is not None and gpu.get("index") == target.nvml_index:
-            return gpu
-    return {"index": target.nvml_index if target.nvml_index is not None else target.index,
-            "uuid": target.uuid}
-
-
 class Phase(SoakCoordinator):
     """A phase every GPU of the node runs together; `members` counts them."""
 
@@ -600,7 +592,7 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
     lock = threading.Lock()
 
     def one(target: GpuTarget, phases: Sequence[Phase]) -> None:
-        job = Gpu(torch, cfg, target, _fingerprint(target, gpus), phases, progress)
+        job = Gpu(torch, cfg, target, target.fingerprint(gpus), phases, progress)
         gpu_index = target.nvml_index if target.nvml_index is not None else target.index
         try:
             if cuda:

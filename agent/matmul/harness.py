@@ -181,6 +181,15 @@ class GpuTarget:
     nvml: Optional[Nvml] = None
     handle: Optional[Handle] = None
 
+    def fingerprint(self, gpus: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """This GPU's fingerprint among `gpus`; on the CPU path, or for a GPU NVML does not
+        see, what a figure can still say of it (its index and UUID)."""
+        for gpu in gpus:
+            if self.nvml_index is not None and gpu.get("index") == self.nvml_index:
+                return gpu
+        return {"index": self.nvml_index if self.nvml_index is not None else self.index,
+                "uuid": self.uuid}
+
 
 @dataclass
 class Coordinator:

@@ -82,15 +82,6 @@ class Outcome:
         self.errors.append(error)
 
 
-def _fingerprint(target: GpuTarget, gpus: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    for gpu in gpus:
-        if target.nvml_index is not None and gpu.get("index") == target.nvml_index:
-            return gpu
-    # The CPU path, or a GPU NVML does not see: what the figure can still say.
-    return {"index": target.nvml_index if target.nvml_index is not None else target.index,
-            "uuid": target.uuid}
-
-
 def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:4000]
 
@@ -185,7 +176,7 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
     stack = bandwidth.Stack(torch)
     outcome = Outcome()
     busy = _busy(targets) if cuda else {}
-    prints = [_fingerprint(t, gpus) for t in targets]
+    prints = [t.fingerprint(gpus) for t in targets]
     for target, gpu in ((targets[i], prints[i]) for i in range(len(targets))):
         device = torch.device(f"cuda:{target.index}" if cuda else "cpu")
         stream = torch.cuda.Stream(device) if cuda else None
