@@ -17,9 +17,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent import DOCUMENT_FORMAT, __version__
 from agent.gpu import host
 from agent.gpu.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
+from agent.job.share import set_copy_shares
 from agent.job.suite import Config as JobConfig
 from agent.matmul.harness import Config as HarnessConfig
 from agent.node.suite import Config as NodeConfig
+from agent.source import settings as run_settings
 from agent.source import smi
 from agent.source.nvml import (
     REPLAY_ENV,
@@ -218,6 +220,7 @@ def collect(
             if node is not None:
                 node_results, failures = _node_suite(node, gpus, live, progress, started)
                 errors += failures
+                set_copy_shares(job_results, node_results)
             elif bench is not None:
                 # The matmul alone (--suite gemm): no link was read under load, but the
                 # replays counted while it ran still tell.
@@ -261,4 +264,6 @@ def collect(
         "errors": errors,
         "node": node_results,
         "jobs": job_results,
+        # What the run measured under, with where each came from (agent/source/settings.py).
+        "settings": run_settings.collect(os.environ),
     }

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from fleet.errors import AgentError
+from fleet.model.settings import Setting, SettingsRerun
 
 DOCUMENT_FORMAT = "fleet-agent/1"
 
@@ -187,6 +188,9 @@ class XidClass(Strict):
     cause: Literal["hardware", "driver", "application", "unknown"]
     action: HealthAction
     name: Text
+    # NVIDIA's Xid catalog, "Resolution Bucket (Immediate Action)", as NVIDIA spells it
+    # ("RESET_GPU"); None for a code not in the table, or an older agent.
+    bucket: Name | None = None
 
 
 class XidInRun(XidClass):
@@ -811,6 +815,9 @@ class NodeResult(Strict):
     settings: dict[Annotated[str, StringConstraints(max_length=64)],
                    Annotated[str, StringConstraints(max_length=128)]] | None = Field(
         default=None, max_length=32)
+    # allreduce: the same size measured again in the same run without the settings that
+    # could move it, where the agent found the figure short (agent/node/rerun.py).
+    rerun: SettingsRerun | None = None
 
     @model_validator(mode="after")
     def _says_what_it_measured(self) -> NodeResult:
@@ -928,6 +935,16 @@ class JobResult(Strict):
     model: Name
     model_source: Annotated[str, StringConstraints(max_length=1000)]
     shape: JobShape
+    # Decode's point (agent/job/transformer.py DECODE_POINTS): "bandwidth" or "latency";
+    # None for training and for suites before 1.1.0 (one decode shape).
+    point: Literal["bandwidth", "latency"] | None = None
+    # How grouped-query attention reached the kernel: "native" (SDPA's enable_gqa),
+    # "expanded" (keys and values repeated first), "grouped" (decode: a group's queries
+    # as rows of one head); None before suite 1.1.0, which expanded in training.
+    gqa: Literal["native", "expanded", "grouped"] | None = None
+    # The fastest backend that passed its gate, of its GPU's workload and point in the
+    # run: the figure a tuned job gets (None before suite 1.1.0: the pinned backend).
+    headline: bool | None = None
     params: Annotated[int, Field(ge=1, le=10**13)]
     dtype: Literal["bf16", "fp32"]
     attention: Attention
@@ -961,6 +978,11 @@ class JobResult(Strict):
     hbm_gbs: Annotated[float, Field(gt=0, le=1e7)] | None
     hbm_source: Text | None
     hbm_share: Annotated[float, Field(ge=0, le=100)] | None
+    # Decode: the same GPU's memory copy in the same run (the node suite's, bytes read
+    # plus written) and the share of it the step read; None where the node suite did not
+    # run or measure it.
+    copy_gbs: Annotated[float, Field(gt=0, le=1e7)] | None = None
+    copy_share: Annotated[float, Field(ge=0, le=100)] | None = None
     peak_memory_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None
     loss: Annotated[float, Field(ge=-1e9, le=1e9)] | None
     correctness: JobCorrectness
@@ -1021,6 +1043,14 @@ class JobResult(Strict):
         if self.hbm_share is not None and self.gbs is not None and self.hbm_gbs is not None:
             self._derived("hbm_share", self.hbm_share, self.gbs / self.hbm_gbs,
                           "gbs / hbm_gbs")
+        if (self.copy_share is None) != (self.copy_gbs is None) or (
+                self.copy_gbs is not None and self.gbs is None):
+            raise ValueError("copy_share and copy_gbs go together, on a decode result")
+        if self.copy_share is not None and self.copy_gbs is not None and self.gbs is not None:
+            self._derived("copy_share", self.copy_share, self.gbs / self.copy_gbs,
+                          "gbs / copy_gbs")
+        if self.point is not None and train:
+            raise ValueError("a train result has no decode point")
         interval = self.within_run_ci95
         if interval is not None and interval[0] > interval[1]:
             raise ValueError("within_run_ci95 must be [low, high]")
@@ -1071,6 +1101,9 @@ class AgentDocument(Strict):
     # The job suite's figures (agent/job/suite.py), one per GPU, workload and attention
     # backend; absent from agents before it.
     jobs: list[JobResult] = Field(default_factory=list, max_length=4096)
+    # The settings the run measured under, each with its source (fleet/model/settings.py);
+    # absent from agents before it.
+    settings: list[Setting] | None = Field(default=None, max_length=256)
 
 
 def parse_document(data: Any, origin: str) -> AgentDocument:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.source.settings import INVENTORY_NAMES
 from fleet.errors import FleetError, InputError
 from fleet.inventory import Target
 from fleet.transport.base import (
@@ -174,6 +175,15 @@ def launch_script(python: str, path: str, args: list[str], env: Mapping[str, str
     ])
 
 
+def inventory_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The inventory's `env:` as the agent starts under it, with the names it set listed
+    in FLEET_INVENTORY_ENV: the agent records each such setting's source as "inventory",
+    not "environment" (agent/source/settings.py)."""
+    if not env:
+        return {}
+    return {**env, INVENTORY_NAMES: ",".join(sorted(env))}
+
+
 def _marker(process: Process, lines: Iterator[str], target: Target) -> str:
     for _, line in zip(range(MAX_SHELL_NOISE_LINES), lines, strict=False):
         if line.startswith(MARKER):
@@ -193,7 +203,7 @@ def launch_agent(transport: Transport, payload: Payload, target: Target, args: l
     `python` (fleet's runtime on the host) runs it instead of the inventory's `python:`."""
     path = payload.remote_path(target.cache_dir)
     python = python or target.python
-    script = launch_script(python, path, args, target.env)
+    script = launch_script(python, path, args, inventory_environment(target.env))
     uploaded = False
     while True:
         process = transport.run(script)

@@ -24,23 +24,37 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 from agent.health import xid as xids
 from agent.source.nvml import Arg, Handle, Nvml, NvmlError, call_key
 
-# What NVIDIA documents, and what the thresholds below rest on:
-# - Row remapping (Ampere and later), docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/
-#   row-remapping.html: "The process of row-remapping requires a GPU reset to take effect";
-#   "Supports up to 512 remapping for the frame buffer", where page retirement on older
-#   GPUs "Supported a maximum of 64 retirements".
-# - nvmlDeviceGetRemappedRows: "isPending indicates whether or not there are pending
-#   remappings. A reset will be required to actually remap the row. failureOccurred will
-#   be set if a row remapping ever failed in the past." NVIDIA's RMA policy for row
-#   remapping: the RMA criterion is met when that failure flag is set and its field
-#   diagnostic confirms it.
-# - Dynamic page retirement (before Ampere), docs.nvidia.com/deploy/dynamic-page-retirement:
-#   the driver retires a page after one double-bit error or two single-bit errors on one
-#   address; after a double-bit error "'Pending Page Blacklist' status becomes 'YES'" until
-#   the driver reloads or the GPU resets.
-# - nvmlDeviceGetTotalEccErrors: volatile counts are "since the last driver load",
-#   aggregate ones "persist indefinitely"; the total is "the sum of errors across each of
-#   the separate memory systems".
+# What NVIDIA documents, and what the rules below rest on (each rule names its source
+# again where it is applied; MEM is NVIDIA's "GPU Memory Error Management",
+# docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/, one page per section):
+# - MEM, "Row Remapping" (row-remapping.html): "The process of row-remapping requires a
+#   GPU reset to take effect"; "Supports up to 512 remapping for the frame buffer", where
+#   page retirement on older GPUs "Supported a maximum of 64 retirements".
+# - MEM, "RMA Policy" (rma-policy-thresholds-for-row-remapping.html), "GPU DRAM Memory
+#   RMA Policy": "the RMA criteria is met when the row-remapping failure flag is set and
+#   validated by the field diagnostic"; the flag is set by a remap attempt on a bank that
+#   already has eight uncorrectable rows remapped, on a row already remapped, or after 512.
+#   "GPU L2 Memory RMA Policy": "Regarding SRAM uncorrectable errors, the RMA criteria is
+#   met" when the SRAM Threshold Exceeded flag is set: "More than 4 UCE Unique Count events
+#   within an address bank for parity protected SRAMs", more than 2 for SEC-DED ones.
+# - MEM, "Error Recovery and Response Flags" (error-recovery-and-response-flags.html):
+#   with the row-remapping pending flag set "unaffected applications can continue running
+#   ... and new workloads can be launched"; the recovery action flag (RECOVERY_ACTIONS).
+# - NVML API Reference, nvmlDeviceGetRemappedRows: "isPending indicates whether or not
+#   there are pending remappings. A reset will be required to actually remap the row.
+#   failureOccurred will be set if a row remapping ever failed in the past."
+# - NVIDIA's "Dynamic Page Retirement" (before Ampere), docs.nvidia.com/deploy/
+#   dynamic-page-retirement: the driver retires a page after one double-bit error or two
+#   single-bit errors on one address; after a double-bit error "'Pending Page Blacklist'
+#   status becomes 'YES'" until the driver reloads or the GPU resets.
+# - NVML API Reference, nvmlDeviceGetTotalEccErrors: volatile counts are "since the last
+#   driver load", aggregate ones "persist indefinitely"; the total is "the sum of errors
+#   across each of the separate memory systems".
+# - DCGM's health watch (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, limits in
+#   common/DcgmGPUHardwareLimits.h, next steps in dcgmlib/dcgm_errors.h), where NVIDIA
+#   documents no threshold: MonitorMemVolatileDbes fails on any volatile double-bit error
+#   (DCGM_FR_VOLATILE_DBE_DETECTED_NEXT: "Drain the GPU and reset it or reboot the
+#   node."); MonitorMemRetiredPending only warns; MonitorMemUnrepairableFlag fails.
 REMAP_SPARES = 512
 # How a reason about the host link under load begins: the report's host-link finding
 # names the same cause, and drops the health finding that would say it twice.
@@ -50,7 +64,8 @@ LINK_REASON = "the host link ran at"
 NVLINK_REASON = "NVLink:"
 RETIREMENT_TABLE = 64
 # DCGM counts the retirement table full at DCGM_LIMIT_MAX_RETIRED_PAGES = 63 ("updated to
-# match the field diag"); NVIDIA's page-retirement document says 64 retirements at most.
+# match the field diag", common/DcgmGPUHardwareLimits.h; MonitorMemSbeDbeRetiredPages
+# fails at it); MEM, "Row Remapping", says 64 retirements at most.
 RETIRED_FULL = 63
 # Degraded once a quarter of those spares is used: NVIDIA publishes no threshold short of
 # a failure, and a quarter leaves the card repairing itself with visibly less margin than
@@ -62,31 +77,36 @@ RETIRED_DEGRADED = RETIREMENT_TABLE // 4
 RULE = (
     "Each reason asks for an action: none, reset (the card works on; the provider resets "
     "it), drain_and_reset (the node's work is drained first), replace (NVIDIA's RMA "
-    "criteria); the verdict asks for the most any reason does. "
-    "failing: a row remapping failed (replace; NVIDIA's RMA criterion); the driver flags "
-    "unrepairable memory (replace); "
-    f"{RETIRED_FULL} or more retired pages (replace; DCGM_LIMIT_MAX_RETIRED_PAGES); any "
-    "uncorrectable ECC error since the driver loaded (reset); NVML's recovery action asks "
-    "for a GPU or bus reset (reset) or a node or system reboot (drain_and_reset); an NVLink "
-    "replay or recovery error during the run, or CRC errors at 100 a second or more "
-    "(reset; DCGM's NVLink watch fails on these); a hardware Xid (agent/health/xid.py) stamped "
-    "inside the agent's run whose action is drain_and_reset or replace. "
+    "criteria); the verdict asks for the most any reason does. Each rule names its source in "
+    "parentheses; MEM is NVIDIA's GPU Memory Error Management, DCGM its health watch. "
+    "failing: a row remapping failed, or the driver's SRAM error threshold is exceeded "
+    "(replace; MEM, RMA Policy); the driver flags unrepairable memory (replace; DCGM, "
+    f"MonitorMemUnrepairableFlag); {RETIRED_FULL} or more retired pages (replace; DCGM_LIMIT_"
+    "MAX_RETIRED_PAGES); any uncorrectable ECC error since the driver loaded (reset; DCGM, "
+    "MonitorMemVolatileDbes); NVML's recovery action asks for a GPU or bus reset (reset) or "
+    "a node or system reboot (drain_and_reset) (MEM, Error Recovery and Response Flags); an "
+    "NVLink replay or recovery error during the run, or CRC errors at 100 a second or more "
+    "(reset; DCGM, MonitorNVLink4Fields); a hardware Xid stamped inside the agent's run "
+    "whose bucket asks more than restarting the application: RESET_GPU (reset), RESTART_BM "
+    "(drain_and_reset), CONTACT_SUPPORT (replace), and the workflows of Xid 48 and 74 "
+    "(reset, as the counters they follow) (NVIDIA's Xid catalog, Resolution Bucket "
+    "(Immediate Action); agent/health/xid.py). "
     "degraded: a row remap, a page retirement, a memory channel or TPC repair pending "
-    "(reset: NVIDIA says unaffected work goes on until the reset, and DCGM does not fail "
-    "on them); NVML's recovery action asks to drain peer-to-peer traffic (drain_and_reset); "
-    "rows remapped, or pages retired, for uncorrectable errors; uncorrectable errors in the "
-    "card's life but none since the driver loaded; "
+    "(reset: unaffected work goes on until the reset, MEM, Error Recovery and Response "
+    "Flags; DCGM does not fail on them); NVML's recovery action asks to drain peer-to-peer "
+    "traffic (drain_and_reset); rows remapped, or pages retired, for uncorrectable errors; "
+    "uncorrectable errors in the card's life but none since the driver loaded; "
     f"{REMAPS_DEGRADED} or more remapped rows of the {REMAP_SPARES} spares, or "
-    f"{RETIRED_DEGRADED} or more retired pages of {RETIREMENT_TABLE}; a memory bank with no "
-    "spare row left (the remap bank histogram's None); the driver's SRAM error threshold "
-    "exceeded (NVIDIA documents no action: fleet asks none); PCIe replays during the run "
-    "above DCGM's rate (ceil of 1e-12 x the lane speed x lanes a minute: 31 at Gen5 x16); "
-    "a hardware Xid "
-    "inside the run asking less than a drain (its action); the host link under load below "
-    "the generation or width the card and slot support; fewer active NVLink links than the "
-    "variant carries (agent/gpu/variants.py), where at least one is active: a single SXM card "
-    "passed into a VM shows none, which proves nothing. These ask for no action unless "
-    "said. "
+    f"{RETIRED_DEGRADED} or more retired pages of {RETIREMENT_TABLE} (fleet's own: no "
+    "document sets a threshold short of a failure); a memory bank with no spare row left "
+    "(the remap bank histogram's None; its next remap fails, MEM, RMA Policy); PCIe replays "
+    "during the run above DCGM's rate (ceil of 1e-12 x the lane speed x lanes a minute: 31 "
+    "at Gen5 x16; DCGM, MonitorPcie); a hardware Xid inside the run whose bucket asks "
+    "nothing of the card (RESTART_APP, IGNORE); the host link under load below the "
+    "generation or width the card and slot support (fleet's own); fewer active NVLink links "
+    "than the variant carries (agent/gpu/variants.py), where at least one is active: a "
+    "single SXM card passed into a VM shows none, which proves nothing. These ask for no "
+    "action unless said. "
     "unknown: none of these, and the driver did not answer the uncorrectable ECC count "
     "since it loaded, or answered neither remapped rows nor retired pages (ECC off, a vGPU "
     "guest, an old driver or recording); no action. healthy: otherwise. Throttle time, "
@@ -161,7 +181,7 @@ NVLINK_ERRORS = (("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
                  ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
                  ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
                  ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"))
-# DCGM's health watch (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNvlink;
+# DCGM's health watch (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNVLink4Fields;
 # common/DcgmGPUHardwareLimits.h): a replay or recovery error (DCGM_LIMIT_MAX_NVLINK_ERROR
 # = 1) fails the watch; CRC errors warn, and fail at DCGM_LIMIT_MAX_NVLINK_CRC_ERROR = 100
 # a second ("RM has informed us that CRC errors only matter at rates of 100+ per second").
@@ -510,21 +530,36 @@ def _memory(health: Dict[str, Any]) -> List[Finding]:
     pages = health.get("retired_pages")
     if rows is not None:
         if rows["failure"]:
+            # MEM, "RMA Policy", "GPU DRAM Memory RMA Policy".
             found.append(Finding("failing", "replace",
                                  "a row remapping failed: no spare row was left"))
         if rows["pending"]:
-            # NVIDIA: "unaffected applications can continue running ... and new workloads
-            # can be launched"; DCGM does not fail on it (DCGM_FR_PENDING_ROW_REMAP).
+            # MEM, "Error Recovery and Response Flags": "unaffected applications can
+            # continue running ... and new workloads can be launched"; DCGM's health watch
+            # has no check that fails on it (DCGM_FR_PENDING_ROW_REMAP is a diagnostic's).
             found.append(Finding("degraded", "reset", "a row remap is pending: it takes "
                                  "effect only when the GPU is reset"))
+    if health.get("sram_threshold_exceeded"):
+        # MEM, "RMA Policy", "GPU L2 Memory RMA Policy": the flag is the SRAM's RMA
+        # criterion, as the failure flag is the DRAM's; DCGM's diagnostic rates it
+        # DCGM_ERROR_ISOLATE ("Cannot perform workload. GPU should be isolated.").
+        found.append(Finding("failing", "replace", "the driver's SRAM error threshold is "
+                             "exceeded: too many uncorrectable errors in one SRAM bank"))
     if health.get("unrepairable_memory"):
+        # DCGM's health watch, MonitorMemUnrepairableFlag: fails on the flag
+        # (DCGM_FR_FAULTY_MEMORY; next step: run a field diagnostic).
         found.append(Finding("failing", "replace", "the driver flags unrepairable memory"))
+    # NVML API Reference, nvmlRepairStatus_v1_t (bChannelRepairPending, bTpcRepairPending)
+    # documents the flags and no action; "until the GPU is reset" is fleet's reading, by
+    # the pending remap's rule.
     if health.get("channel_repair_pending"):
         found.append(Finding("degraded", "reset", "a memory channel repair is pending until "
                              "the GPU is reset"))
     if health.get("tpc_repair_pending"):
         found.append(Finding("degraded", "reset", "a TPC repair is pending until the GPU is "
                              "reset"))
+    # No document gives a threshold short of a failure for the next three: fleet's own
+    # (REMAPS_DEGRADED, RETIRED_DEGRADED), reported with nothing asked.
     if rows is not None:
         if rows["uncorrectable"]:
             found.append(Finding("degraded", "none", _n(rows["uncorrectable"], "row")
@@ -536,18 +571,16 @@ def _memory(health: Dict[str, Any]) -> List[Finding]:
     banks = health.get("remap_histogram") or {}
     if banks.get("none"):
         # A total of 128 of 512 hides a bank with no spare row left: its next failing row
-        # fails the remap, NVIDIA's RMA criterion. Not yet that: degraded, nothing to ask.
+        # fails the remap, NVIDIA's RMA criterion (MEM, "RMA Policy"). Not yet that:
+        # degraded, nothing to ask.
         found.append(Finding("degraded", "none", _n(banks["none"], "memory bank") + " with "
                              "no spare row left: the next row failing there fails its remap"))
-    if health.get("sram_threshold_exceeded"):
-        # NVIDIA documents no action for it; fleet reports it for the provider's field
-        # diagnostic rather than asking for a replacement on its own.
-        found.append(Finding("degraded", "none", "the driver's SRAM error threshold is "
-                             "exceeded"))
     volatile = ecc.get("uncorrected_volatile")
     aggregate = ecc.get("uncorrected_aggregate")
     if volatile:
-        # A reset clears the errored state and activates the rows remapped for it.
+        # DCGM's health watch, MonitorMemVolatileDbes: fails on any ("Drain the GPU and
+        # reset it or reboot the node."); the reset also activates the rows remapped for it
+        # (MEM, "Row Remapping").
         found.append(Finding("failing", "reset", _n(volatile, "uncorrectable ECC error")
                              + " since the driver loaded"))
     elif aggregate:
@@ -556,8 +589,8 @@ def _memory(health: Dict[str, Any]) -> List[Finding]:
                                                         if volatile == 0 else "")))
     if pages is not None:
         if pages["pending"]:
-            # NVIDIA: pending "until the driver reloads or the GPU resets"; DCGM warns
-            # (DCGM_FR_PENDING_PAGE_RETIREMENTS), it does not fail.
+            # "Dynamic Page Retirement": pending "until the driver reloads or the GPU
+            # resets"; DCGM's MonitorMemRetiredPending warns, it does not fail.
             found.append(Finding("degraded", "reset", "a page retirement is pending until "
                                  "the GPU is reset"))
         single, double = pages["single_bit"] or 0, pages["double_bit"] or 0
@@ -574,6 +607,7 @@ def _memory(health: Dict[str, Any]) -> List[Finding]:
 
 
 def _recovery(health: Dict[str, Any]) -> List[Finding]:
+    # MEM, "Error Recovery and Response Flags", the recovery action flag (RECOVERY_ACTIONS).
     value = health.get("recovery_action")
     if not value:
         return []
@@ -591,17 +625,21 @@ def _links(health: Dict[str, Any], pcie_gen_max: Optional[int],
     gen, width = health.get("pcie_gen_load"), health.get("pcie_width_load")
     limit = _pcie_limit(gen or pcie_gen_max, width or pcie_width_max)
     if rise and seconds and limit is not None:
+        # DCGM's health watch, MonitorPcie: a warning, so degraded with nothing asked.
         per_min = rise * 60.0 / seconds
         if per_min > limit:
             found.append(Finding("degraded", "none", f"the PCIe replay counter rose "
                                  f"{per_min:.0f} a minute during the run (DCGM warns above "
                                  f"{limit})"))
+    # The host link under load against what card and slot support: fleet's own rule (no
+    # NVIDIA document sets one); the report's host-link finding says the cause.
     if gen is not None and pcie_gen_max is not None and gen < pcie_gen_max:
         found.append(Finding("degraded", "none", f"{LINK_REASON} Gen{gen} under load; the "
                              f"card and slot support Gen{pcie_gen_max}"))
     if width is not None and pcie_width_max is not None and width < pcie_width_max:
         found.append(Finding("degraded", "none", f"{LINK_REASON} x{width} under load; the "
                              f"card and slot support x{pcie_width_max}"))
+    # DCGM's health watch, MonitorNVLink4Fields (NVLINK_CRC_PER_S): fails on these.
     for link in health.get("nvlink_errors_during_run") or []:
         hard = [(link.get(k) or 0, k) for k in ("replay", "recovery")]
         for count, kind in hard:
@@ -624,12 +662,17 @@ def _links(health: Dict[str, Any], pcie_gen_max: Optional[int],
 
 
 def _xid_found(health: Dict[str, Any]) -> List[Finding]:
+    # The action is the Xid catalog's immediate-action bucket (agent/health/xid.py). A
+    # bucket that asks more than restarting the application stops the card until it is
+    # done: failing, as for NVML's recovery actions. DCGM's health watch agrees code by
+    # code (BuildXidMappings): it fails on 48, 64, 74, 79, 95 and 140 and only warns on
+    # 31, 43, 63, 94 and 121.
     found = []
     for event in health.get("xid_during_run") or []:
         if event.get("cause") != "hardware":
             continue
         action = str(event.get("action") or "none")
-        verdict = "failing" if action in ("drain_and_reset", "replace") else "degraded"
+        verdict = "degraded" if action == "none" else "failing"
         found.append(Finding(verdict, action, f"Xid {event.get('code')} ({event.get('name')}) "
                              "during the agent's run"))
     return found

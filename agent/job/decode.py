@@ -5,8 +5,10 @@ A step reads every weight and every cached key and value once and does little
 arithmetic on them: it is bound by memory bandwidth, which the matmul does not measure.
 The context stays at its length (the new token's key and value overwrite the last
 cached position), so every step does the same work and the figure does not drift with
-how long the run went on. On CUDA a step is captured once as a CUDA graph and replayed,
-as serving stacks do, so the host's launch speed does not set the figure.
+how long the run went on. On CUDA a step is captured as a CUDA graph and replayed, as
+serving stacks do, so the host's launch speed does not set the figure: one graph per
+attention backend over the same weights and cache (`use` picks which one `step` replays),
+since a graph keeps the kernels it was captured with.
 
 The gate: the same step at a small shape in bf16 with the pinned backend and in float32
 with the attention written out, from the same weights, input and cache: the output within
@@ -39,7 +41,8 @@ def _cache(shape: Shape, device: Any, dtype: torch.dtype, generator: torch.Gener
 
 
 class Decoder:
-    """The stack, a filled cache and one token's input on one device; `step` decodes."""
+    """The stack, a filled cache and one token's input on one device; `step` decodes with
+    the backend `use` last chose."""
 
     def __init__(self, shape: Shape, device: Any, dtype: torch.dtype, attention: str,
                  graph: bool, seed: int = SEED, explicit: bool = False) -> None:
@@ -59,8 +62,19 @@ class Decoder:
         self.cos, self.sin = rope_tables(shape, position, dtype)
         self.out: Optional[torch.Tensor] = None
         self.graph: Optional[Any] = None
-        if graph:
+        self.graphs: Dict[str, Any] = {}
+        self.graphed = graph
+        self.use(attention)
+
+    def use(self, attention: str) -> None:
+        """Decode with `attention` from now on: its graph, captured the first time."""
+        self.attention = attention
+        if not self.graphed:
+            return
+        if attention not in self.graphs:
             self._capture()
+            self.graphs[attention] = self.graph
+        self.graph = self.graphs[attention]
 
     def _eager(self) -> None:
         if self.explicit:

@@ -3,22 +3,32 @@
 Straight after the matmul (the node suite follows: agent/collect.py says why), each GPU
 runs, in lockstep with the others (one thread a GPU, as the matmul's harness runs them):
 
-1. the gates (agent/job/train_step.py, agent/job/decode.py): a small training step and a small
-   decode step in bf16 against float32; a GPU that fails them is reported and measures
-   nothing. From here until the training load begins a matmul keeps the card at load
-   (agent/job/warm.py), so that the soak starts near the matmul's heat;
-2. the training step of the decoder stack (agent/job/transformer.py) with attention pinned
-   to flash, loaded continuously until throughput and temperature stop moving by the
-   matmul's rule (agent/timing/soak.py: the same span, window, tolerances and cap, after the
-   matmul too: `Config.cap_s` says why), then measured;
-3. beside it, where the torch has it, the same step with cuDNN's attention, measured on
-   the card the flash step soaked;
-4. decode over the KV cache (a CUDA graph a step), measured on the same soaked card.
+1. the gates (agent/job/train_step.py, agent/job/decode.py), for every attention backend
+   the torch offers (flash, cuDNN, efficient: `Config.backends`): a small training step
+   and a small decode step in bf16 against float32. A backend the torch cannot run for
+   the shape is said and left out; one that runs and computes wrong fails its GPU, which
+   measures nothing. From here until the training load begins a matmul keeps the card at
+   load (agent/job/warm.py), so that the soak starts near the matmul's heat;
+2. the training step of the decoder stack (agent/job/transformer.py) with the first
+   backend that passed on every GPU, loaded continuously until throughput and temperature
+   stop moving by the matmul's rule (agent/timing/soak.py: the same span, window,
+   tolerances and cap, after the matmul too: `Config.cap_s` says why), then measured;
+3. the same step with each other backend that passed, measured on the card the first
+   soaked;
+4. decode over the KV cache (a CUDA graph a step, one a backend), at two points
+   (`DECODE_POINTS`): a bandwidth point, whose step reads enough weights and cache that
+   the memory system sets its time, and a latency point of one sequence, every backend at
+   each, on the same soaked card.
+
+The headline of a GPU's training, and of each decode point, is the fastest backend that
+passed its gate (`headline`), named beside its figure: what a job tuned for that card
+and stack gets, whichever kernel that is. Every backend's figure is stored, so figures
+compare within one backend too.
 
 The phases run in lockstep (no GPU starts one before every GPU has left the last)
 because PyTorch's attention-backend switch is process-wide: every thread must be asking
-for the same backend at once. The gates' float32 reference writes its attention out
-rather than switch backends (agent/job/transformer.py).
+for the same backend at once, the gates included. The gates' float32 reference writes
+its attention out rather than switch backends (agent/job/transformer.py).
 
 Steps are timed with CUDA events in a pipeline (each step's end event is waited for
 only once the next step is queued, so the GPU never idles for the host's sake); the
@@ -46,12 +56,17 @@ from agent.node.suite import IDLE_BEFORE_UTILIZATION_S
 from agent.source.nvml import Nvml
 from agent.timing import contention, soak, stats, telemetry
 
-SUITE_VERSION = "1.0.0"
+# 1.1.0: every backend gated and timed, the fastest the headline; GQA native; decode at a
+# bandwidth point and a latency point (issue 45).
+SUITE_VERSION = "1.1.0"
 TIMING_METHOD = "cuda-events-pipelined"
 Progress = Callable[[str], None]
 # Timed units of work: (when one ended by the host's clock, its milliseconds).
 Units = Generator[Tuple[float, float], None, None]
 CAPTURE_LOCK = threading.Lock()
+# The shorter measurements (another backend, decode) are cut into this many sub-windows
+# for their within-run interval.
+SHORT_SUB_WINDOWS = 4
 
 
 @dataclass
@@ -62,9 +77,10 @@ class Config:
     gpus: Optional[List[int]] = None
     sequential: bool = False
     compiled: bool = False
-    attention: str = "flash"
-    # Measured beside the pinned backend on the soaked card, where the torch has it.
-    beside: Optional[str] = "cudnn"
+    # Every attention backend a tuned job could run on a GPU, the soak's first: math is
+    # left out, as it writes the scores out (2 GiB a layer at 2 x 32 x 4096^2 in bf16), a
+    # fallback no tuned job takes.
+    backends: Tuple[str, ...] = ("flash", "cudnn", "efficient")
     graph: bool = True
     window_s: float = soak.WINDOW_S
     span_s: float = soak.SPAN_S
@@ -77,22 +93,27 @@ class Config:
     # Measured for 6 s, the other backend 2 s and decode 3 s (after a second's warm-up
     # each), runs spread 0.27%, 0.38% and 0.08% (dof 17), where 8, 3 and 5 s spread
     # 0.21%, 0.24% and 0.06% (dof 4): a difference four degrees of freedom cannot tell
-    # (an sd from dof 4 spans 0.6-2.9x at 95%).
+    # (an sd from dof 4 spans 0.6-2.9x at 95%). Three backends and two decode points
+    # take decode to 1 s after 0.5 s of warm-up (at 0.3 s, the first backend after the
+    # captures still ramped: its sub-windows spread 13% on a lent 4x H100,
+    # bench/records/2026-11-27-h100x4-job-backends).
     measure_s: float = 6.0
-    beside_warm_s: float = 1.0
+    beside_warm_s: float = 0.5
     beside_s: float = 2.0
-    decode_warm_s: float = 1.0
-    decode_s: float = 3.0
-    # Sub-windows of the measurement, for its within-run interval.
+    decode_warm_s: float = 0.5
+    decode_s: float = 1.0
+    # Sub-windows of the measurement, for its within-run interval: the training
+    # measurement's; the shorter ones are cut in `SHORT_SUB_WINDOWS`.
     sub_window_s: float = 1.0
-    # How many graph replays one timed unit of decode holds (~50 ms on an H100).
-    decode_unit_steps: int = 32
+    # How many graph replays one timed unit of decode holds (~30 ms at the bandwidth
+    # point on an H100, ~6 ms at the latency point).
+    decode_unit_steps: int = 8
     shapes: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_cpu(cls) -> "Config":
         """Seconds a CI machine spends in a fraction of: the path, not a figure."""
-        return cls(device="cpu", attention="math", beside=None, graph=False, window_s=0.2,
+        return cls(device="cpu", backends=("math",), graph=False, window_s=0.2,
                    span_s=0.8, cap_s=1.2, measure_s=0.6, beside_s=0.0, decode_warm_s=0.1,
                    decode_s=0.4, sub_window_s=0.2, decode_unit_steps=4)
 
@@ -106,11 +127,53 @@ def _shapes(cfg: Config) -> Dict[str, Any]:
 
     cpu = cfg.device == "cpu"
     defaults = {"train": t.CPU_TRAIN if cpu else t.TRAIN,
-                "decode": t.CPU_DECODE if cpu else t.DECODE,
+                "decode": t.CPU_DECODE_POINTS if cpu else t.DECODE_POINTS,
                 "gate": t.CPU_GATE if cpu else t.GATE,
                 "gate_decode": t.CPU_GATE_DECODE if cpu else t.GATE_DECODE}
     defaults.update(cfg.shapes)
     return defaults
+
+
+@dataclass
+class Gate:
+    """A backend that passed both gates on a GPU: how it takes grouped-query attention in
+    training (agent/job/transformer.py GQA_NATIVE or GQA_EXPANDED) and the verdicts."""
+
+    name: str
+    gqa: str
+    train: Dict[str, Any]
+    decode: Dict[str, Any]
+
+
+class Agreement:
+    """Which backends passed the gates on which GPU: a backend is measured only where
+    every GPU of the node passed it, since the backend switch is process-wide."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._passed: Dict[int, List[str]] = {}
+
+    def passed(self, index: int, backends: List[str]) -> None:
+        with self._lock:
+            self._passed[index] = backends
+
+    def agreed(self, order: Sequence[str]) -> List[str]:
+        """The backends every GPU that reported passed, in `order`."""
+        with self._lock:
+            sets = [set(b) for b in self._passed.values()]
+        return [name for name in order if sets and all(name in s for s in sets)]
+
+
+def mark_headlines(results: List[Dict[str, Any]]) -> None:
+    """Each result's `headline`: whether it is the fastest backend of its GPU's workload
+    and decode point (every result here passed its gate)."""
+    best: Dict[Tuple[str, Optional[str]], Dict[str, Any]] = {}
+    for result in results:
+        key = (result["workload"], result.get("point"))
+        if key not in best or result["tokens_per_s"] > best[key]["tokens_per_s"]:
+            best[key] = result
+    for result in results:
+        result["headline"] = best[(result["workload"], result.get("point"))] is result
 
 
 class Timer:
@@ -168,13 +231,17 @@ class Gpu:
     """One GPU's run of the suite."""
 
     def __init__(self, torch: Any, cfg: Config, target: GpuTarget, gpu: Dict[str, Any],
-                 phases: Sequence[Phase], progress: Progress) -> None:
+                 phases: Dict[str, Phase], progress: Progress,
+                 node: Optional[Agreement] = None) -> None:
         self.torch = torch
         self.cfg = cfg
         self.target = target
         self.gpu = gpu
         self.phases = phases
+        self.node = node or Agreement()
         self.progress = progress
+        # Backends the torch could not run for the job's shapes, and why.
+        self.unavailable: Dict[str, str] = {}
         self.shapes = _shapes(cfg)
         self.device = torch.device(f"cuda:{target.index}" if cfg.device == "cuda" else "cpu")
         self.timer = Timer(torch, self.device)
@@ -296,29 +363,31 @@ class Gpu:
                 start, ms, n = end, 0.0, 0
         return out
 
-    def _sub_levels(self, span: Span, tokens_per_unit: int) -> List[float]:
+    def _sub_levels(self, span: Span, tokens_per_unit: int, window_s: float) -> List[float]:
         levels: List[float] = []
         start, ms, n = span.t0, 0.0, 0
         for i, end in enumerate(span.ends):
             ms += span.ms[i]
             n += 1
-            if end - start >= self.cfg.sub_window_s:
+            if end - start >= window_s:
                 levels.append(tokens_per_unit * n / (ms / 1e3))
                 start, ms, n = end, 0.0, 0
         return levels
 
     def run(self, busy_before: Optional[int]) -> List[Dict[str, Any]]:
-        """Gate, train, train beside, decode; the results."""
+        """Gate, train with every backend, decode at every point; the results."""
         seen = contention.others(self.target.nvml, self.target.handle)
         self.sampler.start()
         # Started after the reading of who else is on the card: it is this process.
         self.warmer.start()
         try:
-            checked, checked_decode = self._gates()
-            results = self._train(checked, seen, busy_before)
-            results.append(self._decode(checked_decode, results[0], seen, busy_before))
+            gates = self._gates()
+            results = self._train(gates, seen, busy_before)
+            for point in self.shapes["decode"]:
+                results += self._decode(point, gates, results[0], seen, busy_before)
+            mark_headlines(results)
         except BaseException:
-            for phase in self.phases:
+            for phase in self.phases.values():
                 phase.withdraw(self.target.index)
             raise
         finally:
@@ -342,41 +411,73 @@ class Gpu:
         if self.timer.cuda:
             self.torch.cuda.empty_cache()
 
-    def _gates(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """Both gates' verdicts; JobError where either failed."""
+    def _gates(self) -> Dict[str, Gate]:
+        """Every backend's gates, in lockstep with the node's other GPUs; the backends
+        every GPU passed, with their verdicts. JobError where a backend computed wrong
+        here, or none passed."""
         from agent.job import decode, train_step
 
-        cfg = self.cfg
         dtype = self.torch.bfloat16
-        checked = train_step.gate(self.shapes["gate"], self.device, cfg.attention, dtype)
-        checked_decode = decode.gate(self.shapes["gate_decode"], self.device, cfg.attention,
-                                     dtype)
-        for what, verdict in (("training step", checked), ("decode", checked_decode)):
-            if not verdict["passed"]:
-                raise JobError(
-                    f"{self.label}: the {what} gate failed at {verdict['shape']}: error "
-                    f"{verdict['grad_max_rel_error']} against float32 (tolerance "
-                    f"{verdict['tolerance']}), loss finite: {verdict['loss_finite']}; no job "
-                    "figure is measured on a GPU that computes it wrong. Run the matmul's "
-                    "check (fleet bench --gemm-only) on it; if that passes, the torch or "
-                    "its attention kernel is at fault, else ask the provider to replace "
-                    "the GPU")
-        self.say(f"gates passed (gradients {checked['grad_max_rel_error']:.2%} and decode "
-                 f"{checked_decode['grad_max_rel_error']:.2%} off float32)")
-        return checked, checked_decode
+        mine: Dict[str, Gate] = {}
+        for name in self.cfg.backends:
+            self.phases[f"gate:{name}"].arrive(self.target.index, timeout=300.0)
+            gqa, checked, why = train_step.gate_backend(self.shapes["gate"], self.device,
+                                                        name, dtype)
+            checked_decode: Optional[Dict[str, Any]] = None
+            if checked is not None:
+                try:
+                    checked_decode = decode.gate(self.shapes["gate_decode"], self.device,
+                                                 name, dtype)
+                except Exception as exc:  # the torch cannot run it for decode's shape
+                    why = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if checked is None or checked_decode is None:
+                self.unavailable[name] = why or "not run"
+                continue
+            for what, verdict in (("training step", checked), ("decode", checked_decode)):
+                if not verdict["passed"]:
+                    raise JobError(
+                        f"{self.label}: the {what} gate failed with {name} attention at "
+                        f"{verdict['shape']}: error {verdict['grad_max_rel_error']} against "
+                        f"float32 (tolerance {verdict['tolerance']}), loss finite: "
+                        f"{verdict['loss_finite']}; no job figure is measured on a GPU that "
+                        "computes it wrong. Run the matmul's check (fleet bench --gemm-only) "
+                        "on it; if that passes, the torch or its attention kernel is at "
+                        "fault, else ask the provider to replace the GPU")
+            mine[name] = Gate(name, gqa, checked, checked_decode)
+        self.node.passed(self.target.index, list(mine))
+        self.phases["gated"].arrive(self.target.index, timeout=300.0)
+        agreed = self.node.agreed(self.cfg.backends)
+        for name in mine:
+            if name not in agreed:
+                self.errors.append(f"{self.label}: {name} attention passed its gates here but "
+                                   "not on every GPU of the node; measured on none")
+        for name, why in self.unavailable.items():
+            self.errors.append(f"{self.label}: no {name} attention on this torch for the "
+                               f"job's shapes ({why}); the other backends stand")
+        if not agreed:
+            raise JobError(f"{self.label}: no attention backend ran the job's gates on every "
+                           f"GPU ({', '.join(self.cfg.backends)} tried); nothing measured")
+        gates = {name: mine[name] for name in agreed}
+        self.say("gates passed: " + ", ".join(
+            f"{g.name} ({g.train['grad_max_rel_error']:.2%} and "
+            f"{g.decode['grad_max_rel_error']:.2%} off float32, GQA {g.gqa})"
+            for g in gates.values()))
+        return gates
 
-    def _train(self, checked: Dict[str, Any], seen: List[Dict[str, Any]],
+    def _train(self, gates: Dict[str, Gate], seen: List[Dict[str, Any]],
                busy_before: Optional[int]) -> List[Dict[str, Any]]:
-        """The soaked training figure, and the other backend's beside it."""
+        """The soaked training figure with the first backend, and every other's beside."""
         from agent.job import train_step
 
         cfg = self.cfg
         wall0 = time.perf_counter()
         shape = self.shapes["train"]
-        trainer = train_step.Trainer(shape, self.device, self.torch.bfloat16, cfg.attention,
-                                     cfg.compiled)
+        order = list(gates.values())
+        first = order[0]
+        trainer = train_step.Trainer(shape, self.device, self.torch.bfloat16, first.name,
+                                     cfg.compiled, gqa=first.gqa)
         loss = trainer.first_step(self._sync)
-        self.phases[0].arrive(self.target.index, timeout=600.0)
+        self.phases["train"].arrive(self.target.index, timeout=600.0)
         self.warmed_s = self.warmer.stop()
         if self.warmer.error is not None:
             self.errors.append(f"{self.label}: the card could not be kept at load while the "
@@ -385,85 +486,98 @@ class Gpu:
         self._reset_peak()
         tokens = shape.batch * shape.seq
         units = self.timer.units(lambda: _discard(trainer.step()))
-        span, detail = self._soak(units, tokens, self.phases[0])
+        span, detail = self._soak(units, tokens, self.phases["train"])
         units.close()
         self._sync()
-        results = [self._result("train", cfg.attention, span, tokens, 1, checked, loss,
+        results = [self._result("train", first, span, tokens, 1, first.train, loss,
                                 detail, wall0, seen, busy_before, trainer=trainer)]
-        if cfg.beside:
-            self.phases[1].arrive(self.target.index, timeout=120.0)
-            result = self._beside(trainer, tokens, checked, results[0], seen, busy_before)
+        for gate in order[1:]:
+            self.phases[f"beside:{gate.name}"].arrive(self.target.index, timeout=120.0)
+            result = self._beside(trainer, gate, tokens, results[0], seen, busy_before)
             if result is not None:
                 results.append(result)
-        else:
-            self.phases[1].withdraw(self.target.index)
         return results
 
-    def _decode(self, checked: Dict[str, Any], first: Dict[str, Any],
-                seen: List[Dict[str, Any]], busy_before: Optional[int]) -> Dict[str, Any]:
-        """Decode on the card the training step soaked (its weights and state freed)."""
+    def _decode(self, point: str, gates: Dict[str, Gate], first: Dict[str, Any],
+                seen: List[Dict[str, Any]], busy_before: Optional[int]
+                ) -> List[Dict[str, Any]]:
+        """Decode at `point` with every backend, on the card the training step soaked
+        (its weights and state freed): one graph a backend over one cache."""
         from agent.job import decode
 
         cfg = self.cfg
         self._free()
-        self.phases[2].arrive(self.target.index, timeout=120.0)
+        self.phases[f"decode:{point}"].arrive(self.target.index, timeout=120.0)
         wall0 = time.perf_counter()
         self._reset_peak()
-        shape = self.shapes["decode"]
+        shape = self.shapes["decode"][point]
+        order = list(gates.values())
         # One capture at a time, and no GPU's work beside it: every GPU waits at the
         # phase's start and again once all have captured (agent/job/decode.py says what a
         # shared capture stream did on a lent 2x H100).
         with CAPTURE_LOCK:
-            decoder = decode.Decoder(shape, self.device, self.torch.bfloat16, cfg.attention,
+            decoder = decode.Decoder(shape, self.device, self.torch.bfloat16, order[0].name,
                                      graph=cfg.graph and self.timer.cuda)
-        self.phases[3].arrive(self.target.index, timeout=120.0)
+            for gate in order[1:]:
+                decoder.use(gate.name)
+        self.phases[f"decode:{point}:captured"].arrive(self.target.index, timeout=120.0)
         steps = cfg.decode_unit_steps
 
         def replay() -> None:
             for _ in range(steps):
                 decoder.step()
 
-        units = self.timer.units(replay)
-        span = self._measure(units, self.phases[3], cfg.decode_s, cfg.decode_warm_s)
-        units.close()
-        self._sync()
-        return self._result("decode", cfg.attention, span, shape.batch, steps, checked, None,
-                            None, wall0, seen, busy_before, follows=first)
+        results = []
+        for gate in order:
+            self.phases[f"decode:{point}:{gate.name}"].arrive(self.target.index,
+                                                               timeout=120.0)
+            decoder.use(gate.name)
+            units = self.timer.units(replay)
+            span = self._measure(units, self.phases[f"decode:{point}:{gate.name}"],
+                                 cfg.decode_s, cfg.decode_warm_s)
+            units.close()
+            self._sync()
+            results.append(self._result(
+                "decode", gate, span, shape.batch, steps, gate.decode, None, None, wall0,
+                seen, busy_before, follows=first, point=point))
+            wall0 = time.perf_counter()
+        return results
 
-    def _beside(self, trainer: Any, tokens: int, checked: Dict[str, Any],
-                first: Dict[str, Any], seen: List[Dict[str, Any]],
-                busy_before: Optional[int]) -> Optional[Dict[str, Any]]:
-        """The training step with the other backend, on the card the first soaked."""
+    def _beside(self, trainer: Any, gate: Gate, tokens: int, first: Dict[str, Any],
+                seen: List[Dict[str, Any]], busy_before: Optional[int]
+                ) -> Optional[Dict[str, Any]]:
+        """The training step with another backend, on the card the first soaked."""
         cfg = self.cfg
-        assert cfg.beside is not None
-        phase = self.phases[1]
+        phase = self.phases[f"beside:{gate.name}"]
         wall0 = time.perf_counter()
-        trainer.attention = cfg.beside
+        trainer.use(gate.name, gate.gqa)
         try:
             trainer.step()
-        except Exception as exc:  # a torch or GPU without it: said, and the suite goes on
+        except Exception as exc:  # passed its gate, failed at the full shape: said
             phase.withdraw(self.target.index)
-            self.errors.append(f"{self.label}: the training step with {cfg.beside} attention "
-                               f"did not run ({type(exc).__name__}: {str(exc)[:300]}); the "
-                               f"{cfg.attention} figure stands alone")
+            self.errors.append(f"{self.label}: the training step with {gate.name} attention "
+                               f"did not run at the full shape ({type(exc).__name__}: "
+                               f"{str(exc)[:300]}); the other backends stand")
             return None
         units = self.timer.units(lambda: _discard(trainer.step()))
         span = self._measure(units, phase, cfg.beside_s, cfg.beside_warm_s)
         units.close()
         self._sync()
-        return self._result("train", cfg.beside, span, tokens, 1, checked, None, None, wall0,
+        return self._result("train", gate, span, tokens, 1, gate.train, None, None, wall0,
                             seen, busy_before, trainer=trainer, follows=first)
 
-    def _result(self, workload: str, attention: str, span: Span, tokens_per_step: int,
+    def _result(self, workload: str, gate: Gate, span: Span, tokens_per_step: int,
                 steps_per_unit: int, checked: Dict[str, Any], loss: Optional[float],
                 detail: Optional[Dict[str, Any]], wall0: float, seen: List[Dict[str, Any]],
                 busy_before: Optional[int], trainer: Any = None,
-                follows: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                follows: Optional[Dict[str, Any]] = None,
+                point: Optional[str] = None) -> Dict[str, Any]:
         from agent.job import transformer
 
         torch = self.torch
         cfg = self.cfg
-        shape = self.shapes[workload]
+        attention = gate.name
+        shape = self.shapes[workload] if point is None else self.shapes[workload][point]
         if not span.ms:
             raise JobError(f"{self.label}: no {workload} step finished inside the "
                            "measurement")
@@ -474,7 +588,9 @@ class Gpu:
         per_step = [ms / steps_per_unit for ms in span.ms]
         summary = stats.summarise(per_step)
         tokens_per_unit = tokens_per_step * steps_per_unit
-        levels = self._sub_levels(span, tokens_per_unit)
+        measured = span.t1 - span.t0 if span.t1 > span.t0 else seconds
+        levels = self._sub_levels(span, tokens_per_unit,
+                                  min(cfg.sub_window_s, measured / SHORT_SUB_WINDOWS))
         # Clamped at 0: a few noisy sub-windows (the CPU path) can reach below it.
         within = [max(0.0, v) for v in stats.batch_interval(levels)] if len(levels) >= 2 \
             else None
@@ -504,6 +620,10 @@ class Gpu:
             "model": transformer.MODEL,
             "model_source": transformer.MODEL_SOURCE,
             "shape": shape.as_dict(),
+            "point": point,
+            "gqa": gate.gqa if workload == "train" else transformer.GQA_GROUPED,
+            # Set once every backend is measured (mark_headlines).
+            "headline": False,
             "params": shape.params,
             "dtype": "bf16",
             "attention": attention,
@@ -515,9 +635,9 @@ class Gpu:
             "graph": workload == "decode" and cfg.graph and self.timer.cuda,
             "optimizer": ("adamw-fused" if trainer.fused else "adamw")
             if workload == "train" and trainer is not None else None,
-            "concurrency": "sequential" if cfg.sequential or len(self.phases[0].members) == 1
-            else "concurrent",
-            "gpus_in_run": len(self.phases[0].members),
+            "concurrency": "sequential" if cfg.sequential
+            or len(self.phases["train"].members) == 1 else "concurrent",
+            "gpus_in_run": len(self.phases["train"].members),
             "thermal": "soaked",
             "follows": None if follows is None else f"train/{follows['attention']}",
             "tokens_per_step": tokens_per_step,
@@ -591,8 +711,11 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
     errors: List[Dict[str, Any]] = []
     lock = threading.Lock()
 
-    def one(target: GpuTarget, phases: Sequence[Phase]) -> None:
-        job = Gpu(torch, cfg, target, target.fingerprint(gpus), phases, progress)
+    agreement = Agreement()
+
+    def one(target: GpuTarget, phases: Dict[str, Phase]) -> None:
+        node = agreement if len(phases["train"].members) > 1 else Agreement()
+        job = Gpu(torch, cfg, target, target.fingerprint(gpus), phases, progress, node)
         gpu_index = target.nvml_index if target.nvml_index is not None else target.index
         try:
             if cuda:
@@ -604,6 +727,8 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
             message = str(exc) if isinstance(exc, JobError) else \
                 f"{job.label}: {type(exc).__name__}: {exc}"
             with lock:
+                errors.extend({"stage": "job", "gpu": gpu_index, "message": m[:4000]}
+                              for m in job.errors)
                 errors.append({"stage": "job", "gpu": gpu_index, "message": message[:4000]})
             return
         with lock:
@@ -611,9 +736,15 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
             errors.extend({"stage": "job", "gpu": gpu_index, "message": m[:4000]}
                           for m in job.errors)
 
-    def phases_for(members: Sequence[int]) -> List[Phase]:
-        # Training, the other backend beside it, decode's start, decode once captured.
-        return [Phase(members) for _ in range(4)]
+    def phases_for(members: Sequence[int]) -> Dict[str, Phase]:
+        # Each backend's gates, the gates' end, training, each backend beside it; per
+        # decode point its start, its captures' end and each backend's measurement.
+        names = [f"gate:{b}" for b in cfg.backends] + ["gated", "train"]
+        names += [f"beside:{b}" for b in cfg.backends]
+        for point in _shapes(cfg)["decode"]:
+            names += [f"decode:{point}", f"decode:{point}:captured"]
+            names += [f"decode:{point}:{b}" for b in cfg.backends]
+        return {name: Phase(members) for name in names}
 
     if cfg.sequential or len(targets) == 1:
         for target in targets:
@@ -626,20 +757,28 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
             thread.start()
         for thread in threads:
             thread.join()
+    points = list(_shapes(cfg)["decode"])
+    backends = list(cfg.backends)
     results.sort(key=lambda r: (int(r["gpu_index"]), r["workload"] != "train",
-                                r["follows"] is not None))
+                                points.index(r["point"]) if r.get("point") in points else -1,
+                                backends.index(r["attention"])
+                                if r["attention"] in backends else len(backends)))
     return results, errors
 
 
 def summary_line(results: Sequence[Dict[str, Any]]) -> str:
-    """"train 79,160 and decode 37,400 tokens/s a GPU (medians)": the pinned backend's."""
+    """"train 84,160 (cudnn) and decode 32,400 (flash) tokens/s a GPU (medians of the
+    headlines)": each workload's headline, decode's at its bandwidth point."""
     parts = []
     for workload in ("train", "decode"):
-        mine = [r["tokens_per_s"] for r in results
-                if r["workload"] == workload and (workload == "decode" or r["follows"] is None)]
+        mine = [r for r in results if r["workload"] == workload and r.get("headline")
+                and r.get("point") in (None, "bandwidth")]
         if mine:
-            parts.append(f"{workload} {statistics.median(mine):,.0f}")
-    return (" and ".join(parts) + " tokens/s a GPU (medians)") if parts else "no figure"
+            names = sorted({r["attention"] for r in mine})
+            parts.append(f"{workload} {statistics.median(r['tokens_per_s'] for r in mine):,.0f}"
+                         f" ({', '.join(names)})")
+    return (" and ".join(parts) + " tokens/s a GPU (medians of the headlines)") if parts \
+        else "no figure"
 
 
 def _discard(value: Any) -> None:

@@ -19,12 +19,20 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from agent.job.transformer import Shape, Stack, attention_backend, paired, relative_error
+from agent.job.transformer import (
+    GQA_EXPANDED,
+    GQA_NATIVE,
+    Shape,
+    Stack,
+    attention_backend,
+    paired,
+    relative_error,
+)
 
 # bf16 keeps 8 bits of mantissa (a rounding of 0.2-0.4%); through a forward and backward
 # of two layers the gradients of a healthy run land 0.5-2% from float32's
@@ -39,10 +47,11 @@ class Trainer:
     """The stack, its input, target and optimizer on one device; `step` runs one step."""
 
     def __init__(self, shape: Shape, device: Any, dtype: torch.dtype, attention: str,
-                 compiled: bool = False, seed: int = SEED) -> None:
+                 compiled: bool = False, seed: int = SEED, gqa: str = GQA_NATIVE) -> None:
         self.shape = shape
         self.attention = attention
         self.model = Stack(shape, device, dtype, seed)
+        self.model.gqa = gqa
         generator = torch.Generator(device=device)
         generator.manual_seed(seed + 1)
         size = (shape.batch, shape.seq, shape.width)
@@ -56,6 +65,11 @@ class Trainer:
         self.forward: Any = torch.compile(self.model) if compiled else self.model
         self.compiled = compiled
         self.compile_s: Optional[float] = None
+
+    def use(self, attention: str, gqa: str) -> None:
+        """Step with `attention` from now on, grouped-query attention handed over `gqa`."""
+        self.attention = attention
+        self.model.gqa = gqa
 
     def step(self) -> torch.Tensor:
         """One training step; the loss, not synchronized."""
@@ -77,10 +91,28 @@ class Trainer:
         return loss
 
 
+def gate_backend(shape: Shape, device: Any, attention: str,
+                 dtype: torch.dtype = torch.bfloat16
+                 ) -> Tuple[str, Optional[Dict[str, Any]], Optional[str]]:
+    """The gate with `attention`, grouped-query attention handed over natively where the
+    backend takes it, else expanded: (how it ran, the verdict, None), or (GQA_EXPANDED,
+    None, why) where the backend ran neither way (a torch without it, a shape it does not
+    serve)."""
+    why = None
+    for gqa in (GQA_NATIVE, GQA_EXPANDED):
+        try:
+            return gqa, gate(shape, device, attention, dtype, gqa=gqa), None
+        except Exception as exc:  # "No available kernel": the next way, or none
+            why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}" \
+                if str(exc).strip() else type(exc).__name__
+    return GQA_EXPANDED, None, why
+
+
 def gate(shape: Shape, device: Any, attention: str, dtype: torch.dtype = torch.bfloat16,
-         seed: int = SEED) -> Dict[str, Any]:
+         seed: int = SEED, gqa: str = GQA_NATIVE) -> Dict[str, Any]:
     """The gate's verdict: the document's `correctness`."""
     low = Stack(shape, device, dtype, seed)
+    low.gqa = gqa
     high = Stack(shape, device, torch.float32, seed, explicit=True)
     with torch.no_grad():
         for mine, theirs in paired(high.parameters(), low.parameters()):

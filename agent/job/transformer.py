@@ -5,10 +5,19 @@ Four decoder layers shaped as Meta Llama 3 8B's (its published config.json: hidd
 14336, rms_norm_eps 1e-5, rope_theta 500000): RMSNorm before attention and before the
 MLP, RoPE on queries and keys, grouped-query attention through PyTorch's
 scaled_dot_product_attention with the backend pinned by the caller, a SwiGLU MLP, no
-biases, a final RMSNorm. No embedding and no LM head: a step is the stack's work, and
-the head's one large matmul is what the matmul figure already measures. The weights are
-random (seeded, drawn on the device): nothing is downloaded, and the time of a step does
-not depend on what the weights are.
+biases, a final RMSNorm.
+
+Grouped-query attention is written as current reference stacks write it: the eight
+key-value heads go to SDPA as they are (`enable_gqa`, torch 2.5 and newer), each serving
+its four query heads inside the kernel; torchtitan dropped its `repeat_kv` expansion in
+January 2026 ("GQA without kv repeats"), and on a lent H100 the expansion cost a training
+step 5-6% (issue 45). Where a backend or torch does not take it natively, the keys and
+values are expanded first and the figure says so (`GQA_EXPANDED`).
+
+No embedding and no LM head: a step is the stack's work, and the head's one large matmul
+is what the matmul figure already measures. The weights are random (seeded, drawn on the
+device): nothing is downloaded, and the time of a step does not depend on what the
+weights are.
 
 Counted as others count it, each with its source:
 - training FLOP per token, torchtitan's (torchtitan/models/utils.py,
@@ -104,17 +113,26 @@ class Shape:
 
 
 # Llama 3 8B's layers (MODEL_SOURCE). Training: two sequences of 4,096 tokens, 8,192 a
-# step (~12 GiB with the optimizer's state); decode: 64 sequences over 2,048 cached
-# positions, the KV cache (2.1 GB) about as large as the weights (1.7 GB).
+# step (~12 GiB with the optimizer's state).
 TRAIN = Shape(layers=4, width=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336,
               batch=2, seq=4096)
-DECODE = replace(TRAIN, batch=64, seq=1, context=2048)
+# Decode at two points. The bandwidth point: 128 sequences over 4,096 cached positions,
+# 8.6 GB of cache and 1.7 GB of weights a step, so the step's few dozen small kernels
+# (norms, RoPE, the cache write) are a sliver of its time and the memory system sets it:
+# on a lent H100 such a step read 85% of the GPU's own memory copy, where the suite's
+# earlier 64 x 2,048 read 65% pinned to flash (issue 45). The latency point: one
+# sequence over the same context, whose step is the weights' read and the launch of every
+# kernel: what an interactive user waits for a token.
+DECODE = replace(TRAIN, batch=128, seq=1, context=4096)
+DECODE_LATENCY = replace(TRAIN, batch=1, seq=1, context=4096)
+DECODE_POINTS = {"bandwidth": DECODE, "latency": DECODE_LATENCY}
 # The correctness gate's: the same code at a size whose float32 run takes milliseconds.
 GATE = Shape(layers=2, width=256, heads=4, kv_heads=2, head_dim=64, ffn=512, batch=2, seq=256)
 GATE_DECODE = replace(GATE, batch=4, seq=1, context=256)
 # The CPU path's (CI): the same code on RAM in a fraction of a second.
 CPU_TRAIN = Shape(layers=2, width=64, heads=4, kv_heads=2, head_dim=16, ffn=128, batch=2, seq=32)
 CPU_DECODE = replace(CPU_TRAIN, batch=4, seq=1, context=16)
+CPU_DECODE_POINTS = {"bandwidth": CPU_DECODE, "latency": replace(CPU_DECODE, batch=1)}
 CPU_GATE = replace(CPU_TRAIN, seq=16)
 CPU_GATE_DECODE = replace(CPU_DECODE, context=8)
 
@@ -130,11 +148,25 @@ def rope_tables(shape: Shape, positions: torch.Tensor, dtype: torch.dtype
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+GQA_NATIVE, GQA_EXPANDED = "native", "expanded"
+# Decode's queries of a key-value head's group attend as `group` rows of one head
+# (Layer.decode): no copy of the cache, whatever the backend.
+GQA_GROUPED = "grouped"
+
+
+def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Keys or values [b, kv_heads, t, d] repeated to `heads` heads (torchtitan's former
+    repeat_kv): each key-value head once per query head it serves."""
+    group = heads // x.shape[1]
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                        ) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v written out, the gates' float32 reference. Not through
     scaled_dot_product_attention: its backend switch is process-wide, and the node's
     other GPUs, in threads of the same process, are running the pinned backend."""
+    k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
     if causal:
         rows, cols = scores.shape[-2], scores.shape[-1]
@@ -145,9 +177,15 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-            explicit: bool) -> torch.Tensor:
+            explicit: bool, gqa: str = GQA_NATIVE) -> torch.Tensor:
     if explicit:
         return explicit_attention(q, k, v, causal)
+    if k.shape[1] != q.shape[1]:
+        if gqa == GQA_NATIVE:
+            native: torch.Tensor = F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, enable_gqa=True)
+            return native
+        k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     out: torch.Tensor = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     return out
 
@@ -177,6 +215,8 @@ class Layer(nn.Module):
         super().__init__()
         self.shape = shape
         self.explicit = explicit
+        # How grouped-query attention reaches SDPA in training (Stack.gqa sets it).
+        self.gqa = GQA_NATIVE
 
         def linear(out: int, into: int) -> nn.Linear:
             return nn.Linear(into, out, bias=False, device=device, dtype=dtype)
@@ -209,11 +249,7 @@ class Layer(nn.Module):
         s = self.shape
         b, t, _ = x.shape
         q, k, v = self._qkv(self.attention_norm(x), cos, sin)
-        # torchtitan's repeat_kv: each key-value head serves heads / kv_heads queries.
-        group = s.heads // s.kv_heads
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        attended = _attend(q, k, v, True, self.explicit)
+        attended = _attend(q, k, v, True, self.explicit, self.gqa)
         x = x + self.wo(attended.transpose(1, 2).reshape(b, t, s.attention_width))
         return self._mlp(x)
 
@@ -255,6 +291,17 @@ class Stack(nn.Module):
                 # take seconds of the suite's minute.
                 p.copy_(torch.randn(p.shape, generator=generator, device=device,
                                     dtype=torch.float32).mul_(p.shape[1] ** -0.5))
+
+    @property
+    def gqa(self) -> str:
+        """How the layers hand grouped-query attention to SDPA: GQA_NATIVE or
+        GQA_EXPANDED."""
+        return str(cast(Layer, self.layers[0]).gqa) if len(self.layers) else GQA_NATIVE
+
+    @gqa.setter
+    def gqa(self, mode: str) -> None:
+        for layer in self.layers:
+            cast(Layer, layer).gqa = mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(x.shape[1], device=x.device)

@@ -112,13 +112,16 @@ def _rank_command(rank: int, world: int, port: int, backend: str, device: Option
 
 
 def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],
-        timeout_s: float, warmup: int = WARMUP, iterations: int = ITERATIONS
+        timeout_s: float, warmup: int = WARMUP, iterations: int = ITERATIONS,
+        env: Optional[Dict[str, str]] = None
         ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """All-reduce over one rank per entry of `devices` (torch indexes; None on the CPU):
-    per size, the per-iteration times in ms of the slowest rank; and, through NCCL, the
-    transports its ranks' logs name (`transports`)."""
+    per size, the per-iteration times in ms of the slowest rank and the names of the
+    settings (agent/source/settings.py's families) rank 0 ran under (`env`); and, through
+    NCCL, the transports its ranks' logs name (`transports`). `env`: the ranks'
+    environment, the agent's own by default (agent/node/rerun.py takes settings out)."""
     port = _free_port()
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     if backend == "nccl":
         env.update(NCCL_DEBUG_ENV)
     # Each rank writes to files, not pipes: a rank blocked on a full pipe while rank 0
@@ -204,6 +207,11 @@ def rank_main(argv: List[str]) -> int:
     args = parser.parse_args(argv)
     import datetime
 
+    from agent.source.settings import family_of
+
+    # What the rank itself ran under: the evidence that a rerun ran without a setting.
+    ran_with = sorted(name for name in os.environ if family_of(name) is not None)[:64]
+
     import torch
     import torch.distributed as dist
 
@@ -234,8 +242,8 @@ def rank_main(argv: List[str]) -> int:
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             if args.rank == 0:
                 sys.stdout.write(RESULT_PREFIX + json.dumps(
-                    {"size": size, "ms": [round(float(t), 6) for t in slowest.tolist()]})
-                    + "\n")
+                    {"size": size, "ms": [round(float(t), 6) for t in slowest.tolist()],
+                     "env": ran_with}) + "\n")
                 sys.stdout.flush()
     finally:
         dist.destroy_process_group()

@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from agent.gpu import links, numa, nvlink
 from agent.matmul.harness import Config as HarnessConfig
 from agent.matmul.harness import GpuTarget, HarnessError, import_torch, match_targets
-from agent.node import bandwidth, collective, hostlink, memory, peers
+from agent.node import bandwidth, collective, floors, hostlink, memory, peers, rerun
+from agent.source import settings as run_settings
 from agent.source.nvml import Nvml
 from agent.timing import contention
 
@@ -57,6 +58,11 @@ class Config:
     allreduce_timeout_s: float = 120.0
     cpu_ranks: int = 2
     skip: Tuple[str, ...] = field(default_factory=tuple)
+    # What the all-reduce is called short under (agent/node/floors.py); None: the table
+    # packed with the agent. A short all-reduce under settings that can move it runs
+    # again without them (agent/node/rerun.py) unless `rerun` is off.
+    floors: Optional[Dict[str, Any]] = None
+    rerun: bool = True
 
     @classmethod
     def for_cpu(cls) -> "Config":
@@ -243,11 +249,23 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
                 rows, seen = collective.run(ranks, backend, cfg.allreduce_sizes,
                                             cfg.allreduce_timeout_s, cfg.allreduce_warmup,
                                             cfg.allreduce_iterations)
-            outcome.results += watch.mark(collective.figures(
+            reduced = watch.mark(collective.figures(
                 rows, len(ranks), backend, "bf16" if cuda else "fp32", stack, started,
                 allreduce_datasheet(paths, prints) if cuda else (None, None),
                 transport=seen if backend == "nccl" else None,
                 settings=collective.settings(os.environ)))
+            if cfg.rerun:
+                # Measured again in the ranks' own time: no _Watch, the figures above
+                # already say who else was on the GPUs.
+                failed = rerun.settle(
+                    reduced, run_settings.collect(os.environ),
+                    cfg.floors if cfg.floors is not None else floors.load(),
+                    floors.variant_of(prints), ranks, backend, cfg.allreduce_sizes,
+                    cfg.allreduce_timeout_s, cfg.allreduce_warmup,
+                    cfg.allreduce_iterations, progress)
+                if failed:
+                    outcome.fail(f"all-reduce again without the run's settings: {failed}")
+            outcome.results += reduced
         except (collective.CollectiveError, OSError, ValueError) as exc:
             outcome.fail(f"all-reduce over {len(ranks)} ranks: {_why(exc)}")
     return outcome

@@ -52,6 +52,10 @@ UNSEEN = "another process or a busy GPU"  # a contended figure that stored no wo
 # A job result not flagged itself, left out with its GPU's results of the same run that
 # were (fleet/analysis/job.py, `_reasons`); said with its unit, as a spread is.
 JOINED = "left out with its GPU's results of the same run measured beside other work"
+# A figure with no check of its own, left out with the GPU its run saw shared
+# (fleet/analysis/taint.py): its reason begins so, and the figures of one reason are said
+# on one line ("pair 0-3, pair 1-3, the all-reduce: measured in a run where ...").
+TAINTED = "measured in a run where "
 WHAT_TO_DO = ("measure again with the GPU free: the figure is the renter's contention, "
               "left out of every comparison with the provider")
 
@@ -152,10 +156,21 @@ def _owner(text: str) -> bool | None:
     return None
 
 
-def _lines(seen: list[str], unit: str, text: str) -> None:
+def _lines(seen: list[str], unit: str, text: str, whole: str | None = None) -> None:
     """Add what one figure carried to a node's lines: a process once, the busiest
-    utilization once, a spread with the figure it belongs to."""
+    utilization once, a spread with the figure it belongs to, a taint with every unit
+    (`whole`: "pair 0-3", where `unit` names the figure too) of the same reason."""
     for line in (t for t in text.split("; ") if t):
+        if line.startswith(TAINTED):
+            name = whole or unit
+            held = next((i for i, s in enumerate(seen) if s.endswith(f": {line}")), None)
+            if held is None:
+                seen.append(f"{name}: {line}")
+                continue
+            named = seen[held].removesuffix(f": {line}")
+            if name not in named.split(", "):
+                seen[held] = f"{named}, {name}: {line}"
+            continue
         if line.startswith("GPU utilization "):
             busy = [s for s in seen if s.startswith("GPU utilization ")]
             if busy and int(busy[0].split()[2].rstrip("%")) >= int(line.split()[2].rstrip("%")):
@@ -225,7 +240,7 @@ def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | No
                 units[key].append(unit)
             label = (figure if kind == "allreduce"
                      else f"{unit} {figure.removeprefix('GPU pairs, ')}")
-            _lines(seen[key], label, str(text or ""))
+            _lines(seen[key], label, str(text or ""), unit)
     if jobs is not None and not jobs.empty:
         for provider, host, unit, said in _job_words(jobs):
             key = (provider, host)

@@ -41,7 +41,8 @@ _OPTIONAL = ("gpu_index", "peer_index", "peer_access", "topology", "link_gen", "
 # Read where the frame has them (suite 1.1.0's, migration 0013), None where not: what was
 # seen around a figure and the causes a finding names.
 _CAUSES = ("contention", "transport", "nccl_settings", "numa_node", "nvlink_links",
-           "nvlink_fabric")
+           "nvlink_fabric", "rerun_gbs", "rerun_without", "rerun_kept", "rerun_floor_gbs",
+           "rerun_transport")
 
 
 def link_text(gen: int | None, width: int | None) -> str:

@@ -162,6 +162,9 @@ class Report:
     # The job suite's figures, their cost per million tokens, findings and synchronous
     # figures (issue 37).
     job: JobSection = field(default_factory=JobSection)
+    # Findings measured under settings that can move them and never measured again
+    # without them (fleet/analysis/whose.py): out of `dispute` and `renter`, shown apart.
+    unsettled: tuple[Finding, ...] = ()
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -455,4 +458,5 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
-        health=health, node=node, corruption=tuple(corruption), job=job)
+        health=health, node=node, corruption=tuple(corruption), job=job,
+        unsettled=tuple(Finding.of(item) for item in node.unsettled_findings()))

@@ -44,8 +44,17 @@ from fleet.analysis.shortfall import (
     find_shortfalls,
 )
 from fleet.analysis.sync import SyncNode, synchronous_nodes
+from fleet.analysis.taint import learned, taint
+from fleet.analysis.whose import (
+    Unsettled,
+    run_settings,
+    settle_shortfalls,
+    whose_apart,
+    whose_matmul,
+)
 from fleet.store.node import read_node_results
 from fleet.store.query import contention_words
+from fleet.store.settings import read_settings
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,9 @@ class NodeSection:
     shortfalls: tuple[Shortfall, ...] = ()
     renters_shortfalls: tuple[Shortfall, ...] = ()
     matmul_shortfalls: tuple[MatmulShortfall, ...] = ()
+    # Findings measured under settings that can move them and never measured again
+    # without them (fleet/analysis/whose.py): neither disputed nor the renter's.
+    unsettled: tuple[Unsettled, ...] = ()
 
     @property
     def gaps(self) -> tuple[NodeComparison, ...]:
@@ -228,6 +240,12 @@ class NodeSection:
         found += [("shortfall", f.provider, f.title, f.evidence, f.cause, ())
                   for f in self.renters_shortfalls]
         return found
+
+    def unsettled_findings(self) -> list[tuple[str, str, str, str, str | None,
+                                               tuple[str, ...]]]:
+        """(kind, provider, title, evidence, cause, details) of each finding no rerun
+        settled: its suspects are the details."""
+        return [u.finding() for u in self.unsettled]
 
     def findings(self) -> list[tuple[Any, ...]]:
         """(kind, provider, title, evidence, cause, details) of each finding the provider
@@ -286,7 +304,8 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     if not names:
         return NodeSection(sync=sync, options=options,
                            contention=tuple(find_contention(pd.DataFrame(), [], jobs)))
-    figures = prepare(read_node_results(engine, documents=sorted(names)), names)
+    stored = read_node_results(engine, documents=sorted(names))
+    figures = prepare(stored, names)
     # The agent's words name the processes beside a figure, their users and pids: an
     # anonymized report leaves them with the store, as it does a job result's
     # (JobInput.anonymized), and says only that the GPU was busy. A node figure's spread
@@ -294,7 +313,14 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     if anonymized and not figures.empty:
         figures = figures.assign(contention=None)
     figures = mark(figures)
-    words = {} if anonymized else contention_words(engine, sorted(names))
+    words = contention_words(engine, sorted(names))
+    if anonymized:
+        words = dict.fromkeys(words)
+    # One run, one story per GPU: a GPU shared in one figure takes the run's figures on
+    # it that had no check of their own with it (fleet/analysis/taint.py).
+    runs = dict(zip(stored["document_id"].astype(int).tolist(),
+                    stored["run"].astype(int).tolist(), strict=True))
+    figures = taint(figures, learned(figures, words, jobs, runs))
     documents = {(p, h): d for d, (p, h) in names.items()}
     contended = [(e, words.get((documents.get((e.provider, e.host), -1), e.gpu_index)))
                  for e in data.excluded if e.reason == CONTENDED_REASON]
@@ -317,8 +343,27 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     caused = [_with_cause(f, figures) for f in short]
     short = [f for f, _ in caused]
     said = {(f.provider, f.host, f.config.kind) for f in short}
-    apart = [a for a in find_nodes_apart(figures, options.peers, skip=no_peers)
-             if (a.provider, a.host, a.config.kind) not in said]
+    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/whose.py).
+    ran = run_settings(read_settings(engine, documents=sorted(names)), figures)
+    settled = settle_shortfalls(caused, figures, ran)
+    apart, unsettled = [], list(settled.unsettled)
+    for a in find_nodes_apart(figures, options.peers, skip=no_peers):
+        if (a.provider, a.host, a.config.kind) in said:
+            continue
+        title = f"{a.host}: {a.config.figure} {a.deficit:.0%} below the other {a.variant} nodes"
+        whose = whose_apart(a.provider, a.host, a.config.kind, a.config.figure, figures, ran)
+        if whose.party == "unsettled":
+            unsettled.append(Unsettled("peer", a.provider, title, a.evidence, whose))
+        else:
+            apart.append(a)
+    matmul = []
+    for m in find_matmul_shortfalls(data.measures, options.matmul):
+        whose = whose_matmul([d for d, (p, h) in names.items() if (p, h) == (m.provider, m.host)],
+                             ran, f"GPU {', '.join(str(i) for i in m.indexes)} matmul")
+        if whose.party == "unsettled":
+            unsettled.append(Unsettled("shortfall", m.provider, m.title, m.evidence, whose))
+        else:
+            matmul.append(m)
     outliers = [g for g in _grouped(find_node_outliers(figures, options.outliers),
                                     host_links, missing)
                 if (g.provider, g.host, g.kind) not in said]
@@ -327,9 +372,8 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
         missing_peers=tuple(missing), apart=tuple(apart), outliers=tuple(outliers),
         comparisons=tuple(compare_node_figures(figures, gaps)), sync=sync, options=options,
         contention=seen,
-        shortfalls=tuple(f for f, renters in caused if not renters),
-        renters_shortfalls=tuple(f for f, renters in caused if renters),
-        matmul_shortfalls=tuple(find_matmul_shortfalls(data.measures, options.matmul)))
+        shortfalls=settled.provider, renters_shortfalls=settled.renter,
+        matmul_shortfalls=tuple(matmul), unsettled=tuple(unsettled))
 
 
 def _with_cause(shortfall: Shortfall, figures: pd.DataFrame) -> tuple[Shortfall, bool]:

@@ -52,6 +52,7 @@ from fleet.store.job import gpu_problem, job_row
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
 from fleet.store.node import settings_text, transport_text
 from fleet.store.series import epoch_us
+from fleet.store.settings import rerun_columns, setting_row
 from fleet.store.statements import Statements, to_json
 
 DEFAULT_PROVIDER = "unknown"
@@ -131,6 +132,8 @@ class Prepared:
     node_results: tuple[dict[str, Any], ...] = ()
     # The job suite's figures, likewise (fleet/store/job.py); none before the suite.
     job_results: tuple[dict[str, Any], ...] = ()
+    # The settings the run measured under (fleet/store/settings.py); none before 0018.
+    settings: tuple[dict[str, Any], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -289,7 +292,8 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
         node_results=tuple(_node_row(result, gpus) for result in document.node),
         job_results=tuple(job_row(result, _job_variant(gpus.get(result.gpu_index),
                                                        result.provenance.device_name))
-                          for result in document.jobs))
+                          for result in document.jobs),
+        settings=tuple(setting_row(s) for s in document.settings or ()))
 
 
 def variant_of(gpu: Gpu) -> str:
@@ -564,6 +568,9 @@ class Ingest:
                     row, document_id=document_id, provider_id=provider_id, host_id=host_id,
                     probe_run_id=run_id, collected_at=collected_at,
                     gpu_id=gpu_ids[row["gpu_index"]]) for row in prepared.job_results])
+            if prepared.settings:
+                fast.setting.many(cursor, [dict(row, document_id=document_id)
+                                           for row in prepared.settings])
             if prepared.errors:
                 fast.error.many(cursor, [dict(
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,
@@ -864,5 +871,6 @@ def _node_row(result: NodeResult, gpus: dict[int, Gpu]) -> dict[str, Any]:
         "transport": transport_text(result.transport),
         "nccl_settings": settings_text(result.settings),
         "nvlink_links": result.nvlink_links, "nvlink_fabric": result.nvlink_fabric,
+        **rerun_columns(result.rerun),
     }
 

@@ -93,13 +93,25 @@ JOB_COLUMNS = columns(
                               "(the job's run-to-run spread, agent/timing/repeat.py JOB_SPREADS, "
                               "or the run's own wander where wider)"),
     ("repeat_high", "float64", "the same interval's high end"),
+    ("headline", "bool", "the fastest backend that passed its gate, of its GPU's workload "
+                         "and decode point in the run: the figure a tuned job gets (suites "
+                         "before 1.1.0: the pinned backend, the run's first)"),
+    ("gqa", "string", 'how grouped-query attention reached the kernel: "native" (SDPA\'s '
+                      'enable_gqa), "expanded" (keys and values repeated first; every '
+                      'training figure before suite 1.1.0), "grouped" (decode)'),
+    ("point", "string", 'decode: "bandwidth" (a step the memory system sets) or "latency" '
+                        '(one sequence); missing for train and before suite 1.1.0'),
+    ("copy_gbs", "float64", "decode: the same GPU's memory copy in the same run, GB/s "
+                            "(read plus written); missing without the node suite"),
+    ("copy_share", "float64", "decode: gbs over copy_gbs, the share of the card's own "
+                              "memory copy a step read"),
 )
 # Built here from stored columns, not selected.
 _DERIVED = ("shape", "config", "repeat_low", "repeat_high")
 # What `shape` and `config` are built from, and the order's document, read beside
 # the frame's columns.
 _PARTS = ("layers", "width", "heads", "kv_heads", "head_dim", "ffn", "batch", "seq",
-          "context", "optimizer", "document_id", "wander")
+          "context", "optimizer", "document_id", "wander", "follows")
 
 
 def shape_text(layers: int, width: int, heads: int, kv_heads: int, ffn: int, batch: int,
@@ -121,7 +133,8 @@ def config_text(row: dict[str, Any]) -> str:
     # The head dimension is not in `shape` (width / heads, as a rule), but is configuration.
     shape = shape.replace(" ffn", f" d{row['head_dim']} ffn", 1)
     parts = [f"suite {suite}", row["workload"], row["model"], shape, row["dtype"],
-             row["attention"], "compiled" if row["compiled"] else "eager",
+             row["attention"], f"gqa-{_gqa(row)}",
+             "compiled" if row["compiled"] else "eager",
              *(["graph"] if row["graph"] else []),
              *([row["optimizer"]] if row["optimizer"] else []),
              f"{row['concurrency']} x{row['gpus_in_run']}", row["thermal"]]
@@ -129,6 +142,19 @@ def config_text(row: dict[str, Any]) -> str:
              f"{row['cuda_runtime_version'] or UNKNOWN_VERSION}, cuDNN "
              f"{row['cudnn_version'] or UNKNOWN_VERSION}")
     return " ".join(str(part) for part in parts) + "; " + stack
+
+
+def _gqa(row: dict[str, Any]) -> str:
+    """The row's GQA, as suites before 1.1.0 ran it where the row does not say."""
+    return str(row.get("gqa") or ("expanded" if row["workload"] == "train" else "grouped"))
+
+
+def _headline(row: dict[str, Any]) -> bool:
+    """The row's headline; before suite 1.1.0 the pinned backend's figures (the soaked
+    training step, and decode, pinned to it)."""
+    if row.get("headline") is not None:
+        return bool(row["headline"])
+    return row.get("follows") is None or row["workload"] == "decode"
 
 
 def gpu_problem(document: AgentDocument, gpus: dict[int, Gpu], uuids: dict[str, int],
@@ -193,6 +219,11 @@ def job_row(result: JobResult, variant: str) -> dict[str, Any]:
         "sm_clock_mhz": telemetry.sm_clock_mhz_median, "power_w": telemetry.power_w_median,
         "compile_s": result.compile_s, "wall_s": result.wall_s,
         "wander": repeat.job_wander(result),
+        # Before suite 1.1.0 the pinned backend (the one that soaked) was the headline.
+        "headline": _headline({"headline": result.headline, "follows": result.follows,
+                               "workload": result.workload}),
+        "gqa": _gqa({"gqa": result.gqa, "workload": result.workload}),
+        "point": result.point, "copy_gbs": result.copy_gbs, "copy_share": result.copy_share,
     }
 
 
@@ -251,6 +282,8 @@ def frame(engine: Engine, *, provider: str | None = None,
                                                        "ffn", "batch", "seq", "context")))
                     for r in records]
     raw["config"] = [config_text(r) for r in records]
+    raw["headline"] = [_headline(r) for r in records]
+    raw["gqa"] = [_gqa(r) for r in records]
     intervals = [repeat.of_job(r["tokens_per_s"], r["variant"], r["wander"], r["workload"],
                                r["attention"]) for r in records]
     raw["repeat_low"] = [i.low for i in intervals]

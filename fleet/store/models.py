@@ -529,6 +529,31 @@ class NodeResult(Base):
     nccl_settings: Mapped[str | None] = mapped_column(String(1024))
     nvlink_links: Mapped[int | None] = mapped_column(Integer)
     nvlink_fabric: Mapped[str | None] = mapped_column(String(16))
+    # 0018: the all-reduce measured again in the same run without the settings that
+    # could move it (agent/node/rerun.py): its bus bandwidth, the settings taken out and
+    # those kept (names, space-separated), and the floor the agent called it short under.
+    rerun_gbs: Mapped[float | None] = mapped_column(Float)
+    rerun_without: Mapped[str | None] = mapped_column(String(1024))
+    rerun_kept: Mapped[str | None] = mapped_column(String(1024))
+    rerun_floor_gbs: Mapped[float | None] = mapped_column(Float)
+    rerun_transport: Mapped[str | None] = mapped_column(String(64))
+
+
+class RunSetting(Base):
+    """One setting a document's run measured under, with where it came from
+    (fleet/model/settings.py): what settles whose a short figure is (0018)."""
+
+    __tablename__ = "run_setting"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    # NULL where the agent withheld it (`withheld` says why).
+    value: Mapped[str | None] = mapped_column(String(256))
+    withheld: Mapped[str | None] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(512))
+    family: Mapped[str] = mapped_column(String(16))
+    applies: Mapped[bool] = mapped_column(Boolean)
 
 
 class JobResult(Base):
@@ -615,6 +640,14 @@ class JobResult(Base):
     # The run's own wander, relative (fleet/repeat.py job_wander): with the job's
     # run-to-run spread, the interval a repeat run falls in.
     wander: Mapped[float | None] = mapped_column(Float)
+    # Suite 1.1.0 on (migration 0017): the fastest backend that passed its gate, of its
+    # GPU's workload and decode point; how grouped-query attention reached the kernel;
+    # decode's point; the same GPU's memory copy in the run and the share of it read.
+    headline: Mapped[bool | None] = mapped_column(Boolean)
+    gqa: Mapped[str | None] = mapped_column(String(16))
+    point: Mapped[str | None] = mapped_column(String(16))
+    copy_gbs: Mapped[float | None] = mapped_column(Float)
+    copy_share: Mapped[float | None] = mapped_column(Float)
 
 
 class HostError(Base):

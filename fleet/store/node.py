@@ -104,6 +104,14 @@ NODE_COLUMNS = columns(
                                 'settings it ran under ("NCCL_P2P_DISABLE=1 ...")'),
     ("nvlink_links", "Int64", "peer_copy: the NVLink links joining the pair"),
     ("nvlink_fabric", "string", 'peer_copy: "switch" (through NVSwitch) or "direct"'),
+    ("rerun_gbs", "float64", "the all-reduce measured again in the same run without the "
+                             "settings that could move it (agent/node/rerun.py), GB/s; "
+                             "missing where none was made"),
+    ("rerun_without", "string", 'the rerun: the settings taken out ("NCCL_ALGO ...")'),
+    ("rerun_kept", "string", "the rerun: the settings that could move it and stayed "
+                             "(kept as found, or /etc/nccl.conf's)"),
+    ("rerun_floor_gbs", "float64", "the floor the agent called the figure short under"),
+    ("rerun_transport", "string", "the rerun: the transports NCCL took"),
     ("stack", "string", 'the software stack: "torch 2.9.0, CUDA 12.8", with ", NCCL '
                         '2.28.9" for an all-reduce through NCCL'),
     ("wall_s", "float64", "seconds the figure took to measure, warm-up included"),

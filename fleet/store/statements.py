@@ -150,6 +150,7 @@ class Statements:
         self.error = build(insert(tables["host_error"]))
         self.node = build(insert(tables["node_result"]))
         self.job = build(insert(tables["job_result"]))
+        self.setting = build(insert(tables["run_setting"]))
         # A run's host is settled once stored: a later document or failure for it (a
         # task delivered twice) changes nothing, and RETURNING no row says so. Hand
         # ingest ("replace") lets the newest document of a host stand for the run.

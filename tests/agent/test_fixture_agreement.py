@@ -101,7 +101,7 @@ def test_there_are_folders_to_compare() -> None:
     assert {"h100-sxm5-lent-device", "h200-sxm-x2-passthrough", "h100-sxm5-passthrough",
             "vgpu-guest-rtxa6000-24q", "vgpu-host-a40", "a100-sxm4-remap-pending",
             "a100-sxm4-remapped-after-reset", "h100-sxm5-sram-uncorrectable",
-            "v100-sxm2-retired-pages"} <= set(CASES)
+            "h100-sxm5-sram-threshold", "v100-sxm2-retired-pages"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -353,8 +353,9 @@ def test_xid_lines_are_kept_for_their_gpu() -> None:
     log = health.KernelLog(True, "dmesg", lines)
     assert health.xid(log, "00000000:10:1C.0") == {
         "readable": True, "note": "dmesg", "events": [A100_XID],
-        "classified": [{"code": 63, "cause": "hardware", "action": "reset",
-                        "name": "ECC page retirement or row remap recorded"}]}
+        "classified": [{"code": 63, "cause": "hardware", "action": "none",
+                        "name": "ECC page retirement or row remap recorded",
+                        "bucket": "IGNORE"}]}
     assert health.xid(log, "00000000:CB:00.0")["events"] == [OTHER_XID]
     assert health.xid(log, "00000000:52:00.0")["events"] == []
     assert health.xid(log, None)["events"] == [A100_XID, OTHER_XID]
@@ -413,7 +414,10 @@ def test_a_replayed_recording_does_not_read_this_machines_log() -> None:
 def test_python38_judges_the_same(python38: str) -> None:
     cases = [counters(), counters(remapped_rows=rows(pending=True)),
              counters(ecc=None, remapped_rows=None), counters(remapped_rows=None,
-                                                              retired_pages=pages(60, 4, False))]
+                                                              retired_pages=pages(60, 4, False)),
+             counters(sram_threshold_exceeded=True),
+             counters(xid_during_run=[{"code": 95, "cause": "hardware", "action": "reset",
+                                       "name": "uncontained ECC error"}])]
     program = ("import json, sys\nfrom agent.health import card as health\n"
                "print(json.dumps([health.judge(c) for c in json.load(sys.stdin)]))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -456,8 +460,11 @@ def decided(**changes: Any) -> tuple[str, str | None, list[str]]:
         "the driver asks for a node reboot (NVML recovery action 2)"])),
     ({"tpc_repair_pending": True}, ("degraded", "reset", [
         "a TPC repair is pending until the GPU is reset"])),
-    ({"sram_threshold_exceeded": True}, ("degraded", "none", [
-        "the driver's SRAM error threshold is exceeded"])),
+    # NVIDIA's GPU Memory Error Management, "RMA Policy": the flag meets the RMA criteria,
+    # as a failed row remap does.
+    ({"sram_threshold_exceeded": True}, ("failing", "replace", [
+        "the driver's SRAM error threshold is exceeded: too many uncorrectable errors in one "
+        "SRAM bank"])),
     # The worst action wins: a failed remap beside a pending one asks for a replacement.
     ({"remapped_rows": rows(failure=True, pending=True)}, ("failing", "replace", [
         "a row remapping failed: no spare row was left",

@@ -32,9 +32,13 @@ def test_llama3_8b_layer_counts() -> None:
     assert causal == 6 * 872_452_096 + 6 * 4 * 4096 * 4096
     # The issue's 79,160 tokens/s on a lent H100 is 478 TFLOP/s by this count.
     assert round(79_160 * dense / 1e12) == 478
-    # Decode: every bf16 weight and the 2 x 4 layers x 64 x 2048 x 8 x 128 cache, once.
-    cache = 2 * 4 * 64 * 2048 * 8 * 128
+    # Decode's bandwidth point: every bf16 weight and the 2 x 4 layers x 128 x 4096 x 8 x
+    # 128 cache, once: 10.3 GB a step, the cache five times the weights.
+    cache = 2 * 4 * 128 * 4096 * 8 * 128
     assert transformer.DECODE.decode_bytes_per_step(2) == 2 * (872_452_096 + cache)
+    assert transformer.DECODE_POINTS["bandwidth"] is transformer.DECODE
+    latency = transformer.DECODE_POINTS["latency"]
+    assert (latency.batch, latency.context) == (1, 4096)
 
 
 @pytest.mark.parametrize("shape", [transformer.CPU_TRAIN, transformer.GATE])
@@ -61,6 +65,96 @@ def _wrong_attention(monkeypatch: pytest.MonkeyPatch) -> None:
         return out if q.dtype == torch.float32 else out * 1.2
 
     monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", sdpa)
+
+
+def test_native_gqa_is_the_expanded_attention() -> None:
+    # SDPA's enable_gqa must compute what repeating the key-value heads computes: the
+    # same function, without the copy (issue 45).
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 8, 16, 32, generator=generator)
+    k = torch.randn(2, 2, 16, 32, generator=generator)
+    v = torch.randn(2, 2, 16, 32, generator=generator)
+    native = transformer._attend(q, k, v, True, False, transformer.GQA_NATIVE)
+    expanded = transformer._attend(q, k, v, True, False, transformer.GQA_EXPANDED)
+    written = transformer.explicit_attention(q, k, v, True)
+    assert torch.allclose(native, expanded, atol=1e-5)
+    assert torch.allclose(native, written, atol=1e-5)
+    # And a stack set to either way trains the same step.
+    stack = transformer.Stack(transformer.CPU_GATE, "cpu", torch.float32)
+    x = torch.randn(2, 16, 64, generator=generator)
+    stack.gqa = transformer.GQA_EXPANDED
+    out_expanded = stack(x)
+    stack.gqa = transformer.GQA_NATIVE
+    assert torch.allclose(stack(x), out_expanded, atol=1e-5)
+
+
+def test_a_backend_the_torch_cannot_run_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A backend that raises for the shape (torch's "No available kernel") is said and
+    # skipped; one that cannot take GQA natively runs expanded, and says so.
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("enable_gqa"):
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", sdpa)
+    gqa, verdict, why = train_step.gate_backend(transformer.CPU_GATE, "cpu", "math")
+    assert gqa == transformer.GQA_EXPANDED and verdict is not None and verdict["passed"]
+    assert why is None
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", broken)
+    gqa, verdict, why = train_step.gate_backend(transformer.CPU_GATE, "cpu", "math")
+    assert verdict is None and why is not None and "No available kernel" in why
+    # The whole suite: no backend ran, so nothing is measured, and it says why.
+    results, errors = jobs.run(jobs.Config.for_cpu(), [], None, lambda message: None)
+    assert results == []
+    assert any("no math attention on this torch" in e["message"] for e in errors)
+    assert any("no attention backend ran the job's gates" in e["message"] for e in errors)
+
+
+def test_the_headline_is_the_fastest_backend_of_each_workload_and_point() -> None:
+    def result(workload: str, attention: str, point: str | None, rate: float
+               ) -> dict[str, Any]:
+        return {"workload": workload, "attention": attention, "point": point,
+                "tokens_per_s": rate}
+
+    results = [result("train", "flash", None, 80_000.0), result("train", "cudnn", None, 84_000.0),
+               result("decode", "flash", "bandwidth", 30_000.0),
+               result("decode", "cudnn", "bandwidth", 29_000.0),
+               result("decode", "flash", "latency", 900.0),
+               result("decode", "cudnn", "latency", 950.0)]
+    jobs.mark_headlines(results)
+    assert [(r["workload"], r["point"], r["attention"]) for r in results if r["headline"]] == [
+        ("train", None, "cudnn"), ("decode", "bandwidth", "flash"),
+        ("decode", "latency", "cudnn")]
+
+
+def test_a_backend_is_measured_only_where_every_gpu_passed_it() -> None:
+    node = jobs.Agreement()
+    node.passed(0, ["flash", "cudnn", "efficient"])
+    node.passed(1, ["flash", "efficient"])
+    assert node.agreed(("flash", "cudnn", "efficient")) == ["flash", "efficient"]
+    assert jobs.Agreement().agreed(("flash",)) == []
+
+
+def test_decode_reads_its_share_of_the_same_gpus_memory_copy() -> None:
+    from agent.job.share import set_copy_shares
+
+    decoded = [{"workload": "decode", "gpu_index": 0, "gbs": 2_550.0},
+               {"workload": "decode", "gpu_index": 1, "gbs": 2_500.0},
+               {"workload": "train", "gpu_index": 0, "gbs": None}]
+    node = [{"kind": "memory_copy", "gpu_index": 0, "gbs": 3_000.0, "contention": []},
+            # Measured beside another process: not the card's figure.
+            {"kind": "memory_copy", "gpu_index": 1, "gbs": 1_500.0,
+             "contention": ["pid 7 (python) of user nobody"]},
+            {"kind": "host_to_device", "gpu_index": 0, "gbs": 55.0, "contention": []}]
+    set_copy_shares(decoded, node)
+    assert decoded[0]["copy_gbs"] == 3_000.0 and decoded[0]["copy_share"] == 0.85
+    assert "copy_gbs" not in decoded[1] and "copy_share" not in decoded[2]
 
 
 def test_gates_fail_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,11 +208,16 @@ def test_cpu_path_end_to_end(tmp_path: Any) -> None:
 
     document = _document(tmp_path)
     assert document["errors"] == [] and document["benchmarks"] == [] and document["node"] == []
-    train, decoded = document["jobs"]
+    train, decoded, latency = document["jobs"]
     assert (train["workload"], decoded["workload"]) == ("train", "decode")
+    assert (decoded["point"], latency["point"]) == ("bandwidth", "latency")
     assert train["follows"] is None and decoded["follows"] == "train/math"
     assert train["shape"] == transformer.CPU_TRAIN.as_dict()
-    for result in (train, decoded):
+    assert latency["shape"]["batch"] == 1
+    # One backend on the CPU: it is every figure's headline.
+    assert all(r["headline"] for r in document["jobs"])
+    assert (train["gqa"], decoded["gqa"]) == ("native", "grouped")
+    for result in (train, decoded, latency):
         seconds = result["seconds"]
         assert result["steps"] > 0 and seconds > 0
         assert math.isclose(result["tokens_per_s"],
@@ -132,7 +231,7 @@ def test_cpu_path_end_to_end(tmp_path: Any) -> None:
     assert decoded["gbs"] == pytest.approx(
         decoded["bytes_per_step"] * decoded["steps"] / decoded["seconds"] / 1e9)
     # The controller's own checks accept what the agent wrote.
-    assert len(parse_document(document, "cpu run").jobs) == 2
+    assert len(parse_document(document, "cpu run").jobs) == 3
 
 
 def test_collect_without_a_suite_runs_none() -> None:
@@ -158,7 +257,7 @@ def test_a_job_figure_takes_the_job_spread() -> None:
 
 def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
     document = _document(tmp_path, "--job-compile")
-    train, decoded = document["jobs"]
+    train, decoded, _ = document["jobs"]
     assert train["compiled"] and train["compile_s"] is not None and train["compile_s"] > 0
     # Decode replays the eager step (a CUDA graph on a GPU): not compiled, no time.
     assert not decoded["compiled"] and decoded["compile_s"] is None

@@ -70,6 +70,9 @@ def job_row(provider: str, host: str, gpu_index: int, workload: str, tokens_per_
         "temperature_c": temperature_c, "sm_clock_mhz": sm_clock_mhz, "power_w": 690.0,
         "compile_s": None, "wall_s": 52.3, "correctness_passed": correct,
         "repeat_low": 0.992 * tokens_per_s, "repeat_high": 1.008 * tokens_per_s,
+        # Suite 1.0: the pinned backend (flash) was the headline; training expanded GQA.
+        "headline": attention == "flash", "gqa": "expanded" if train else "grouped",
+        "point": None, "copy_gbs": None, "copy_share": None,
     }
 
 

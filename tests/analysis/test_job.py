@@ -94,7 +94,8 @@ def test_each_gpu_is_set_beside_its_matmul_in_the_same_run() -> None:
     # Kept: the median over the runs of job TFLOP/s / matmul TFLOP/s of that run.
     assert g.kept == pytest.approx((job_tflops / 700.0 + job_tflops * 78 / 79 / 690.0) / 2)
     assert g.config.label.startswith("Training step, llama3-8b 4x4096 h32/8 ffn14336 b2 "
-                                     "s4096, bf16, flash attention, eager, concurrent on 4 GPUs")
+                                     "s4096, bf16, flash attention (headline), eager, "
+                                     "concurrent on 4 GPUs")
     assert "4 layers of llama3-8b" in g.config.not_measured
     # Decode ran in the first run only: beside that run's matmul.
     assert all(g.matmul_tflops == 700.0 for g in found if not g.config.train)

@@ -242,7 +242,7 @@ def test_the_job_section_in_markdown_and_json(job_url: str, tmp_path: Path) -> N
     text = _report(job_url, tmp_path / "r.md", "--format", "md")
     assert "## What a GPU-hour buys for a real job" in text
     assert "### Training step, llama3-8b 4x4096 h32/8 ffn14336 b2 s4096, bf16, flash " \
-           "attention, eager, concurrent on 4 GPUs, soaked" in text
+           "attention (headline), eager, concurrent on 4 GPUs, soaked" in text
     row = next(line for line in text.splitlines() if line.startswith("| 2 | alpha |")
                and ALPHA_TRAIN_COST in line)
     assert f"{ALPHA_TRAIN_COST} USD" in row and "2.49 USD" in row and "of 989" in row

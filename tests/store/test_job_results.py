@@ -46,7 +46,7 @@ CONTRACT = ["result_id", "provider", "host", "run_id", "collected_at", "gpu_uuid
             "hbm_share", "peak_memory_bytes", "within_low", "within_high", "soaked",
             "not_soaked", "contended", "contention", "temperature_c", "sm_clock_mhz",
             "power_w", "compile_s", "wall_s", "correctness_passed", "repeat_low",
-            "repeat_high"]
+            "repeat_high", "headline", "gqa", "point", "copy_gbs", "copy_share"]
 
 
 def _h200(**knobs: Any) -> dict[str, Any]:
@@ -112,8 +112,12 @@ def test_a_document_with_jobs_round_trips_into_the_frame(engine: Engine,
                                                   "concurrent", "soaked")
     assert train.shape == "4x4096 h32/8 ffn14336 b2 s4096"
     assert train.config == ("suite 1.0 train llama3-8b 4x4096 h32/8 d128 ffn14336 b2 s4096 "
-                            "bf16 flash eager adamw-fused concurrent x4 soaked; torch "
-                            "2.13.0+cu130, CUDA 13.0, cuDNN 91002")
+                            "bf16 flash gqa-expanded eager adamw-fused concurrent x4 soaked; "
+                            "torch 2.13.0+cu130, CUDA 13.0, cuDNN 91002")
+    # Suite 1.0 said neither: its pinned backend (flash) was the headline, and its
+    # training expanded the key-value heads.
+    assert (train.headline, train.gqa) == (True, "expanded") and pd.isna(train.point)
+    assert not by[(0, "train", "cudnn")].headline
     # 79,000 tokens/s x (6 x 872,484,864 + 12 x 4 x 4096 x 4096) FLOP a token.
     assert train.tokens_per_s == pytest.approx(79_000.0, rel=1e-12)
     assert train.tflops == pytest.approx(477.177028608, rel=1e-9)

@@ -344,6 +344,11 @@ def test_job_results_go_down_and_come_up_with_0016(empty_url: str) -> None:
         upgrade(engine, "0015")
         assert "job_result" not in _tables(engine)
         assert upgrade(engine, "0016").revision == "0016"
+        assert "job_result" in _tables(engine)
+        # The models are the head's: the store goes up the rest of the way (0017's job
+        # headline columns, 0018's run settings) before it takes a document, and down
+        # through them again below.
+        upgrade(engine)
         assert _differences(engine) == []
         with Ingest(engine) as ingest:
             stored = ingest.store(AgentDocument.model_validate(data), Origin("lambda"))
@@ -361,6 +366,39 @@ def test_job_results_go_down_and_come_up_with_0016(empty_url: str) -> None:
         with engine.connect() as conn:
             assert conn.execute(select(func.count(JobResult.id))).scalar_one() == 0
         assert len(load_document(engine, stored.document_id).jobs) == 8
+    finally:
+        engine.dispose()
+
+
+def test_job_rows_stored_before_0017_read_their_pinned_backend_as_headline(
+        empty_url: str) -> None:
+    """0017 adds what a job figure's headline rests on; a row stored at 0016 has none of
+    it, and reads as suite 1.0 ran: the pinned backend (the soaked training step, and
+    decode) the headline, training's GQA expanded, decode's grouped."""
+    from fleet.document import AgentDocument
+    from fleet.store.ingest import Ingest, Origin
+    from fleet.store.job import frame
+    from tests.store import factory, job_factory, node_factory
+
+    data = job_factory.with_jobs(node_factory.with_node(factory.document(gpus=2)))
+    engine = _engine(empty_url)
+    try:
+        upgrade(engine)
+        with Ingest(engine) as ingest:
+            ingest.store(AgentDocument.model_validate(data), Origin("lambda"))
+        assert downgrade(engine, "0016").revision == "0016"
+        assert upgrade(engine).revision != "0016"
+        assert _differences(engine) == []
+        with engine.connect() as conn:
+            # Up again, the rows stored before are back with the columns empty.
+            assert conn.execute(text("SELECT count(*) FROM job_result WHERE headline IS NULL"
+                                     " AND gqa IS NULL")).scalar_one() == 8
+        jobs = frame(engine)
+        pinned = {(r.workload, r.attention): (bool(r.headline), r.gqa)
+                  for r in jobs.itertuples()}
+        assert pinned[("train", "flash")] == (True, "expanded")
+        assert pinned[("train", "cudnn")] == (False, "expanded")
+        assert pinned[("decode", "flash")][1] == "grouped"
     finally:
         engine.dispose()
 

@@ -1,0 +1,255 @@
+"""Whose a slow node figure is, settled by experiment, not by a list of causes (DESIGN.md,
+"Judging one node"; issue 44).
+
+A figure found short (fleet/analysis/shortfall.py), or a node apart from its crowd
+(fleet/analysis/peers.py), was measured under the run's settings (fleet/model/settings.py:
+the agent's environment, the inventory's `env:`, NCCL's files). Those that can move a
+figure of its kind are its suspects (agent/source/settings.py says which family moves
+what, with its vendor's documentation), less what fleet keeps as found (NVLink multicast
+switches: never removed, so never a suspect). Then:
+
+- **renter**: the agent measured the figure again in the same run without its suspects
+  (agent/node/rerun.py) and it was no longer short against the same threshold: the
+  settings cost the difference, and they are the run's to unset. Said with what each
+  cost and where it came from; never disputed.
+- **provider**: no suspect was in the run, or the rerun without all of them was still
+  short: the node's own. It stays in "What to dispute", saying it was measured again.
+- **unsettled**: suspects were in the run and no rerun took them all away (an older
+  agent, a figure the agent does not rerun yet, a rerun that failed, a setting of
+  /etc/nccl.conf NCCL reads whatever the environment says): named with its suspects,
+  kept out of "What to dispute" and shown apart, so that the next run can settle it.
+
+A node whose documents predate recorded settings (before 0018) is read from what its
+all-reduce recorded (`nccl_settings`: its NCCL_* and CUDA_VISIBLE_DEVICES); no other
+figure of such a node has suspects. A node's GPUs or pairs that stand below its own others
+(fleet/analysis/node_outliers.py) ran under the same settings in the same run: a run-wide
+setting does not single one out, so those stay the provider's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import pandas as pd
+
+from agent.source import settings as families
+from fleet.analysis.nccl import parse_settings
+from fleet.analysis.shortfall import Shortfall
+
+Party = Literal["renter", "provider", "unsettled"]
+# A finding's kind of figure (fleet/analysis/shortfall.py FIGURES' values) as the agent's
+# families name what they move.
+KINDS = {"memory": "memory_copy", "host link": "host_to_device", "pairs": "peer_copy",
+         "all-reduce": "allreduce"}
+# What the words say of a setting fleet keeps as found.
+KEPT_WHY = ("kept as found: fleet never removes NVLink multicast switches from what it "
+            "starts (multicast can put a shared host's GPUs out of service)")
+
+
+@dataclass(frozen=True)
+class RunSetting:
+    """One setting of a run, as a finding names it."""
+
+    name: str
+    value: str | None
+    source: str
+
+    @property
+    def text(self) -> str:
+        """"NCCL_ALGO=Tree (environment)"."""
+        value = "(withheld)" if self.value is None else self.value
+        return f"{self.name}={value} ({self.source})"
+
+
+@dataclass(frozen=True)
+class Whose:
+    """Whose a finding is, and the words that say why."""
+
+    party: Party
+    words: str | None  # None: nothing to say (a provider's finding with no suspect)
+    suspects: tuple[str, ...] = ()  # "NCCL_ALGO=Tree (environment)"
+
+
+def run_settings(settings: pd.DataFrame, figures: pd.DataFrame
+                 ) -> dict[int, tuple[RunSetting, ...]]:
+    """Each document's settings that applied: from run_setting (fleet/store/settings.py)
+    where the document has rows there, else what its all-reduce recorded."""
+    found: dict[int, list[RunSetting]] = {}
+    if not settings.empty:
+        applied = settings[settings["applies"].astype("boolean").fillna(True).astype(bool)]
+        for document, name, value, source in zip(
+                applied["document_id"].astype(int).tolist(), applied["name"].tolist(),
+                applied["value"].astype(object).tolist(), applied["source"].tolist(),
+                strict=True):
+            found.setdefault(int(document), []).append(RunSetting(
+                str(name), value if isinstance(value, str) else None, str(source)))
+    if not figures.empty and "nccl_settings" in figures:
+        recorded = settings["document_id"].astype(int).unique().tolist() \
+            if not settings.empty else []
+        reduce = figures[(figures["kind"] == "allreduce")
+                         & ~figures["document_id"].isin(recorded)]
+        for document, text in zip(reduce["document_id"].astype(int).tolist(),
+                                  reduce["nccl_settings"].tolist(), strict=True):
+            if document in found or not isinstance(text, str):
+                continue
+            found[document] = [RunSetting(name, value, "the all-reduce's record")
+                               for name, value in sorted(parse_settings(text).items())]
+    return {d: tuple(s) for d, s in found.items()}
+
+
+def suspects(settings: Iterable[RunSetting], kind: str) -> tuple[RunSetting, ...]:
+    """The settings that can move a figure of `kind` (the node suite's kinds, "matmul",
+    "job"), less those fleet keeps as found."""
+    return tuple(s for s in settings if families.moves(s.name, kind)
+                 and not families.kept(s.name))
+
+
+def _kept(settings: Iterable[RunSetting], kind: str) -> tuple[RunSetting, ...]:
+    return tuple(s for s in settings if families.moves(s.name, kind) and families.kept(s.name))
+
+
+def _listed(settings: Iterable[RunSetting]) -> str:
+    return ", ".join(s.text for s in settings)
+
+
+def unsettled_words(what: str, found: tuple[RunSetting, ...]) -> Whose:
+    """A finding with suspects and no rerun that took them all away."""
+    return Whose("unsettled",
+                 f"{what} was measured under settings that can move it and not measured "
+                 f"again without them: {_listed(found)}; run the agent again (it re-measures "
+                 "a short all-reduce without them) or unset them, before disputing it",
+                 tuple(s.text for s in found))
+
+
+def _gbs(value: float) -> str:
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
+                    settings: Mapping[int, tuple[RunSetting, ...]]) -> Whose:
+    """Whose `shortfall` is, from its node's run settings and the all-reduce's rerun
+    (`figures`: fleet.analysis.node.prepare's frame, with the `rerun_*` columns)."""
+    kind = KINDS[shortfall.figure]
+    node = figures[(figures["provider"] == shortfall.provider)
+                   & (figures["host"] == shortfall.host)]
+    documents = sorted(set(node["document_id"].astype(int).tolist()))
+    ran = tuple(s for d in documents for s in settings.get(d, ()))
+    found = suspects(ran, kind)
+    kept = _kept(ran, kind)
+    worst = shortfall.units[0]
+    what = (f"{worst.what} {_gbs(worst.gbs)} GB/s" if shortfall.figure == "all-reduce"
+            else f"{shortfall.subject}")
+    if kind == "allreduce":
+        rows = node[(node["kind"] == "allreduce")
+                    & (node["size_bytes"] == worst.config.size_bytes)]
+        reran = rows[rows["rerun_gbs"].notna()] if "rerun_gbs" in rows else rows.iloc[0:0]
+        if not reran.empty:
+            return _settled(shortfall, reran.iloc[0], ran, kept)
+    if not found:
+        return Whose("provider", None)
+    return unsettled_words(what, found)
+
+
+def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
+             kept: tuple[RunSetting, ...]) -> Whose:
+    worst = shortfall.units[0]
+    limit = worst.expected_gbs * shortfall.threshold
+    rerun = float(row["rerun_gbs"])
+    taken = str(row["rerun_without"] or "").split()
+    stayed = [n for n in str(row["rerun_kept"] or "").split() if not families.kept(n)]
+    by_name = {s.name: s for s in ran}
+    removed = tuple(by_name.get(n, RunSetting(n, None, "the run")) for n in taken)
+    under = _listed(removed)
+    keeps = (f"; {_listed(kept)} {KEPT_WHY}" if kept else "")
+    if rerun >= limit:
+        cost = 1.0 - worst.gbs / rerun if rerun > 0 else 0.0
+        it = "it" if len(removed) == 1 else "them"
+        return Whose("renter",
+                     f"all-reduce {_gbs(worst.gbs)} GB/s under {under}, {_gbs(rerun)} "
+                     f"without {it}, measured again in the same run: "
+                     f"{'a setting' if len(removed) == 1 else 'settings'} of the run's "
+                     f"environment costing {cost:.0%}; unset {it}{keeps}",
+                     tuple(s.text for s in removed))
+    if stayed:
+        left = tuple(by_name.get(n, RunSetting(n, None, "the run")) for n in stayed)
+        return Whose("unsettled",
+                     f"all-reduce {_gbs(worst.gbs)} GB/s, {_gbs(rerun)} measured again "
+                     f"without {under}, still short; {_listed(left)} could not be taken "
+                     "away (NCCL reads /etc/nccl.conf whatever the environment says): "
+                     "unset it and measure again before disputing it",
+                     tuple(s.text for s in left))
+    return Whose("provider",
+                 f"measured again in the same run without {under}: {_gbs(rerun)} GB/s, "
+                 f"still under the {_gbs(limit)} it is called short under{keeps}")
+
+
+def whose_apart(provider: str, host: str, kind: str, what: str, figures: pd.DataFrame,
+                settings: Mapping[int, tuple[RunSetting, ...]]) -> Whose:
+    """Whose a node's figure of `kind` standing apart from its crowd is: the provider's,
+    unless the run held settings that can move it (no rerun is made for it)."""
+    node = figures[(figures["provider"] == provider) & (figures["host"] == host)]
+    ran = tuple(s for d in sorted(set(node["document_id"].astype(int).tolist()))
+                for s in settings.get(d, ()))
+    found = suspects(ran, kind)
+    return Whose("provider", None) if not found else unsettled_words(what, found)
+
+
+def whose_matmul(documents: Iterable[int], settings: Mapping[int, tuple[RunSetting, ...]],
+                 what: str) -> Whose:
+    """Whose a GPU's short soaked matmul is: no rerun is made for it, so unsettled where
+    the run held settings that can move it."""
+    found = suspects((s for d in documents for s in settings.get(d, ())), "matmul")
+    return Whose("provider", None) if not found else unsettled_words(what, found)
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """A finding whose party no experiment settled: shown apart, never disputed."""
+
+    kind: str  # the finding's `--fail-on` kind: "shortfall", "peer"
+    provider: str
+    title: str
+    evidence: str
+    whose: Whose
+
+    def finding(self) -> tuple[str, str, str, str, str | None, tuple[str, ...]]:
+        """(kind, provider, title, evidence, cause, details), as the report lists one."""
+        return (self.kind, self.provider, self.title, self.evidence, self.whose.words,
+                self.whose.suspects)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Node shortfalls sorted by whose they are."""
+
+    provider: tuple[Shortfall, ...]
+    renter: tuple[Shortfall, ...]
+    unsettled: tuple[Unsettled, ...]
+
+
+def settle_shortfalls(caused: Iterable[tuple[Shortfall, bool]], figures: pd.DataFrame,
+                      settings: Mapping[int, tuple[RunSetting, ...]]) -> Settled:
+    """`caused` (each shortfall with whether a cause fleet was taught, fleet/analysis/
+    nccl.py, calls it the renter's) sorted by whose it is: a rerun settles it whatever
+    the taught cause says; without one, a taught renter's cause stands, and otherwise a
+    shortfall with suspects is unsettled."""
+    provider: list[Shortfall] = []
+    renter: list[Shortfall] = []
+    unsettled: list[Unsettled] = []
+    for shortfall, taught in caused:
+        whose = whose_shortfall(shortfall, figures, settings)
+        reran = whose.party == "renter" or (whose.party == "provider"
+                                            and whose.words is not None)
+        told = "; ".join(w for w in (shortfall.cause, whose.words) if w) or None
+        if taught and not reran:
+            renter.append(shortfall)  # the taught cause's words stand alone
+        elif whose.party == "renter":
+            renter.append(replace(shortfall, cause=told))
+        elif whose.party == "provider":
+            provider.append(replace(shortfall, cause=told))
+        else:
+            unsettled.append(Unsettled("shortfall", shortfall.provider, shortfall.title,
+                                       shortfall.evidence, whose))
+    return Settled(tuple(provider), tuple(renter), tuple(unsettled))

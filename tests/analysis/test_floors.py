@@ -1,0 +1,29 @@
+"""The floors the agent carries (agent/node/floors.json) are the catalog's and the
+shortfall rule's, as fleet/analysis/floors.py makes them: one source of truth."""
+
+from __future__ import annotations
+
+from agent.node import floors as agent_floors
+from fleet.analysis import floors
+from fleet.analysis.shortfall import ShortfallOptions
+
+
+def test_the_committed_floors_are_what_the_catalog_gives() -> None:
+    assert floors.PATH.read_text() == floors.text(), (
+        "agent/node/floors.json is stale: python -m fleet.analysis.floors > "
+        "agent/node/floors.json")
+
+
+def test_the_agent_calls_the_issues_all_reduce_short_and_a_healthy_one_not() -> None:
+    table = agent_floors.load()
+    floor, basis = agent_floors.allreduce_floor(table, "H200-SXM-141GB", 4, 1 << 30, "bf16",
+                                                "nccl", 450.0) or (0.0, "")
+    # 354 GB/s expected, called under 90% of it: 251 (NCCL_ALGO=Tree) short, 352 not.
+    assert 251 < floor < 352 and basis.startswith("records: 353.7 GB/s expected")
+    # A variant without records: its datasheet share.
+    share = ShortfallOptions().allreduce_share
+    assert agent_floors.allreduce_floor(table, "B200", 8, 1 << 30, "bf16", "nccl",
+                                        900.0) == (share * 900.0, "datasheet: called under "
+                                                   "40% of 900 GB/s")
+    assert agent_floors.allreduce_floor(table, "B200", 8, 1 << 30, "bf16", "nccl",
+                                        None) is None

@@ -1,0 +1,128 @@
+"""Whose a short all-reduce is, settled by the agent's rerun (fleet/analysis/whose.py), on
+the lent 4x H200 node's real document (tests/fixtures/nodes/h200-sxm-x4-lent/) made to
+read as the issue's NCCL_ALGO=Tree run did (71% of a healthy node), stored through the
+real ingest path (SQLite and PostgreSQL) and reported alone."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from fleet.document import parse_document
+from fleet.errors import AgentError
+from fleet.report import ReportOptions, build_report, render
+from fleet.report.build import Report
+from fleet.store.ingest import Ingest, Origin, RunInfo
+from fleet.store.node import read_node_results
+from fleet.store.settings import read_settings
+from tests.conftest import FIXTURES
+
+H200X4 = FIXTURES / "nodes" / "h200-sxm-x4-lent" / "document.json"
+TREE = {"name": "NCCL_ALGO", "value": "Tree", "withheld": None, "source": "environment",
+        "family": "nccl", "applies": True}
+KEPT = {"name": "NCCL_NVLS_ENABLE", "value": "0", "withheld": None, "source": "environment",
+        "family": "nccl", "applies": True}
+
+
+def _scaled(stats: dict[str, Any], share: float) -> dict[str, Any]:
+    out = dict(stats, median_gbs=stats["median_gbs"] * share,
+               min_gbs=stats["min_gbs"] * share, max_gbs=stats["max_gbs"] * share,
+               samples_gbs=[s * share for s in stats["samples_gbs"]])
+    if stats.get("ci95_gbs"):
+        out["ci95_gbs"] = [v * share for v in stats["ci95_gbs"]]
+    return out
+
+
+def _tree(rerun_share: float | None, recorded: bool = True) -> dict[str, Any]:
+    """The healthy node's document with its all-reduce at 71% under NCCL_ALGO=Tree and,
+    where `rerun_share` is given, a rerun without it at that share of the healthy one."""
+    data: dict[str, Any] = copy.deepcopy(json.loads(H200X4.read_text()))
+    data["settings"] = [TREE, KEPT] if recorded else None
+    for result in data["node"]:
+        if result["kind"] != "allreduce":
+            continue
+        healthy = result["stats"]
+        result["stats"] = _scaled(healthy, 0.71)
+        result["gbs"], result["algbw_gbs"] = (result["stats"]["median_gbs"],
+                                              result["algbw_gbs"] * 0.71)
+        result["settings"] = {"NCCL_ALGO": "Tree", "NCCL_NVLS_ENABLE": "0"}
+        if rerun_share is not None:
+            again = _scaled(healthy, rerun_share)
+            result["rerun"] = {
+                "without": ["NCCL_ALGO"], "kept": ["NCCL_NVLS_ENABLE"], "floor_gbs": 318.33,
+                "floor_basis": "records: 353.7 GB/s expected", "gbs": again["median_gbs"],
+                "min_gbs": again["min_gbs"], "max_gbs": again["max_gbs"],
+                "samples_gbs": again["samples_gbs"], "transports": {"P2P": 96},
+                "ran_with": ["NCCL_NVLS_ENABLE"], "wall_s": 9.5}
+    return data
+
+
+def _report(engine: Engine, data: dict[str, Any]) -> Report:
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        ingest.store(parse_document(data, "h200x4"), Origin("lent", "h200x4"))
+    return build_report(engine, ReportOptions(), "test")
+
+
+def test_a_rerun_that_is_not_short_makes_it_the_renters_setting(engine: Engine) -> None:
+    report = _report(engine, _tree(1.0))
+    assert report.dispute == () and report.unsettled == ()
+    [found] = report.renter
+    assert found.kind == "shortfall"
+    assert found.cause is not None
+    assert found.cause.startswith("all-reduce 250 GB/s under NCCL_ALGO=Tree (environment), "
+                                  "353 without it, measured again in the same run")
+    assert "unset it" in found.cause and "NCCL_NVLS_ENABLE=0 (environment) kept as found" \
+        in found.cause
+    # Stored as sent, on both backends.
+    figures = read_node_results(engine, kind="allreduce")
+    assert figures["rerun_without"].tolist() == ["NCCL_ALGO"] * 4
+    assert figures["rerun_kept"].tolist() == ["NCCL_NVLS_ENABLE"] * 4
+    assert set(figures["rerun_transport"]) == {"P2P"}
+    assert (figures["rerun_gbs"] > figures["gbs"]).all()
+    settings = read_settings(engine)
+    assert settings[["name", "value", "source", "family"]].values.tolist() == [
+        ["NCCL_ALGO", "Tree", "environment", "nccl"],
+        ["NCCL_NVLS_ENABLE", "0", "environment", "nccl"]]
+    assert "ALGO=Tree" in render(report, "md")  # Markdown escapes the underscore
+
+
+def test_without_a_rerun_it_is_unsettled_and_never_disputed(engine: Engine) -> None:
+    report = _report(engine, _tree(None))
+    assert report.dispute == () and report.renter == ()
+    [found] = report.unsettled
+    assert found.details == ("NCCL_ALGO=Tree (environment)",)
+    assert "not measured again without them" in (found.cause or "")
+    assert "Not settled" in render(report, "md") and "Not settled" in render(report, "html")
+    assert json.loads(render(report, "json"))["unsettled"][0]["details"] == [
+        "NCCL_ALGO=Tree (environment)"]
+
+
+def test_an_old_document_is_judged_on_what_its_all_reduce_recorded(engine: Engine) -> None:
+    report = _report(engine, _tree(None, recorded=False))
+    assert report.dispute == ()
+    [found] = report.unsettled
+    assert found.details == ("NCCL_ALGO=Tree (the all-reduce's record)",)
+
+
+def test_still_short_without_the_settings_is_the_providers(engine: Engine) -> None:
+    report = _report(engine, _tree(0.72))
+    assert report.renter == () and report.unsettled == ()
+    [found] = [f for f in report.dispute if f.kind == "shortfall"]
+    assert "all-reduce" in found.title
+    assert (found.cause or "").startswith("measured again in the same run without "
+                                          "NCCL_ALGO=Tree (environment): 254 GB/s, still")
+
+
+def test_a_setting_must_carry_a_value_or_why_not() -> None:
+    data = _tree(None)
+    data["settings"] = [dict(TREE, value=None)]
+    with pytest.raises(AgentError, match=r"settings\.0: Value error, setting NCCL_ALGO: give "
+                                         "a value or why it is withheld"):
+        parse_document(data, "bad")
+    data["settings"] = [dict(TREE, source="somewhere")]
+    with pytest.raises(AgentError, match=r"settings\.0\.source"):
+        parse_document(data, "bad")
