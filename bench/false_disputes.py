@@ -96,6 +96,9 @@ class Outcome:
     renter_naming: tuple[str, ...]
     unsettled_naming: tuple[str, ...]
     verdict: str
+    # Disputes of the platform's own on other figures (the case's `provider_also`): set
+    # apart from the case's verdict, and counted, never dropped.
+    platform: tuple[str, ...] = ()
 
     @property
     def false_dispute(self) -> bool:
@@ -144,13 +147,15 @@ def judge(case: dict[str, Any]) -> Outcome:
     also = tuple(case.get("provider_also", ()))
     dispute = tuple(f.title for f in report.dispute
                     if not any(words in f.title for words in also))
+    platform = tuple(f.title for f in report.dispute
+                     if any(words in f.title for words in also))
     naming = tuple(_naming(report.dispute, expect))
     renter = tuple(_naming(report.renter, expect))
     # Issue 44's unsettled findings, where the report has them yet.
     unsettled = tuple(_naming(getattr(report, "unsettled", ()) or (), expect))
     return Outcome(case["name"], case["label"], case.get("made", "real"), expect, dispute,
                    naming, renter, unsettled,
-                   verdict(case["label"], dispute, naming, renter, unsettled))
+                   verdict(case["label"], dispute, naming, renter, unsettled), platform)
 
 
 def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -168,6 +173,8 @@ def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             o.verdict == "missed: told the renter" for o in outcomes),
         "unsettled": sum(bool(o.unsettled_naming) for o in outcomes),
         "hits": sum(o.verdict == "hit" for o in outcomes),
+        "platform_disputes": sum(len(o.platform) for o in outcomes),
+        "platform_cases": sum(bool(o.platform) for o in outcomes),
         "renter_called_renters": sum(o.verdict == "renter's" for o in outcomes)}
 
 
@@ -183,6 +190,8 @@ def table(outcomes: Sequence[Outcome]) -> str:
              f"  renter findings really the provider's: "
              f"{s['renter_findings_really_the_providers']}",
              f"unsettled (naming the fault): {s['unsettled']}",
+             f"disputes of the platform's own on other figures (provider_also), set apart: "
+             f"{s['platform_disputes']} in {s['platform_cases']} cases",
              f"provider faults disputed: {s['hits']}; renter faults told the renter: "
              f"{s['renter_called_renters']}", "",
              f"{'case':44} {'label':9} {'verdict':26} what fleet said"]

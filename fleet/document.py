@@ -3,6 +3,9 @@
 Everything an agent sends is validated by these models before anything reads or stores
 it. A host is not trusted: unknown fields are refused, strings and lists are bounded,
 numbers must be finite, and the version must be one this controller understands.
+
+The shared shapes live in fleet/model/base.py, the job suite's results in
+fleet/model/job.py and the run's settings in fleet/model/settings.py.
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
@@ -20,23 +21,30 @@ from pydantic import (
 )
 
 from fleet.errors import AgentError
+from fleet.model.base import (
+    Celsius,
+    Count,
+    GBps,
+    LongText,
+    MHz,
+    Ms,
+    Name,
+    Seconds,
+    SeenProcess,
+    Share,
+    SoakVerdict,
+    Statistics,
+    Strict,
+    TelemetrySummary,
+    Text,
+    TFlops,
+    Verdict,
+    Watts,
+)
+from fleet.model.job import JobResult
 from fleet.model.settings import Setting, SettingsRerun
 
 DOCUMENT_FORMAT = "fleet-agent/1"
-
-Text = Annotated[str, StringConstraints(max_length=512)]
-LongText = Annotated[str, StringConstraints(max_length=4096)]
-Name = Annotated[str, StringConstraints(max_length=128)]
-Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
-MHz = Annotated[int, Field(ge=0, le=100_000)]
-Watts = Annotated[float, Field(ge=0, le=100_000)]
-Verdict = Literal["yes", "no", "unknown"]
-
-
-class Strict(BaseModel):
-    """A model that rejects unknown fields and non-finite numbers, and is immutable."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
 class ClockRange(Strict):
@@ -397,26 +405,6 @@ class Host(Strict):
     user: Name | None
 
 
-Ms = Annotated[float, Field(ge=0, le=1e7)]
-Seconds = Annotated[float, Field(ge=0, le=1e6)]
-Share = Annotated[float, Field(ge=0, le=1)]
-
-
-class Statistics(Strict):
-    """Per-run kernel times in milliseconds; the 95% interval is that of the median."""
-
-    runs: Annotated[int, Field(ge=1, le=1_000_000)]
-    median_ms: Ms
-    trimmed_mean_ms: Ms
-    mean_ms: Ms
-    min_ms: Ms
-    max_ms: Ms
-    stdev_ms: Ms
-    cv: Annotated[float, Field(ge=0, le=100)]
-    ci95_low_ms: Ms
-    ci95_high_ms: Ms
-
-
 class Warmup(Strict):
     """How a benchmark reached steady state: whether it did, how long, and in how many windows."""
 
@@ -508,17 +496,6 @@ class Flags(Strict):
     not_soaked: bool = False
 
 
-class TelemetrySummary(Strict):
-    """What the GPU's clocks, power and temperature did while it was measured."""
-
-    samples: Count
-    sm_clock_mhz_median: Annotated[float, Field(ge=0, le=1e5)] | None
-    mem_clock_mhz_median: Annotated[float, Field(ge=0, le=1e5)] | None
-    power_w_median: Watts | None
-    temperature_c_max: Annotated[float, Field(ge=-100, le=300)] | None
-    reason_shares: dict[Name, Share] = Field(max_length=32)
-
-
 class Provenance(Strict):
     """The software and device a result was measured on: torch, CUDA runtime, cuBLAS, GPU."""
 
@@ -534,33 +511,6 @@ class Provenance(Strict):
     working_set_bytes: Count | None = None
     inputs: Text
     env: dict[Name, Text] = Field(max_length=64)
-
-
-TFlops = Annotated[float, Field(ge=0, le=1e6)]
-Celsius = Annotated[float, Field(ge=-100, le=300)]
-
-
-class SoakVerdict(Strict):
-    """A continuous load judged by agent/timing/soak.py's rule, the matmul's and the job suite's
-    alike: whether and when throughput and temperature stopped moving."""
-
-    # Both stopped moving before the cap; False: the cap ended the wait (flag not_soaked).
-    soaked: bool
-    # Seconds of load before the measurement began (the soak itself, and the wait for
-    # the node's other GPUs), and when this GPU's test first passed (None: never).
-    seconds: Seconds
-    settled_s: Seconds | None
-    cap_s: Seconds
-    # The curve's window, and the trailing span the slope test fits.
-    window_s: Annotated[float, Field(gt=0, le=1e4)]
-    span_s: Annotated[float, Field(gt=0, le=1e4)]
-    # The test: |throughput change fitted over the span| / level at most this...
-    throughput_tolerance: Annotated[float, Field(ge=0, le=1)]
-    # ...and |temperature change fitted over the span| at most this many degrees.
-    temperature_tolerance_c: Annotated[float, Field(ge=0, le=100)]
-    # What the last judged span showed (None: no span was judged).
-    throughput_change: Annotated[float, Field(ge=-10, le=10)] | None
-    temperature_change_c: Annotated[float, Field(ge=-300, le=300)] | None
 
 
 class Soak(SoakVerdict):
@@ -701,9 +651,6 @@ class BenchmarkResult(Strict):
         return self
 
 
-GBps = Annotated[float, Field(ge=0, le=1e7)]
-
-
 class Bandwidth(Strict):
     """Repeated timings of one copy or collective, each as GB/s (10^9 bytes a second)."""
 
@@ -728,16 +675,6 @@ class HostLinkState(Strict):
 
 NodeKind = Literal["memory_copy", "host_to_device", "device_to_host", "peer_copy",
                    "allreduce"]
-
-
-class SeenProcess(Strict):
-    """A process the agent saw on a GPU around a figure, with its owner where /proc shows
-    it (agent/timing/contention.py): `own` is whether it runs as the agent's own user."""
-
-    pid: Annotated[int, Field(ge=0, le=2**31)]
-    uid: Annotated[int, Field(ge=0, le=2**32)] | None = None
-    user: Annotated[str, StringConstraints(max_length=64)] | None = None
-    own: bool | None = None
 
 
 class NcclTransport(Strict):
@@ -842,234 +779,6 @@ class NodeResult(Strict):
         if not self.stats.min_gbs <= self.stats.median_gbs <= self.stats.max_gbs:
             raise ValueError("stats must hold min_gbs <= median_gbs <= max_gbs")
         return self
-
-
-Workload = Literal["train", "decode"]
-Attention = Literal["flash", "cudnn", "efficient", "math"]
-# The relative tolerance a job result's derived figures must meet against the figures
-# they are derived from: the agent computes them unrounded, so anything wider is an
-# agent bug or an edited file, and would be ranked as if measured.
-JOB_REL = 1e-6
-PerSecond = Annotated[float, Field(gt=0, le=1e12)]
-Flop = Annotated[float, Field(gt=0, le=1e18)]
-Dim = Annotated[int, Field(ge=1, le=1 << 24)]
-
-
-class JobShape(Strict):
-    """The transformer stack a job runs: layers of `width`, attention heads (query and
-    key/value) of `head_dim`, the feed-forward width; the batch and sequence of a step,
-    and for decode the context each new token attends to (None for train)."""
-
-    layers: Dim
-    width: Dim
-    heads: Dim
-    kv_heads: Dim
-    head_dim: Dim
-    ffn: Dim
-    batch: Dim
-    seq: Dim
-    context: Dim | None
-
-
-class JobCorrectness(Strict):
-    """The gate a job passed before it was timed: a small copy of the stack against a
-    float32 reference (decode: the logits' relative error stands in the gradient's)."""
-
-    passed: bool
-    loss_finite: bool
-    grad_max_rel_error: Annotated[float, Field(ge=0, le=1e12)] | None
-    tolerance: Annotated[float, Field(ge=0, le=1)]
-    shape: Text
-    reference: Text
-
-
-class JobFlags(Strict):
-    """What may have made a job's figure unrepresentative."""
-
-    not_soaked: bool
-    contended: bool
-    power_capped: bool
-    thermal_throttled: bool
-    hw_slowdown: bool
-
-
-class JobSoak(SoakVerdict):
-    """The continuous load a job's figure was measured after, as the matmul's Soak but in
-    tokens a second, and without a first-20-s level (agent/timing/soak.py)."""
-
-    temperature_c: Celsius | None
-    temperature_start_c: Celsius | None
-    # Seconds a bf16 matmul held the card while the job set up, so that the soak began
-    # near the matmul's heat (agent/job/warm.py); None: not held (the CPU path, agents
-    # before 2026-11-27, or the card had no room for it).
-    warmed_s: Seconds | None = None
-    # Per window from the first launch: [end s, tokens/s, deg C, SM MHz, W], -1 unknown.
-    curve: list[Annotated[list[Annotated[float, Field(ge=-1, le=1e12)]],
-                          Field(min_length=5, max_length=5)]] = Field(max_length=1000)
-
-
-class JobProvenance(Strict):
-    """The stack a job ran on: torch, the CUDA runtime and cuDNN, and the device."""
-
-    torch_version: Name | None
-    cuda_runtime_version: Name | None
-    cudnn_version: Name | None
-    device_name: Name | None
-
-
-class JobResult(Strict):
-    """One GPU's figure for one job of the job suite (agent/job/suite.py): a transformer's
-    training step or decode step under one attention backend, as tokens a second, with
-    the FLOP (and for decode the bytes) a token costs, so that a GPU-hour is priced in
-    the work of a real job. Compared only within its configuration (`job_config`)."""
-
-    # `model` and `model_source` are the contract's names; pydantic reserves model_*.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True,
-                              protected_namespaces=())
-
-    suite_version: Name
-    workload: Workload
-    gpu_index: Annotated[int, Field(ge=0, le=1024)]
-    gpu_uuid: Name | None
-    # The published configuration the shapes come from, and where it is published.
-    model: Name
-    model_source: Annotated[str, StringConstraints(max_length=1000)]
-    shape: JobShape
-    # Decode's point (agent/job/transformer.py DECODE_POINTS): "bandwidth" or "latency";
-    # None for training and for suites before 1.1.0 (one decode shape).
-    point: Literal["bandwidth", "latency"] | None = None
-    # How grouped-query attention reached the kernel: "native" (SDPA's enable_gqa),
-    # "expanded" (keys and values repeated first), "grouped" (decode: a group's queries
-    # as rows of one head); None before suite 1.1.0, which expanded in training.
-    gqa: Literal["native", "expanded", "grouped"] | None = None
-    # The fastest backend that passed its gate, of its GPU's workload and point in the
-    # run: the figure a tuned job gets (None before suite 1.1.0: the pinned backend).
-    headline: bool | None = None
-    params: Annotated[int, Field(ge=1, le=10**13)]
-    dtype: Literal["bf16", "fp32"]
-    attention: Attention
-    compiled: bool
-    compile_s: Seconds | None
-    graph: bool
-    optimizer: Literal["adamw-fused", "adamw"] | None
-    concurrency: Literal["concurrent", "sequential"]
-    gpus_in_run: Annotated[int, Field(ge=1, le=1024)]
-    thermal: Literal["soaked", "cool-start"]
-    # Measured right after that soaked load on the same card, and not judged itself.
-    follows: Annotated[str, StringConstraints(
-        pattern=r"^(train|decode)/(flash|cudnn|efficient|math)$")] | None
-    tokens_per_step: Annotated[int, Field(ge=1, le=1 << 40)]
-    steps: Annotated[int, Field(ge=1, le=10_000_000)]
-    seconds: Annotated[float, Field(gt=0, le=1e6)]
-    tokens_per_s: PerSecond
-    step_ms: Statistics
-    within_run_ci95: Annotated[list[Annotated[float, Field(ge=0, le=1e12)]],
-                               Field(min_length=2, max_length=2)] | None
-    flop_per_token: Flop
-    flop_per_token_causal: Flop
-    flop_source: LongText
-    tflops: TFlops
-    tflops_causal: TFlops
-    peak_tflops: Annotated[float, Field(gt=0, le=1e6)] | None
-    peak_source: Text | None
-    mfu: Annotated[float, Field(ge=0, le=100)] | None
-    bytes_per_step: Annotated[int, Field(ge=1, le=1 << 50)] | None
-    gbs: GBps | None
-    hbm_gbs: Annotated[float, Field(gt=0, le=1e7)] | None
-    hbm_source: Text | None
-    hbm_share: Annotated[float, Field(ge=0, le=100)] | None
-    # Decode: the same GPU's memory copy in the same run (the node suite's, bytes read
-    # plus written) and the share of it the step read; None where the node suite did not
-    # run or measure it.
-    copy_gbs: Annotated[float, Field(gt=0, le=1e7)] | None = None
-    copy_share: Annotated[float, Field(ge=0, le=100)] | None = None
-    peak_memory_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None
-    loss: Annotated[float, Field(ge=-1e9, le=1e9)] | None
-    correctness: JobCorrectness
-    flags: JobFlags
-    soak: JobSoak | None
-    telemetry: TelemetrySummary
-    contention: list[Text] = Field(max_length=16)
-    processes: list[SeenProcess] = Field(max_length=64)
-    provenance: JobProvenance
-    wall_s: Seconds
-
-    @model_validator(mode="after")
-    def _agrees_with_itself(self) -> JobResult:
-        # Every headline follows from the result's own counts and times: a result whose
-        # figures do not would be priced and ranked as if measured.
-        shape = self.shape
-        train = self.workload == "train"
-        # The loss is the soaked load's first step; a step measured after it (`follows`,
-        # the other attention backend) reports none.
-        needed = {"optimizer": self.optimizer,
-                  **({"loss": self.loss} if self.follows is None else {})} if train else {
-            "bytes_per_step": self.bytes_per_step, "gbs": self.gbs,
-            "shape.context": shape.context}
-        missing = [name for name, value in needed.items() if value is None]
-        if missing:
-            raise ValueError(f"a {self.workload} result must give {', '.join(missing)}")
-        extra = {"shape.context": shape.context, "bytes_per_step": self.bytes_per_step,
-                 "gbs": self.gbs, "hbm_share": self.hbm_share} if train else {
-            "optimizer": self.optimizer, "loss": self.loss}
-        given = [name for name, value in extra.items() if value is not None]
-        if given:
-            raise ValueError(f"a {self.workload} result has no {', '.join(given)}")
-        tokens = shape.batch * shape.seq if train else shape.batch
-        if self.tokens_per_step != tokens:
-            raise ValueError(f"tokens_per_step {self.tokens_per_step} is not "
-                             f"{'batch x seq' if train else 'batch'} ({tokens})")
-        # A compiled job's results after the first one reuse its compile: no compile_s.
-        if self.compile_s is not None and not self.compiled:
-            raise ValueError("compile_s is given only for a compiled job (compiled)")
-        self._derived("tokens_per_s", self.tokens_per_s,
-                      self.tokens_per_step * self.steps / self.seconds,
-                      "tokens_per_step x steps / seconds")
-        self._derived("tflops", self.tflops, self.tokens_per_s * self.flop_per_token / 1e12,
-                      "tokens_per_s x flop_per_token / 1e12")
-        self._derived("tflops_causal", self.tflops_causal,
-                      self.tokens_per_s * self.flop_per_token_causal / 1e12,
-                      "tokens_per_s x flop_per_token_causal / 1e12")
-        if self.mfu is not None and self.peak_tflops is None:
-            raise ValueError("mfu is a share of peak_tflops, which is not given")
-        if self.mfu is not None and self.peak_tflops is not None:
-            self._derived("mfu", self.mfu, self.tflops / self.peak_tflops,
-                          "tflops / peak_tflops")
-        if self.gbs is not None and self.bytes_per_step is not None:
-            self._derived("gbs", self.gbs, self.bytes_per_step * self.steps / self.seconds
-                          / 1e9, "bytes_per_step x steps / seconds / 1e9")
-        if self.hbm_share is not None and (self.gbs is None or self.hbm_gbs is None):
-            raise ValueError("hbm_share is a share of hbm_gbs: gbs and hbm_gbs must be given")
-        if self.hbm_share is not None and self.gbs is not None and self.hbm_gbs is not None:
-            self._derived("hbm_share", self.hbm_share, self.gbs / self.hbm_gbs,
-                          "gbs / hbm_gbs")
-        if (self.copy_share is None) != (self.copy_gbs is None) or (
-                self.copy_gbs is not None and self.gbs is None):
-            raise ValueError("copy_share and copy_gbs go together, on a decode result")
-        if self.copy_share is not None and self.copy_gbs is not None and self.gbs is not None:
-            self._derived("copy_share", self.copy_share, self.gbs / self.copy_gbs,
-                          "gbs / copy_gbs")
-        if self.point is not None and train:
-            raise ValueError("a train result has no decode point")
-        interval = self.within_run_ci95
-        if interval is not None and interval[0] > interval[1]:
-            raise ValueError("within_run_ci95 must be [low, high]")
-        # The suite judges one load per card (train/flash); the results measured after
-        # it (`follows`) ride on its soak, and a cool start has none.
-        judged = self.thermal == "soaked" and self.follows is None
-        if judged and self.soak is None:
-            raise ValueError("a soaked result that follows no other load must carry its "
-                             "soak (curve and verdict)")
-        if not judged and self.soak is not None:
-            raise ValueError("only a soaked result that follows no other load carries a soak")
-        return self
-
-    @staticmethod
-    def _derived(name: str, value: float, expected: float, how: str) -> None:
-        if not math.isclose(value, expected, rel_tol=JOB_REL):
-            raise ValueError(f"{name} {value:.7g} is not {how} ({expected:.7g}): the result "
-                             "contradicts its own figures; run the agent that ships with "
-                             "this controller")
 
 
 def _version(text: str) -> tuple[int, ...]:

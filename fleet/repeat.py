@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from agent.timing import repeat
-from fleet.document import BenchmarkResult, JobResult
+from fleet.document import BenchmarkResult
+from fleet.model.job import JobResult
 
 # How many of the GPU's earlier figures count: a month of nights. Older ones describe a
 # card that may since have been moved, re-seated or re-cooled.
@@ -61,10 +62,12 @@ def job_wander(result: JobResult) -> float:
 
 
 def of_job(tokens_per_s: float, variant: str | None, wander: float | None,
-           workload: str, attention: str) -> repeat.Interval:
+           workload: str, attention: str, point: str | None = None) -> repeat.Interval:
     """Where a repeat run of a job figure falls (95%): the job's own run-to-run spread
-    (agent/timing/repeat.py JOB_SPREADS), or the run's wander where that is wider."""
-    return repeat.interval(tokens_per_s, variant, wander or 0.0, job=(workload, attention))
+    (agent/timing/repeat.py JOB_SPREADS, decode's by its point), or the run's wander where
+    that is wider."""
+    return repeat.interval(tokens_per_s, variant, wander or 0.0,
+                           job=(repeat.job_key(workload, point), attention))
 
 
 def words(value: repeat.Interval) -> str:

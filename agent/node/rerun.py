@@ -1,6 +1,6 @@
 """Whose a short all-reduce is, settled by measuring it again (DESIGN.md, "Judging one
-node"): where the figure at the largest size falls under the floor the controller calls
-it short by (agent/node/floors.py) and the run's settings hold some that can move it
+node"): where the figure at any size falls under the floor the controller calls that
+size short by (agent/node/floors.py) and the run's settings hold some that can move it
 (agent/source/settings.py), the all-reduce runs again in the same run with those taken out
 of its ranks' environment. Both figures go in the document: the rerun on each size's
 figure (`rerun`), with what was taken out, what stayed and why.
@@ -19,35 +19,55 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from agent.node import bandwidth, collective, floors
 from agent.source import settings as run_settings
 
+# The controller's bounds on a rerun (fleet/model/settings.py SettingsRerun).
+MAX_NAMES = 64
+MAX_BASIS = 512
+
 
 def decide(figures: Sequence[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
-           table: Dict[str, Any], variant: Optional[str], ranks: int
-           ) -> Optional[Dict[str, Any]]:
-    """What a rerun would take out and why: {"without", "kept", "floor_gbs",
-    "floor_basis"}; None where the largest size is not short, nothing judges it, or no
-    setting that can move it may be taken out."""
-    if not figures:
-        return None
-    largest = max(figures, key=lambda f: int(f["size_bytes"]))
-    floor = floors.allreduce_floor(table, variant, ranks, int(largest["size_bytes"]),
-                                   str(largest.get("dtype")), str(largest["backend"]),
-                                   largest.get("datasheet_gbs"))
-    if floor is None or float(largest["gbs"]) >= floor[0]:
+           table: Dict[str, Any], variant: Optional[str], ranks: int,
+           system: Iterable[str] = ()) -> Optional[Dict[str, Any]]:
+    """What a rerun would take out and why: {"without", "kept", "floors" (each judged
+    size's (floor GB/s, what it rests on)), "short" (the sizes under theirs)}; None where
+    no size is short, nothing judges them, or no setting that can move them may be taken
+    out. `system`: the names /etc/nccl.conf sets, beside those `recorded` says it does.
+
+    A name /etc/nccl.conf also sets stays, whichever source applied: taken out of the
+    environment, NCCL would take /etc's value and the rerun would still run under one.
+    At most MAX_NAMES are taken out (and named kept); a suspect past them is in neither
+    list, and the controller calls such a rerun's finding unsettled."""
+    judged: Dict[int, Tuple[float, str]] = {}
+    short: List[int] = []
+    for figure in figures:
+        size = int(figure["size_bytes"])
+        floor = floors.allreduce_floor(table, variant, ranks, size, str(figure.get("dtype")),
+                                       str(figure["backend"]), figure.get("datasheet_gbs"))
+        if floor is None:
+            continue
+        judged[size] = (floor[0], floor[1][:MAX_BASIS])
+        if float(figure["gbs"]) < floor[0]:
+            short.append(size)
+    if not short:
         return None
     movers = [s for s in recorded
               if s.get("applies") and run_settings.moves(str(s["name"]), "allreduce")]
+    etc = set(system) | {str(s["name"]) for s in recorded if not run_settings.removable(s)}
     taken = sorted({str(s["name"]) for s in movers
-                    if not run_settings.kept(str(s["name"])) and run_settings.removable(s)})
+                    if not run_settings.kept(str(s["name"])) and run_settings.removable(s)
+                    and str(s["name"]) not in etc})[:MAX_NAMES]
     if not taken:
         return None
-    stayed = sorted({str(s["name"]) for s in movers} - set(taken))
-    return {"without": taken, "kept": stayed, "floor_gbs": floor[0],
-            "floor_basis": floor[1][:512]}
+    # What stays and why: kept as found, or set by /etc/nccl.conf; not a name past the cap.
+    stayed = sorted({str(s["name"]) for s in movers
+                     if str(s["name"]) not in taken
+                     and (run_settings.kept(str(s["name"])) or str(s["name"]) in etc)}
+                    )[:MAX_NAMES]
+    return {"without": taken, "kept": stayed, "floors": judged, "short": sorted(short)}
 
 
 def settle(figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
@@ -56,18 +76,28 @@ def settle(figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
            iterations: int, progress: Callable[[str], None],
            environ: Optional[Dict[str, str]] = None) -> Optional[str]:
     """Run the all-reduce again without the settings `decide` names, where it names
-    some, and put each size's figure on the original's `rerun`. Returns why the rerun
-    failed (the originals then stand alone, and the controller calls them unsettled),
-    else None."""
-    plan = decide(figures, recorded, table, variant, len(devices))
+    some, and put each size's figure on the original's `rerun`, with the floor that size
+    was judged by (None where nothing judged it). Returns why the rerun failed (the
+    originals then stand alone, and the controller calls them unsettled), else None."""
+    base = dict(os.environ if environ is None else environ)
+    system = [name for name, _ in run_settings.read_conf(run_settings.SYSTEM_CONF)]
+    plan = decide(figures, recorded, table, variant, len(devices), system)
     if plan is None:
         return None
-    progress(f"node: all-reduce short ({max(figures, key=lambda f: f['size_bytes'])['gbs']:g}"
-             f" GB/s under {plan['floor_gbs']:g}): again without {', '.join(plan['without'])}")
-    base = dict(os.environ if environ is None else environ)
+    judged: Dict[int, Tuple[float, str]] = plan["floors"]
+    under = "; ".join(f"{f['size_bytes']} B at {f['gbs']:g} GB/s under "
+                      f"{judged[int(f['size_bytes'])][0]:g}" for f in figures
+                      if int(f["size_bytes"]) in plan["short"])
+    progress(f"node: all-reduce short ({under}): again without {', '.join(plan['without'])}")
+    # The user's file less the removed names' lines, not an empty file: whatever else it
+    # sets (NCCL_NVLS_ENABLE=0 past any cap on what was recorded) reaches the ranks.
+    text, dropped = run_settings.filtered_conf(run_settings.user_conf(base), plan["without"])
     started = time.monotonic()
-    with tempfile.NamedTemporaryFile("w", prefix="fleet-empty-", suffix=".conf") as empty:
-        env = run_settings.without(base, recorded, plan["without"], empty.name)
+    with tempfile.NamedTemporaryFile("wb", prefix="fleet-rerun-", suffix=".conf") as copy:
+        copy.write(text)
+        copy.flush()
+        redirect = dropped or "NCCL_CONF_FILE" in plan["without"]
+        env = run_settings.without(base, plan["without"], copy.name if redirect else None)
         try:
             rows, seen = collective.run(devices, backend, sizes, timeout_s, warmup,
                                         iterations, env=env)
@@ -77,7 +107,8 @@ def settle(figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
     factor = 2.0 * (len(devices) - 1) / len(devices)
     by_size = {int(row["size"]): row for row in rows}
     for figure in figures:
-        row = by_size.get(int(figure["size_bytes"]))
+        size = int(figure["size_bytes"])
+        row = by_size.get(size)
         if row is None:
             continue
         algbw = [int(row["size"]) / (ms / 1e3) / 1e9 for ms in row["ms"] if ms > 0]
@@ -86,10 +117,13 @@ def settle(figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
         record = bandwidth.summary([a * factor for a in algbw])
         figure["rerun"] = {
             "without": plan["without"], "kept": plan["kept"],
-            "floor_gbs": plan["floor_gbs"], "floor_basis": plan["floor_basis"],
+            "floor_gbs": judged[size][0] if size in judged else None,
+            "floor_basis": judged[size][1] if size in judged else None,
             "gbs": record["median_gbs"], "min_gbs": record["min_gbs"],
             "max_gbs": record["max_gbs"], "samples_gbs": record["samples_gbs"],
             "algbw_gbs": round(statistics.median(algbw), 3),
             "transports": dict(seen.get("transports") or {}) if backend == "nccl" else None,
-            "ran_with": list(row.get("env") or [])[:64], "wall_s": wall}
+            "ran_with": [n for n in row.get("env") or [] if run_settings.storable(n)
+                         ][:MAX_NAMES],
+            "wall_s": wall}
     return None

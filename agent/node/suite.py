@@ -242,6 +242,7 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
         progress(f"node: all-reduce, {len(ranks)} ranks ({backend}), "
                  f"{len(cfg.allreduce_sizes)} sizes")
         started = time.monotonic()
+        reduced: List[Dict[str, Any]] = []
         try:
             # The ranks have not started before, and have ended after: whoever is seen
             # on the GPUs then is someone else.
@@ -254,21 +255,46 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
                 allreduce_datasheet(paths, prints) if cuda else (None, None),
                 transport=seen if backend == "nccl" else None,
                 settings=collective.settings(os.environ)))
-            if cfg.rerun:
-                # Measured again in the ranks' own time: no _Watch, the figures above
-                # already say who else was on the GPUs.
-                failed = rerun.settle(
-                    reduced, run_settings.collect(os.environ),
-                    cfg.floors if cfg.floors is not None else floors.load(),
-                    floors.variant_of(prints), ranks, backend, cfg.allreduce_sizes,
-                    cfg.allreduce_timeout_s, cfg.allreduce_warmup,
-                    cfg.allreduce_iterations, progress)
-                if failed:
-                    outcome.fail(f"all-reduce again without the run's settings: {failed}")
+            # In the outcome before any rerun: nothing the rerun does can lose them.
             outcome.results += reduced
         except (collective.CollectiveError, OSError, ValueError) as exc:
             outcome.fail(f"all-reduce over {len(ranks)} ranks: {_why(exc)}")
+        if reduced and cfg.rerun:
+            _rerun(cfg, reduced, targets if cuda else [], busy, prints, ranks, backend,
+                   progress, outcome)
     return outcome
+
+
+def _rerun(cfg: Config, reduced: List[Dict[str, Any]], targets: Sequence[GpuTarget],
+           busy: Dict[int, Optional[int]], prints: Sequence[Dict[str, Any]],
+           ranks: Sequence[Optional[int]], backend: str, progress: Progress,
+           outcome: Outcome) -> None:
+    """The all-reduce again without the run's settings where it was short
+    (agent/node/rerun.py), its figures on `reduced`'s; watched as the first was, since
+    someone arriving in between would make it short and the finding the provider's."""
+    what = "all-reduce again without the run's settings"
+    try:
+        with _Watch(targets, busy) as watch:
+            failed = rerun.settle(
+                reduced, run_settings.collect(os.environ, limit=None),
+                cfg.floors if cfg.floors is not None else floors.load(),
+                floors.variant_of(prints), ranks, backend, cfg.allreduce_sizes,
+                cfg.allreduce_timeout_s, cfg.allreduce_warmup, cfg.allreduce_iterations,
+                progress)
+    except Exception as exc:  # a temp file, a corrupt floors.json: the figures stand
+        for figure in reduced:
+            figure.pop("rerun", None)
+        outcome.fail(f"{what} did not run ({_why(exc)}); the original figures stand")
+        return
+    if failed:
+        outcome.fail(f"{what}: {failed}")
+    if watch.seen and any("rerun" in f for f in reduced):
+        for figure in reduced:
+            figure.pop("rerun", None)
+        lines = "; ".join(contention.reasons(watch.seen, None))
+        progress(f"node: {what} dropped: {lines}")
+        outcome.fail(f"{what} dropped, another process was on the GPUs ({lines}); the "
+                     "original figures stand, unsettled")
 
 
 def run_or_fail(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],

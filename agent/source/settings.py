@@ -37,7 +37,11 @@ file NCCL_CONF_FILE names, else ~/.nccl.conf of the user's home in the password
 database, then /etc/nccl.conf; each `NAME=VALUE` line (one starting with `#` skipped) is
 set only where the name is not set yet, so the environment wins over the user's file,
 which wins over /etc/nccl.conf (NCCL user guide, "Environment Variables": "/etc/nccl.conf
-(for an administrator to set system-wide values)").
+(for an administrator to set system-wide values)"). NCCL strips nothing (`setEnvFile`
+takes the bytes before the first `=` as the name and the rest as the value): a line
+`NCCL_PROTO = LL` sets a variable "NCCL_PROTO " that NCCL never reads, so a name that is
+not a plain identifier is no setting of NCCL's and is not recorded (nor could the
+controller store it).
 
 Some settings fleet keeps as found in every process it starts: NCCL_NVLS_ENABLE and any
 name holding NVLS or MULTICAST. NVLink multicast can put a shared host's GPUs out of
@@ -71,6 +75,9 @@ INERT = frozenset((
     "CUDA_MODULE_DATA_LOADING", "CUDA_DRIVER_VERSION", "CUBLAS_VERSION", "CUDNN_VERSION",
     "PYTORCH_VERSION", "PYTORCH_BUILD_VERSION", "PYTORCH_BUILD_NUMBER", "PYTORCH_HOME",
     "TORCH_HOME", "TORCH_CUDA_ARCH_LIST", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR"))
+# Labels a container image sets beside its settings (NGC's CUDA_VERSION, *_HOME): a name
+# that only says where something is or which version it is moves no figure.
+_INERT_SUFFIX = re.compile(r"_(VERSION|HOME|DIR|PATH)$")
 # What fleet never removes from a process it starts (the module docstring says why).
 _KEPT = re.compile(r"^NCCL_NVLS_ENABLE$|NVLS|MULTICAST")
 # The controller lists here the names it set from the inventory's `env:`.
@@ -80,12 +87,18 @@ NCCL_CONF = "nccl.conf:"
 SYSTEM_CONF = "/etc/nccl.conf"
 MAX_SETTINGS = 128
 MAX_VALUE = 256
+# The controller's bounds (fleet/model/settings.py): a name it can store, a source's length.
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NAME = 128
+MAX_SOURCE = 512
 MAX_CONF_BYTES = 64 * 1024
 # A name that says it holds a secret, a URL with a user in it, or a long unbroken
-# run of letters and digits with both (a token or key): the value is withheld.
+# run of base64's characters with letters and digits (a token or key): the value is
+# withheld. A run with a "/" must also mix cases, as random base64 does (an AWS secret
+# key, "wJalrXUtnFEMI/K7MDENG/..."), so that a lower-case path is still recorded.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|KEY")
 _URL_USER = re.compile(r"://[^/\s]*@")
-_TOKEN = re.compile(r"[A-Za-z0-9+=]{32,}")
+_TOKEN = re.compile(r"[A-Za-z0-9+/=]{32,}")
 
 
 def family_of(name: str) -> Optional[str]:
@@ -104,7 +117,7 @@ def kept(name: str) -> bool:
 def moves(name: str, figure: str) -> bool:
     """Whether a setting named `name` can move a figure of kind `figure` (the node
     suite's kinds, "matmul", "job")."""
-    if name in INERT:
+    if name in INERT or _INERT_SUFFIX.search(name):
         return False
     if name.startswith(TORCH_DISTRIBUTED):
         return figure == "allreduce"
@@ -121,15 +134,28 @@ def withheld(name: str, value: str) -> Optional[str]:
     if _URL_USER.search(value):
         return "a URL with credentials"
     for run in _TOKEN.findall(value):
-        if re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run):
+        if not (re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)):
+            continue
+        if "/" not in run or (re.search(r"[a-z]", run) and re.search(r"[A-Z]", run)):
             return "it looks like a token or key"
     return None
 
 
+def storable(name: str) -> bool:
+    """Whether `name` is one the controller stores: a plain identifier of at most
+    MAX_NAME characters (a longer one cut would name another setting)."""
+    return len(name) <= MAX_NAME and bool(NAME.match(name))
+
+
+def _source(source: str) -> str:
+    # A path may hold anything but NUL; the controller takes one printable line.
+    return "".join(c if c.isprintable() else "?" for c in source)[:MAX_SOURCE]
+
+
 def _entry(name: str, value: str, source: str, applies: bool) -> Dict[str, Any]:
     why = withheld(name, value)
-    return {"name": name[:128], "value": None if why else value, "withheld": why,
-            "source": source, "family": family_of(name), "applies": applies}
+    return {"name": name, "value": None if why else value, "withheld": why,
+            "source": _source(source), "family": family_of(name), "applies": applies}
 
 
 def conf_files(environ: Mapping[str, str]) -> List[str]:
@@ -151,8 +177,8 @@ def conf_files(environ: Mapping[str, str]) -> List[str]:
 
 def read_conf(path: str) -> List[Tuple[str, str]]:
     """The NAME=VALUE lines of one NCCL configuration file, as NCCL parses them (the
-    name up to the first `=`, unstripped; a line starting with `#` skipped); [] where
-    the file cannot be read."""
+    name up to the first `=` and the value after it, neither stripped; a line starting
+    with `#` skipped); [] where the file cannot be read."""
     try:
         with open(path, "rb") as fh:
             text = fh.read(MAX_CONF_BYTES).decode("utf-8", "replace")
@@ -167,28 +193,29 @@ def read_conf(path: str) -> List[Tuple[str, str]]:
     return found
 
 
-def collect(environ: Mapping[str, str],
-            files: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
+def collect(environ: Mapping[str, str], files: Optional[Sequence[str]] = None,
+            limit: Optional[int] = MAX_SETTINGS) -> List[Dict[str, Any]]:
     """Every setting of the families, from the environment (`source` "inventory" for
     the names the controller listed in FLEET_INVENTORY_ENV, else "environment") and
     from NCCL's files ("nccl.conf:PATH"), in the order NCCL applies them; `applies` is
-    false where an earlier source set the same name."""
+    false where an earlier source set the same name. A name the controller cannot store
+    is left out (the module docstring says why); the first `limit` (None: all)."""
     listed = {n.strip() for n in environ.get(INVENTORY_NAMES, "").split(",") if n.strip()}
     found: List[Dict[str, Any]] = []
     seen = set()
     for name in sorted(environ):
-        if family_of(name) is None:
+        if family_of(name) is None or not storable(name):
             continue
         seen.add(name)
         found.append(_entry(name, environ[name], INVENTORY if name in listed else ENVIRONMENT,
                             True))
     for path in conf_files(environ) if files is None else files:
         for name, value in read_conf(path):
-            if family_of(name) is None:
+            if family_of(name) is None or not storable(name):
                 continue
             found.append(_entry(name, value, NCCL_CONF + path, name not in seen))
             seen.add(name)
-    return found[:MAX_SETTINGS]
+    return found if limit is None else found[:limit]
 
 
 def suspects(settings: Iterable[Mapping[str, Any]], figure: str) -> List[Mapping[str, Any]]:
@@ -198,22 +225,47 @@ def suspects(settings: Iterable[Mapping[str, Any]], figure: str) -> List[Mapping
             and not kept(str(s["name"]))]
 
 
-def without(environ: Mapping[str, str], settings: Sequence[Mapping[str, Any]],
-            removed: Sequence[str], empty_conf: str) -> Dict[str, str]:
+def user_conf(environ: Mapping[str, str]) -> Optional[str]:
+    """The file NCCL reads before /etc/nccl.conf: NCCL_CONF_FILE's, else ~/.nccl.conf."""
+    first = conf_files(environ)[0]
+    return None if first == SYSTEM_CONF else first
+
+
+def filtered_conf(path: Optional[str], removed: Iterable[str]) -> Tuple[bytes, bool]:
+    """The file at `path` as NCCL reads it, less the lines that set a name in `removed`
+    (never one fleet keeps as found), and whether any line went; (b"", False) where it
+    cannot be read. Every other line stays as written, past any cap on what is recorded:
+    a NCCL_NVLS_ENABLE=0 there still reaches the rerun's ranks."""
+    if not path:
+        return b"", False
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return b"", False
+    drop = {n for n in removed if not kept(n)}
+    kept_lines, dropped = [], False
+    for line in text.split(b"\n"):
+        name, equals, _ = line.partition(b"=")
+        if (equals and not line.startswith(b"#")
+                and name.decode("utf-8", "replace") in drop):
+            dropped = True
+            continue
+        kept_lines.append(line)
+    return b"\n".join(kept_lines), dropped
+
+
+def without(environ: Mapping[str, str], removed: Iterable[str],
+            conf_copy: Optional[str] = None) -> Dict[str, str]:
     """The environment of a process that runs without the settings named in `removed`:
-    those taken out of the environment; where any came from the user's NCCL file (or
-    NCCL_CONF_FILE is among them), NCCL pointed at `empty_conf` (an empty file) instead,
-    with what fleet keeps as found from that file set in the environment. A setting of
+    those taken out of the environment, and, where `conf_copy` is given (the user's NCCL
+    file less the removed names' lines, `filtered_conf`), NCCL pointed at it. What fleet
+    keeps as found is never taken out, whatever `removed` says. A setting of
     /etc/nccl.conf cannot be taken away (NCCL always reads it): the caller says so."""
-    env = {k: v for k, v in environ.items() if k not in removed}
-    user_file = [s for s in settings if str(s.get("source", "")).startswith(NCCL_CONF)
-                 and s["source"] != NCCL_CONF + SYSTEM_CONF]
-    if "NCCL_CONF_FILE" in removed or any(s["name"] in removed for s in user_file):
-        env["NCCL_CONF_FILE"] = empty_conf
-        for s in user_file:
-            name = str(s["name"])
-            if kept(name) and s.get("applies") and name not in env and s.get("value"):
-                env[name] = str(s["value"])
+    drop = {n for n in removed if not kept(n)}
+    env = {k: v for k, v in environ.items() if k not in drop}
+    if conf_copy is not None:
+        env["NCCL_CONF_FILE"] = conf_copy
     return env
 
 

@@ -84,11 +84,42 @@ JOB_RECORDS = ("2026-11-26-h100x4-jobs", "2026-11-26-h100-jobs-full",
                "2026-11-26-h100x2-jobs")
 JOB_SOURCE = ("seven H100 SXM5s of three nodes (4x, 2x, 1x): 3-5 job-suite runs each, "
               "dof 21")
+# Suite 1.1.0 (issue 45): five runs of a 4x H100 at once, every backend, decode at its two
+# points, dof 16 (bench/job_backends.py). Training's flash and cuDNN pool them with suite
+# 1.0's (GQA native and expanded run at one speed on flash: bench/RESULTS.md, "The job
+# figure is the card's"); decode's points are new shapes, keyed "decode/<point>", and
+# suite 1.0's decode (64 x 2,048) keeps its own.
+BACKENDS_RECORDS = ("2026-11-27-h100x4-job-backends",)
+BACKENDS_SOURCE = "four H100 SXM5s of a 4x node: five job-suite 1.1.0 runs each, dof 16"
+POOLED_SOURCE = JOB_SOURCE + "; pooled with " + BACKENDS_SOURCE + ", dof 37"
 JOB_SPREADS: Dict[Tuple[str, str, str], Spread] = {
-    ("H100-SXM5-80GB", "train", "flash"): Spread(0.0026, 21, JOB_SOURCE, JOB_RECORDS),
-    ("H100-SXM5-80GB", "train", "cudnn"): Spread(0.0035, 21, JOB_SOURCE, JOB_RECORDS),
+    ("H100-SXM5-80GB", "train", "flash"): Spread(0.0051, 37, POOLED_SOURCE,
+                                                 JOB_RECORDS + BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "train", "cudnn"): Spread(0.0046, 37, POOLED_SOURCE,
+                                                 JOB_RECORDS + BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "train", "efficient"): Spread(0.0073, 14, BACKENDS_SOURCE,
+                                                     BACKENDS_RECORDS),
     ("H100-SXM5-80GB", "decode", "flash"): Spread(0.0007, 21, JOB_SOURCE, JOB_RECORDS),
+    ("H100-SXM5-80GB", "decode/bandwidth", "cudnn"): Spread(0.0010, 16, BACKENDS_SOURCE,
+                                                            BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "decode/bandwidth", "flash"): Spread(0.0058, 16, BACKENDS_SOURCE,
+                                                            BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "decode/bandwidth", "efficient"): Spread(0.0056, 16, BACKENDS_SOURCE,
+                                                                BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "decode/latency", "flash"): Spread(0.0019, 16, BACKENDS_SOURCE,
+                                                          BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "decode/latency", "cudnn"): Spread(0.0022, 16, BACKENDS_SOURCE,
+                                                          BACKENDS_RECORDS),
+    ("H100-SXM5-80GB", "decode/latency", "efficient"): Spread(0.0057, 16, BACKENDS_SOURCE,
+                                                              BACKENDS_RECORDS),
 }
+
+
+def job_key(workload: str, point: Optional[str]) -> str:
+    """The workload as JOB_SPREADS keys it: decode by its point from suite 1.1.0."""
+    return f"{workload}/{point}" if point else workload
+
+
 # A variant fleet has not measured takes the widest spread it has, said so.
 UNMEASURED = "no run-to-run spread measured for this variant: the widest fleet measured"
 

@@ -13,7 +13,9 @@ switches: never removed, so never a suspect). Then:
   settings cost the difference, and they are the run's to unset. Said with what each
   cost and where it came from; never disputed.
 - **provider**: no suspect was in the run, or the rerun without all of them was still
-  short: the node's own. It stays in "What to dispute", saying it was measured again.
+  short (every suspect named as taken out; one named in neither list, or kept because
+  /etc/nccl.conf sets it too, leaves it unsettled): the node's own. It stays in "What
+  to dispute", saying it was measured again.
 - **unsettled**: suspects were in the run and no rerun took them all away (an older
   agent, a figure the agent does not rerun yet, a rerun that failed, a setting of
   /etc/nccl.conf NCCL reads whatever the environment says): named with its suspects,
@@ -28,6 +30,7 @@ setting does not single one out, so those stay the provider's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -99,6 +102,23 @@ def run_settings(settings: pd.DataFrame, figures: pd.DataFrame
     return {d: tuple(s) for d, s in found.items()}
 
 
+# A value an anonymized report may show: a plain token ("Tree", "LL128,Simple", "65536").
+# Anything else (a path, a host:port, an interface list with addresses) may name the
+# renter's machines, and an anonymized report hides it as it hides pids and users.
+_PLAIN = re.compile(r"^[A-Za-z0-9_,+-]{0,32}$")
+HIDDEN = "(hidden in an anonymized report)"
+
+
+def anonymized(ran: Mapping[int, tuple[RunSetting, ...]]
+               ) -> dict[int, tuple[RunSetting, ...]]:
+    """The settings as an anonymized report names them: a file by its kind, not its path
+    ("nccl.conf", not /home/alice/.nccl.conf), and only plain values."""
+    return {document: tuple(RunSetting(
+        s.name, s.value if s.value is None or _PLAIN.match(s.value) else HIDDEN,
+        s.source.split(":", 1)[0] if s.source.startswith("nccl.conf:") else s.source)
+        for s in settings) for document, settings in ran.items()}
+
+
 def suspects(settings: Iterable[RunSetting], kind: str) -> tuple[RunSetting, ...]:
     """The settings that can move a figure of `kind` (the node suite's kinds, "matmul",
     "job"), less those fleet keeps as found."""
@@ -137,7 +157,6 @@ def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
     documents = sorted(set(node["document_id"].astype(int).tolist()))
     ran = tuple(s for d in documents for s in settings.get(d, ()))
     found = suspects(ran, kind)
-    kept = _kept(ran, kind)
     worst = shortfall.units[0]
     what = (f"{worst.what} {_gbs(worst.gbs)} GB/s" if shortfall.figure == "all-reduce"
             else f"{shortfall.subject}")
@@ -146,14 +165,17 @@ def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
                     & (node["size_bytes"] == worst.config.size_bytes)]
         reran = rows[rows["rerun_gbs"].notna()] if "rerun_gbs" in rows else rows.iloc[0:0]
         if not reran.empty:
-            return _settled(shortfall, reran.iloc[0], ran, kept)
+            row = reran.iloc[0]
+            # The rerun's own run: its settings, not another document's of the node.
+            own = settings.get(int(row["document_id"]), ran)
+            return _settled(shortfall, row, own, _kept(own, kind), suspects(own, kind))
     if not found:
         return Whose("provider", None)
     return unsettled_words(what, found)
 
 
 def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
-             kept: tuple[RunSetting, ...]) -> Whose:
+             kept: tuple[RunSetting, ...], found: tuple[RunSetting, ...]) -> Whose:
     worst = shortfall.units[0]
     limit = worst.expected_gbs * shortfall.threshold
     rerun = float(row["rerun_gbs"])
@@ -179,6 +201,16 @@ def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
                      f"without {under}, still short; {_listed(left)} could not be taken "
                      "away (NCCL reads /etc/nccl.conf whatever the environment says): "
                      "unset it and measure again before disputing it",
+                     tuple(s.text for s in left))
+    # A suspect the rerun neither took out nor said it kept (past the agent's cap, or
+    # an agent that did not say) may be what still held it short: not the provider's.
+    named = set(taken) | set(str(row["rerun_kept"] or "").split())
+    left = tuple(s for s in found if s.name not in named)
+    if left:
+        return Whose("unsettled",
+                     f"all-reduce {_gbs(worst.gbs)} GB/s, {_gbs(rerun)} measured again "
+                     f"without {under}, still short; it ran still under {_listed(left)}: "
+                     "unset them and measure again before disputing it",
                      tuple(s.text for s in left))
     return Whose("provider",
                  f"measured again in the same run without {under}: {_gbs(rerun)} GB/s, "

@@ -34,10 +34,11 @@ from fleet.store.job import config_text, job_row, shape_text
 if TYPE_CHECKING:
     pass
 
-# A job's label folds past this; the longest usual one, "decode efficient graph", is 22.
+# A job's label folds past this; "decode bandwidth efficient" (26) folds once.
 JOB_WIDTH = 22
 NUMBERS = ("tokens/s", "next", "TFLOP/s", "MFU", "GB/s", "HBM", "°C")
-CAPTION = ("tokens/s: over the timed steps. TFLOP/s: tokens/s x FLOP a token "
+CAPTION = ("*: the headline, the fastest attention backend that passed its gate. "
+           "tokens/s: over the timed steps. TFLOP/s: tokens/s x FLOP a token "
            "(torchtitan's count). next: where a repeat run's tokens/s should fall (95%), "
            "from the job's run-to-run spread or the run's own wander. MFU: of the dense "
            "bf16 datasheet peak. GB/s (decode): "
@@ -77,7 +78,7 @@ def document_records(document: AgentDocument) -> list[dict[str, Any]]:
         variant = variants.get(result.gpu_index, result.provenance.device_name or "no GPU")
         row = job_row(result, variant)
         interval = repeat.of_job(result.tokens_per_s, variant, row["wander"],
-                                 result.workload, result.attention)
+                                 result.workload, result.attention, result.point)
         records.append({
             "repeat_low": interval.low, "repeat_high": interval.high,
             **row, "shape": shape_text(*(row[name] for name in (
@@ -89,10 +90,15 @@ def document_records(document: AgentDocument) -> list[dict[str, Any]]:
 
 
 def job_name(row: dict[str, Any]) -> str:
-    """What a figure's job is: "train flash", "decode cudnn graph", "train math compiled"."""
-    parts = [row["workload"], row["attention"]]
+    """What a figure's job is: "train cudnn *", "decode bandwidth flash", "train math
+    compiled"; "*" marks the headline (the fastest backend that passed its gate), and a
+    decode row names its point (suite 1.1.0) or says it replays a graph (1.0)."""
+    point = row.get("point")
+    parts = [row["workload"], *([str(point)] if point and point == point else []),
+             row["attention"]]
     parts += ["compiled"] if row["compiled"] else []
-    parts += ["graph"] if row["graph"] else []
+    parts += ["graph"] if row["graph"] and not (point and point == point) else []
+    parts += ["*"] if row.get("headline") is True else []
     return " ".join(parts)
 
 

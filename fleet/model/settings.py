@@ -5,16 +5,19 @@ figure is (DESIGN.md, "Judging one node").
 Each setting says where it came from: "environment" (the agent's own), "inventory" (the
 controller set it from the inventory's `env:` and said so in FLEET_INVENTORY_ENV), or
 "nccl.conf:PATH" (a file NCCL reads). Only the families agent/source/settings.py lists are
-recorded, and a value that may be a secret is withheld with the reason.
+recorded, and a value that may be a secret is withheld with the reason, here too
+(agent/source/settings.py's `withheld`, applied again to what a host sends).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from agent.source.settings import withheld as withheld_why
 
 SettingName = Annotated[str, StringConstraints(max_length=128,
                                                pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -41,6 +44,18 @@ class Setting(_Strict):
     family: Family
     applies: bool = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _withhold(cls, data: Any) -> Any:
+        # The agent's rule again: a modified or older agent's word is not trusted to
+        # keep a secret out of the store. Withheld, not refused: the rest of the
+        # document (every other probe of the host) stands.
+        if isinstance(data, dict) and isinstance(data.get("value"), str):
+            why = withheld_why(str(data.get("name", "")), data["value"])
+            if why is not None:
+                return {**data, "value": None, "withheld": why}
+        return data
+
     @model_validator(mode="after")
     def _value_or_why(self) -> Setting:
         if (self.value is None) == (self.withheld is None):
@@ -53,12 +68,13 @@ class SettingsRerun(_Strict):
     """The same figure measured again in the same run with the settings that could move
     it taken out of its processes' environment (`without`), those that stayed (`kept`:
     what fleet keeps as found, a setting of /etc/nccl.conf) and the floor the agent
-    called the first figure short under."""
+    judged that size's first figure by (None where it had none for that size: measured
+    again because another size was short)."""
 
     without: list[SettingName] = Field(min_length=1, max_length=64)
     kept: list[SettingName] = Field(default_factory=list, max_length=64)
-    floor_gbs: GBps
-    floor_basis: Annotated[str, StringConstraints(max_length=512)]
+    floor_gbs: GBps | None = None
+    floor_basis: Annotated[str, StringConstraints(max_length=512)] | None = None
     gbs: GBps
     min_gbs: GBps
     max_gbs: GBps

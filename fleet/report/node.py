@@ -52,6 +52,9 @@ from fleet.analysis.whose import (
     whose_apart,
     whose_matmul,
 )
+from fleet.analysis.whose import (
+    anonymized as anonymized_settings,
+)
 from fleet.store.node import read_node_results
 from fleet.store.query import contention_words
 from fleet.store.settings import read_settings
@@ -345,6 +348,8 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     said = {(f.provider, f.host, f.config.kind) for f in short}
     # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/whose.py).
     ran = run_settings(read_settings(engine, documents=sorted(names)), figures)
+    if anonymized:
+        ran = anonymized_settings(ran)
     settled = settle_shortfalls(caused, figures, ran)
     apart, unsettled = [], list(settled.unsettled)
     for a in find_nodes_apart(figures, options.peers, skip=no_peers):

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, get_args
 from sqlalchemy import Engine, select
 
 from fleet import repeat
-from fleet.document import AgentDocument, Attention, Gpu, JobResult, Workload
+from fleet.document import AgentDocument, Gpu
 from fleet.frames import columns, typed
+from fleet.model.job import Attention, JobResult, Workload
 from fleet.store.models import Gpu as GpuRow
 from fleet.store.models import Host, ProbeRun, Provider
 from fleet.store.models import JobResult as JobRow
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 WORKLOADS: tuple[str, ...] = get_args(Workload)
 ATTENTIONS: tuple[str, ...] = get_args(Attention)
 UNKNOWN_VERSION = "?"
+# The backend suite 1.0 pinned every job to (its Config.attention): its headline.
+PINNED = "flash"
 
 JOB_COLUMNS = columns(
     ("result_id", "int64", "the figure's id in the store (job_result.id)"),
@@ -150,11 +153,14 @@ def _gqa(row: dict[str, Any]) -> str:
 
 
 def _headline(row: dict[str, Any]) -> bool:
-    """The row's headline; before suite 1.1.0 the pinned backend's figures (the soaked
-    training step, and decode, pinned to it)."""
+    """The row's headline; before suite 1.1.0 the pinned backend's figures: the soaked
+    training step (which follows no other load), and decode, which suite 1.0 ran pinned
+    to flash."""
     if row.get("headline") is not None:
         return bool(row["headline"])
-    return row.get("follows") is None or row["workload"] == "decode"
+    if row["workload"] == "decode":
+        return row.get("attention") == PINNED
+    return row.get("follows") is None
 
 
 def gpu_problem(document: AgentDocument, gpus: dict[int, Gpu], uuids: dict[str, int],
@@ -221,7 +227,7 @@ def job_row(result: JobResult, variant: str) -> dict[str, Any]:
         "wander": repeat.job_wander(result),
         # Before suite 1.1.0 the pinned backend (the one that soaked) was the headline.
         "headline": _headline({"headline": result.headline, "follows": result.follows,
-                               "workload": result.workload}),
+                               "workload": result.workload, "attention": result.attention}),
         "gqa": _gqa({"gqa": result.gqa, "workload": result.workload}),
         "point": result.point, "copy_gbs": result.copy_gbs, "copy_share": result.copy_share,
     }
@@ -285,7 +291,7 @@ def frame(engine: Engine, *, provider: str | None = None,
     raw["headline"] = [_headline(r) for r in records]
     raw["gqa"] = [_gqa(r) for r in records]
     intervals = [repeat.of_job(r["tokens_per_s"], r["variant"], r["wander"], r["workload"],
-                               r["attention"]) for r in records]
+                               r["attention"], r["point"]) for r in records]
     raw["repeat_low"] = [i.low for i in intervals]
     raw["repeat_high"] = [i.high for i in intervals]
     result = typed(JOB_COLUMNS, raw)

@@ -27,3 +27,21 @@ def test_the_agent_calls_the_issues_all_reduce_short_and_a_healthy_one_not() -> 
                                                    "40% of 900 GB/s")
     assert agent_floors.allreduce_floor(table, "B200", 8, 1 << 30, "bf16", "nccl",
                                         None) is None
+
+
+def test_a_short_small_size_alone_makes_the_agent_measure_again() -> None:
+    # The issue's node healthy at 1 GiB and short at 16 MiB only: each size is judged by
+    # its own floor, not the largest's.
+    from agent.node import rerun
+
+    table = agent_floors.load()
+    sizes = (16 << 20, 64 << 20, 256 << 20, 1 << 30)
+    floor = {s: (agent_floors.allreduce_floor(table, "H200-SXM-141GB", 4, s, "bf16", "nccl",
+                                              450.0) or (0.0, ""))[0] for s in sizes}
+    figures = [{"size_bytes": s, "gbs": floor[s] * (0.5 if s == sizes[0] else 1.1),
+                "dtype": "bf16", "backend": "nccl", "datasheet_gbs": 450.0} for s in sizes]
+    tree = [{"name": "NCCL_ALGO", "value": "Tree", "source": "environment", "applies": True}]
+    plan = rerun.decide(figures, tree, table, "H200-SXM-141GB", 4)
+    assert plan is not None and plan["short"] == [sizes[0]]
+    assert plan["without"] == ["NCCL_ALGO"]
+    assert {s: f[0] for s, f in plan["floors"].items()} == floor

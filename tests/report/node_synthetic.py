@@ -75,7 +75,9 @@ def _row(node: Node, **values: Any) -> dict[str, Any]:
             "cuda_runtime_version": cuda, "nccl_version": nccl,
             "stack": node_stack(torch, cuda, nccl), "wall_s": 0.5, "contended": False,
             "contention": None, "numa_node": None, "transport": None, "nccl_settings": None,
-            "nvlink_links": None, "nvlink_fabric": None, **values}
+            "nvlink_links": None, "nvlink_fabric": None, "rerun_gbs": None,
+            "rerun_without": None, "rerun_kept": None, "rerun_floor_gbs": None,
+            "rerun_transport": None, **values}
 
 
 def node_rows(node: Node, rng: random.Random) -> list[dict[str, Any]]:

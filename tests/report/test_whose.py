@@ -126,3 +126,55 @@ def test_a_setting_must_carry_a_value_or_why_not() -> None:
     data["settings"] = [dict(TREE, source="somewhere")]
     with pytest.raises(AgentError, match=r"settings\.0\.source"):
         parse_document(data, "bad")
+
+
+def test_a_suspect_the_rerun_left_in_place_leaves_it_unsettled(engine: Engine) -> None:
+    # NCCL_PROTO=LL neither taken out nor said kept (past the agent's cap, or an agent
+    # that did not say): the rerun still ran under it, so still short is not the node's.
+    data = _tree(0.72)
+    proto = dict(TREE, name="NCCL_PROTO", value="LL")
+    data["settings"] = [TREE, KEPT, proto]
+    report = _report(engine, data)
+    assert report.renter == ()
+    assert [f for f in report.dispute if f.kind == "shortfall"] == []
+    [found] = report.unsettled
+    assert found.details == ("NCCL_PROTO=LL (environment)",)
+    assert "still short; it ran still under NCCL_PROTO=LL (environment)" in (found.cause or "")
+
+
+def test_a_secret_a_modified_agent_sends_is_withheld_by_the_controller() -> None:
+    data = _tree(None)
+    aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # AWS's documented example key
+    data["settings"] = [dict(TREE, name="CUDA_X", family="cuda", value=aws),
+                        dict(TREE, name="NCCL_IB_PKEY", value="0x8001"),
+                        dict(TREE, value="x" * 300), TREE]
+    settings = parse_document(data, "a modified agent").settings or []
+    assert [(s.name, s.value, s.withheld) for s in settings] == [
+        ("CUDA_X", None, "it looks like a token or key"),
+        ("NCCL_IB_PKEY", None, "its name says it may be a secret"),
+        ("NCCL_ALGO", None, "longer than 256 characters"),
+        ("NCCL_ALGO", "Tree", None)]
+
+
+def test_an_anonymized_report_names_a_settings_file_by_kind_and_hides_odd_values() -> None:
+    from fleet.analysis.whose import HIDDEN, RunSetting, anonymized
+
+    ran = {1: (RunSetting("NCCL_ALGO", "Tree", "environment"),
+               RunSetting("NCCL_PROTO", "LL", "nccl.conf:/home/alice/.nccl.conf"),
+               RunSetting("NCCL_COMM_ID", "gpu-a17.corp:29500", "inventory"))}
+    shown = {s.name: s for s in anonymized(ran)[1]}
+    assert shown["NCCL_ALGO"].text == "NCCL_ALGO=Tree (environment)"
+    # The file by its kind: a home directory names its user.
+    assert shown["NCCL_PROTO"].text == "NCCL_PROTO=LL (nccl.conf)"
+    # A host and port is the renter's machine, hidden as pids and users are.
+    assert shown["NCCL_COMM_ID"].value == HIDDEN
+
+
+def test_a_container_image_s_labels_move_no_figure() -> None:
+    from agent.source import settings
+
+    for name in ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NCCL_ALGO"):
+        assert any(settings.moves(name, figure) for figure in ("matmul", "allreduce")), name
+    for name in ("CUDA_DRIVER_VERSION", "NCCL_HOME", "TORCH_CUDNN_DIR", "CUDA_TOOLKIT_PATH"):
+        assert not any(settings.moves(name, figure)
+                       for figure in ("matmul", "allreduce", "memory_copy", "job")), name
