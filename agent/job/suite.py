@@ -71,7 +71,7 @@ SHORT_SUB_WINDOWS = 4
 
 @dataclass
 class Config:
-    """What the suite runs and for how long (the README's "The job suite" says why)."""
+    """What the suite runs and for how long (docs/job-suite.md says why)."""
 
     device: str = "cuda"
     gpus: Optional[List[int]] = None

@@ -39,7 +39,7 @@ IDLE_BEFORE_UTILIZATION_S = 1.2
 
 @dataclass
 class Config:
-    """Sizes and repeats of the suite's figures (the README's "The whole node" says why)."""
+    """Sizes and repeats of the suite's figures (docs/node-suite.md says why)."""
 
     device: str = "cuda"
     gpus: Optional[List[int]] = None

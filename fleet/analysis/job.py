@@ -198,6 +198,9 @@ class JobGpu:
     gbs: float | None  # decode
     hbm_share: float | None  # decode
     peak_memory_bytes: int | None  # the largest of its results
+    # Decode: the share of the same GPU's memory copy in the same run a step read (suite
+    # 1.1.0 with the node suite), beside the datasheet's `hbm_share`.
+    copy_share: float | None
     temperature_c: float | None
     sm_clock_mhz: float | None
     power_w: float | None
@@ -324,7 +327,8 @@ def _headline(row: Mapping[Any, Any]) -> bool:
 
 # Each per-GPU figure and how its results make it.
 _MEDIANS = ("tokens_per_s", "tflops", "tflops_causal", "mfu", "peak_tflops", "gbs",
-            "hbm_share", "temperature_c", "sm_clock_mhz", "power_w", "matmul_tflops", "kept")
+            "hbm_share", "copy_share", "temperature_c", "sm_clock_mhz", "power_w",
+            "matmul_tflops", "kept")
 
 
 def job_gpus(frame: pd.DataFrame, matmul: pd.DataFrame | None = None,
@@ -343,7 +347,8 @@ def job_gpus(frame: pd.DataFrame, matmul: pd.DataFrame | None = None,
         "config": kept["config"].astype(str), "collected_at": kept["collected_at"],
         **{name: pd.to_numeric(kept[name], errors="coerce").astype(float) for name in (
             "tokens_per_s", "tflops", "tflops_causal", "mfu", "peak_tflops", "gbs",
-            "hbm_share", "peak_memory_bytes", "temperature_c", "sm_clock_mhz", "power_w")}})
+            "hbm_share", "copy_share", "peak_memory_bytes", "temperature_c", "sm_clock_mhz",
+            "power_w")}})
     if matmul is not None and not matmul.empty:
         pairs = pd.DataFrame({
             "provider": matmul["provider"].astype(str), "host": matmul["host"].astype(str),
@@ -378,6 +383,7 @@ def job_gpus(frame: pd.DataFrame, matmul: pd.DataFrame | None = None,
             tflops_causal=float(values["tflops_causal"]), mfu=_present(values["mfu"]),
             peak_tflops=_present(values["peak_tflops"]), gbs=_present(values["gbs"]),
             hbm_share=_present(values["hbm_share"]),
+            copy_share=_present(values["copy_share"]),
             peak_memory_bytes=None if peak_memory is None else int(peak_memory),
             temperature_c=_present(values["temperature_c"]),
             sm_clock_mhz=_present(values["sm_clock_mhz"]),

@@ -58,6 +58,8 @@ class JobRow:
     peak_tflops: float | None
     gbs: float | None  # decode
     hbm_share: float | None  # decode
+    # Decode: of the same GPUs' memory copies in the same runs (median over the GPUs).
+    copy_share: float | None
     peak_memory_bytes: int | None  # the largest of its GPUs'
     # The soaked matmul of the same GPUs in the same runs, and the median over the GPUs
     # of the share of it the job keeps (job TFLOP/s / matmul TFLOP/s).
@@ -111,6 +113,7 @@ def job_table(gpus: Sequence[JobGpu], listings: Mapping[tuple[str, str], Listing
             peak_tflops=_median([g.peak_tflops for g in members]),
             gbs=_median([g.gbs for g in members]),
             hbm_share=_median([g.hbm_share for g in members]),
+            copy_share=_median([g.copy_share for g in members]),
             peak_memory_bytes=max(memory) if memory else None,
             matmul_tflops=_median([g.matmul_tflops for g in members]),
             kept=_median([g.kept for g in members]),

@@ -94,10 +94,11 @@ def bench(as_json: bool, **harness: Any) -> None:
     Then the job suite, straight after the matmul while the cards hold its heat (a
     matmul keeps them at load while it sets up): a training step (forward, backward,
     fused AdamW) of four decoder layers shaped as Llama 3 8B's and its decode over a KV
-    cache, every GPU at once, soaked by the matmul's rule after a check against float32:
-    tokens/s, TFLOP/s and MFU, decode's GB/s against HBM (54-61 s after the matmul on
-    lent H100s, 77-108 s alone from idle). The README's "What a GPU-hour buys for a real
-    job" says what it is not.
+    cache at a bandwidth point and a latency point, every GPU at once, soaked by the
+    matmul's rule, every attention backend checked against float32 and timed, the
+    fastest the headline: tokens/s, TFLOP/s and MFU, decode's GB/s against the GPU's own
+    memory copy and HBM (74-80 s after the matmul on lent H100s, 102-116 s alone from
+    idle). docs/job-suite.md says what it is not.
 
     Then the node suite: each GPU's memory bandwidth (a 1 GiB device copy, bytes read
     plus written) and host link (256 MiB host to device and back, pinned and pageable,

@@ -34,10 +34,14 @@ from fleet.store.job import config_text, job_row, shape_text
 if TYPE_CHECKING:
     pass
 
-# A job's label folds past this; "decode bandwidth efficient" (26) folds once.
+# A job's label folds past this; the longest, "decode lat efficient", is 20.
 JOB_WIDTH = 22
+# Decode's points, short enough for the job column; the caption spells them out.
+SHORT_POINTS = {"bandwidth": "bw", "latency": "lat"}
 NUMBERS = ("tokens/s", "next", "TFLOP/s", "MFU", "GB/s", "HBM", "°C")
 CAPTION = ("*: the headline, the fastest attention backend that passed its gate. "
+           "decode bw: the bandwidth point (a step the memory system sets), lat: the "
+           "latency point (one sequence). "
            "tokens/s: over the timed steps. TFLOP/s: tokens/s x FLOP a token "
            "(torchtitan's count). next: where a repeat run's tokens/s should fall (95%), "
            "from the job's run-to-run spread or the run's own wander. MFU: of the dense "
@@ -90,12 +94,12 @@ def document_records(document: AgentDocument) -> list[dict[str, Any]]:
 
 
 def job_name(row: dict[str, Any]) -> str:
-    """What a figure's job is: "train cudnn *", "decode bandwidth flash", "train math
+    """What a figure's job is: "train cudnn *", "decode bw flash", "train math
     compiled"; "*" marks the headline (the fastest backend that passed its gate), and a
     decode row names its point (suite 1.1.0) or says it replays a graph (1.0)."""
     point = row.get("point")
-    parts = [row["workload"], *([str(point)] if point and point == point else []),
-             row["attention"]]
+    parts = [row["workload"], *([SHORT_POINTS.get(str(point), str(point))]
+                                if point and point == point else []), row["attention"]]
     parts += ["compiled"] if row["compiled"] else []
     parts += ["graph"] if row["graph"] and not (point and point == point) else []
     parts += ["*"] if row.get("headline") is True else []
@@ -135,7 +139,9 @@ def _what(row: dict[str, Any]) -> str:
     h32/8 ffn14336 b2 s4096, bf16, soaked, concurrent on 4 GPUs"."""
     gpus = ("one GPU at a time" if row["concurrency"] == "sequential" else "alone"
             if row["gpus_in_run"] == 1 else f"{row['gpus_in_run']} GPUs at once")
-    return (f"{row['workload']}: {row['model']} {row['shape']}, {row['dtype']}, "
+    point = row.get("point")
+    named = f" {SHORT_POINTS.get(str(point), str(point))}" if isinstance(point, str) else ""
+    return (f"{row['workload']}{named}: {row['model']} {row['shape']}, {row['dtype']}, "
             f"{row['thermal']}, {gpus}")
 
 

@@ -25,6 +25,7 @@ from fleet.cli.options import (
     probe_options,
     reports_errors,
 )
+from fleet.errors import FleetError
 from fleet.probe.run import ProbeOptions
 from fleet.sanitize import safe
 from fleet.sweep.history import FAIL_KINDS, Findings
@@ -80,6 +81,7 @@ class SweepArgs:
     as_json: bool
     report_path: str | None
     no_report: bool
+    textfile: str | None
     harness: HarnessArgs
 
 
@@ -117,6 +119,9 @@ class SweepArgs:
               help="Where to write the night's report (as `fleet report --sweep NAME`, with "
                    "the sweep's history): .html, .md or .json. Default: fleet-sweep-NAME.html.")
 @click.option("--no-report", is_flag=True, help="Write no report.")
+@click.option("--textfile", metavar="DIR/NAME.prom",
+              help="Also write the sweep's metrics (as `fleet metrics --sweep NAME --format "
+                   "text`) there for node_exporter's textfile collector, atomically.")
 @harness_options
 @reports_errors
 @gathered(SweepArgs)
@@ -136,14 +141,18 @@ def sweep_command(args: SweepArgs) -> None:
     Examples:
       fleet sweep inventory.yaml --db ./fleet.db --fail-on regression,mismatch
       fleet sweep inventory.yaml --resume                   # after a crash or reboot
+      fleet sweep inventory.yaml --textfile /var/lib/node_exporter/textfile/fleet.prom
       fleet sweep inventory.yaml --via celery --broker redis://10.0.0.5:6379/0 \\
           --db postgresql://fleet@db.internal/fleet
     """
     from fleet.cli.probe_display import ProbeProgress, print_summary
     from fleet.inventory import load_inventory
+    from fleet.metrics import check_textfile, write_textfile
     from fleet.sweep.run import SweepOptions, check_fail_on, sweep
 
     kinds = check_fail_on(args.fail_on, report=not args.no_report)
+    if args.textfile is not None:
+        check_textfile(args.textfile)  # before a night of probing, not after
     inventory = load_inventory(args.inventory_file)
     probe = ProbeOptions(
         parallel=args.parallel,
@@ -169,6 +178,13 @@ def sweep_command(args: SweepArgs) -> None:
         err_console.print(f"The report was not written: {report.report_error}. The night "
                           f"is stored; `fleet report --sweep {report.name} --run "
                           f"{report.run_id} --output PATH` writes it.", markup=False)
+    if args.textfile is not None and not report.interrupted:
+        try:
+            write_textfile(args.db, report.name, args.textfile)
+        except FleetError as exc:
+            err_console.print(f"The metrics were not written: {exc}. The night is stored; "
+                              f"`fleet metrics --sweep {report.name} --format text -o PATH` "
+                              "writes them.", markup=False)
     if not report.finished and not report.interrupted:
         err_console.print(f"Run #{report.run_id} stays open: some hosts were not probed by "
                           "any worker; `fleet sweep --resume` probes them into it.",

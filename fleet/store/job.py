@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 # Train before decode, flash attention first, as the suite runs them and listings show them.
 WORKLOADS: tuple[str, ...] = get_args(Workload)
+# Decode's points in the suite's order (agent/job/transformer.py DECODE_POINTS).
+POINTS = ("bandwidth", "latency")
 ATTENTIONS: tuple[str, ...] = get_args(Attention)
 UNKNOWN_VERSION = "?"
 # The backend suite 1.0 pinned every job to (its Config.attention): its headline.
@@ -300,8 +302,11 @@ def frame(engine: Engine, *, provider: str | None = None,
     # Newest first; a document's figures by workload, attention and GPU (result ids rise
     # with the document, which stands in for it among documents collected at once).
     keys = result.assign(_document=raw["document_id"].astype("int64"),
+                         _point=[POINTS.index(p) if isinstance(p, str) and p in POINTS
+                                 else -1 for p in result["point"].astype(object)],
                          _attention=result["attention"].map(ATTENTIONS.index))
-    order = {"collected_at": False, "_document": False, "workload": True,
+    order = {"collected_at": False, "_document": False, "workload": True, "_point": True,
              "_attention": True, "gpu_index": True, "result_id": True}
     return keys.sort_values(list(order), ascending=list(order.values()), kind="stable",
-                            ignore_index=True).drop(columns=["_document", "_attention"])
+                            ignore_index=True).drop(columns=["_document", "_point",
+                                                             "_attention"])

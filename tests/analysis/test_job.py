@@ -337,3 +337,22 @@ def test_the_synchronous_figure_and_what_a_million_tokens_cost() -> None:
     assert (beta.rank, beta.prices_note, beta.cost_per_million_tokens) == (
         None, "no price listed", None)
     assert [r.provider for r in job_table(gpus, listings)] == ["gamma", "alpha", "beta"]
+
+
+def test_decode_states_its_share_of_the_gpus_own_memory_copy_beside_hbm() -> None:
+    # Suite 1.1.0 with the node suite: each decode figure carries the share of the same
+    # GPU's memory copy in the run (issue 45); the GPU's figure and the cost table's row
+    # take the median over the runs, beside the datasheet's share.
+    rows = []
+    for run, share in ((1, 0.832), (2, 0.834), (3, 0.836)):
+        row = job_row("alpha", "a-1", 0, "decode", 31_000.0, run_id=run,
+                      when=WHEN + dt.timedelta(hours=run))
+        row["copy_share"] = share
+        rows.append(row)
+    other = job_row("alpha", "a-1", 1, "decode", 31_000.0)  # no node suite in its run
+    found, _ = job_gpus(job_frame([*rows, other]))
+    shares = {g.gpu_index: g.copy_share for g in found}
+    assert shares[0] == pytest.approx(0.834) and shares[1] is None
+    # The provider's row: the median over the GPUs that measured one.
+    (row,) = job_table(found, {})
+    assert row.copy_share == pytest.approx(0.834) and row.hbm_share is not None

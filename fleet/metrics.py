@@ -1,0 +1,423 @@
+"""The store's newest figures and verdicts as Prometheus metrics (issue 47): for a scrape or
+a pushgateway (`fleet metrics`), and for node_exporter's textfile collector (`fleet sweep
+--textfile`).
+
+Names follow Prometheus' conventions: the `fleet_` prefix, base units in the name (FLOP/s
+and bytes a second, where the store keeps TFLOP/s and GB/s), `_info` for identity, gauges
+throughout (a figure, a verdict, a count of open findings: each can go down). A GPU's
+series carry NVIDIA dcgm-exporter's labels, `gpu` (the NVML index), `UUID`, `modelName`
+(NVML's name) and `Hostname` (the hostname the agent reported, else the inventory's name),
+so that a dashboard joins them with `DCGM_FI_*` series on `UUID`; and fleet's own
+`provider`, `host` (the inventory's name) and `variant`.
+
+Cardinality, all bounded by the fleet's size and fleet's own vocabularies:
+  per GPU, one series per metric, except the matmul (one per dtype and shape measured
+  soaked: 1 for the default harness), host copies (4: pinned and pageable, each way),
+  jobs (one per workload and decode point: 3 for suite 1.1), health (5 verdicts) and
+  health action (5 states), all states emitted 0 or 1 as kube-state-metrics does;
+  per pair of GPUs in a node, 2 (one way, both ways); per node, 1 all-reduce per rank count;
+  findings: 14 kinds x 3 sides x providers, zeros included, so that `sum` and alerts see
+  a finding go away.
+Label values a host or an inventory sent are cut to MAX_LABEL characters and escaped by
+prometheus_client, never by hand. Nothing secret goes out: no serials, prices, process
+lists, users or contention texts, no store URL.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import generate_latest as text_format
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_format
+from prometheus_client.registry import Collector
+from sqlalchemy import select
+
+from agent.health.card import ACTIONS
+from fleet.errors import InputError
+from fleet.report.build import FINDING_KINDS
+from fleet.store.models import Document
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fleet.api import Store
+
+Format = Literal["openmetrics", "text"]
+FORMATS: tuple[Format, ...] = ("openmetrics", "text")
+MAX_LABEL = 128
+GPU_LABELS = ("provider", "host", "Hostname", "gpu", "UUID", "modelName", "variant")
+HOST_LABELS = ("provider", "host", "Hostname")
+VERDICTS = ("healthy", "degraded", "failing", "unknown", "not_read")
+SIDES = ("provider", "renter", "unsettled")
+TERA, GIGA = 1e12, 1e9
+
+Record = dict[Hashable, Any]
+
+
+@dataclass
+class Family:
+    """One gauge: its name (unit suffix included), help, label names and series; a label
+    set seen twice keeps its first value (the frames are newest first)."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    unit: str = ""
+    series: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    def add(self, labels: Mapping[str, str], value: object) -> None:
+        """One series; a missing or non-finite value is left out, not exported as NaN."""
+        number = _number(value)
+        if number is None:
+            return
+        self.series.setdefault(tuple(bounded(labels[name]) for name in self.labels), number)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the metrics are made of, read from a store: each frame newest first."""
+
+    fingerprints: pd.DataFrame  # Store.fingerprints(latest=True)
+    results: pd.DataFrame  # Store.results(latest=True)
+    node: pd.DataFrame  # Store.node_results(latest=True)
+    jobs: pd.DataFrame  # Store.jobs(latest=True)
+    hostnames: dict[tuple[str, str], str]  # (provider, host) -> the hostname it reported
+    findings: tuple[tuple[str, str, str], ...]  # (kind, side, provider) of each finding
+    providers: tuple[str, ...]
+
+
+def bounded(value: str) -> str:
+    """A label value cut to MAX_LABEL characters (escaping is the library's)."""
+    return value[:MAX_LABEL]
+
+
+def _number(value: object) -> float | None:
+    if value is None or isinstance(value, str):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None  # pandas' NA
+    return number if math.isfinite(number) else None
+
+
+def _text(value: object) -> str:
+    """A label value from a frame's cell; missing (None, NaN, pandas' NA) is ""."""
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT or (
+            isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def _records(frame: pd.DataFrame) -> list[Record]:
+    return frame.to_dict("records")
+
+
+# --- reading --------------------------------------------------------------------------------
+
+def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
+    """The newest figures of every host and GPU in `store` (of the sweep `sweep` only, when
+    given), and the open findings: the report's over the whole store, or over the sweep's
+    newest night."""
+    fingerprints = store.fingerprints(sweep=sweep, latest=True)
+    runs: tuple[int, ...] = ()
+    if sweep is not None:
+        nights = store.runs(sweep=sweep)
+        if nights.empty:
+            raise InputError(f"--sweep {sweep}: no run of that sweep is stored; `fleet "
+                             "report` lists what is, or leave out --sweep")
+        runs = (int(nights["run"].iloc[-1]),)
+    report = store.report(sweep=sweep, runs=runs)
+    findings = tuple((f.kind, side, f.provider) for side, found in (
+        ("provider", report.dispute), ("renter", report.renter),
+        ("unsettled", report.unsettled)) for f in found)
+    providers = sorted({*report.providers, *(p for _, _, p in findings),
+                        *(str(p) for p in fingerprints["provider"].unique())})
+    return Snapshot(fingerprints, store.results(sweep=sweep, latest=True),
+                    store.node_results(sweep=sweep, latest=True),
+                    store.jobs(sweep=sweep, latest=True),
+                    _hostnames(store, fingerprints), findings, tuple(providers))
+
+
+def _hostnames(store: Store, fingerprints: pd.DataFrame) -> dict[tuple[str, str], str]:
+    documents = {int(d): (str(p), str(h)) for d, p, h in fingerprints[
+        ["document", "provider", "host"]].drop_duplicates().itertuples(index=False)}
+    found: dict[tuple[str, str], str] = {}
+    if not documents:
+        return found
+    with store.engine.connect() as conn:
+        for document, hostname in conn.execute(select(Document.id, Document.hostname)
+                                               .where(Document.id.in_(documents))):
+            if hostname:
+                found[documents[int(document)]] = str(hostname)
+    return found
+
+
+# --- building -------------------------------------------------------------------------------
+
+class _Labeller:
+    """GPU and host labels for a frame's row, with dcgm-exporter's names."""
+
+    def __init__(self, data: Snapshot) -> None:
+        self.hostnames = data.hostnames
+        self.models: dict[str, str] = {}
+        self.models_at: dict[tuple[str, str, int], str] = {}
+        for row in _records(data.fingerprints):
+            name = _text(row["name"])
+            if _text(row["gpu_uuid"]):
+                self.models.setdefault(_text(row["gpu_uuid"]), name)
+            self.models_at.setdefault((str(row["provider"]), str(row["host"]),
+                                       int(row["gpu_index"])), name)
+
+    def host(self, row: Record) -> dict[str, str]:
+        provider, host = str(row["provider"]), str(row["host"])
+        return {"provider": provider, "host": host,
+                "Hostname": self.hostnames.get((provider, host), host)}
+
+    def gpu(self, row: Record) -> dict[str, str]:
+        labels = self.host(row)
+        uuid, index = _text(row["gpu_uuid"]), int(row["gpu_index"])
+        model = self.models.get(uuid) or self.models_at.get(
+            (labels["provider"], labels["host"], index), "")
+        return {**labels, "gpu": str(index), "UUID": uuid, "modelName": model,
+                "variant": _text(row["variant"])}
+
+
+def families(data: Snapshot) -> tuple[Family, ...]:
+    """Every metric, built from `data`; families without a series are kept (their HELP
+    says what they would hold)."""
+    label = _Labeller(data)
+    return (*_identity(data, label), *_matmul(data, label), *_node(data, label),
+            *_jobs(data, label), *_health(data, label), _findings(data))
+
+
+def _identity(data: Snapshot, label: _Labeller) -> Iterator[Family]:
+    info = Family("fleet_gpu_info", "A GPU as its host's newest document found it: value 1; "
+                  "driver and form factor as labels", (*GPU_LABELS, "driver_version",
+                                                       "form_factor"))
+    seen = Family("fleet_host_collected_timestamp_seconds", "When the host's newest "
+                  "document was collected, Unix time", HOST_LABELS, "seconds")
+    for row in _records(data.fingerprints):
+        info.add({**label.gpu(row), "driver_version": _text(row["driver_version"]),
+                  "form_factor": _text(row["form_factor"])}, 1)
+        seen.add(label.host(row), row["collected_at"].timestamp())
+    yield from (info, seen)
+
+
+def _matmul(data: Snapshot, label: _Labeller) -> Iterator[Family]:
+    names = (*GPU_LABELS, "dtype", "shape")
+    speed = Family("fleet_gpu_matmul_flops_per_second", "The GPU's newest soaked matmul "
+                   "figure (FLOP/s) for each dtype and shape", names, "flops_per_second")
+    low = Family("fleet_gpu_matmul_repeat_low_flops_per_second", "Where a repeat run of the "
+                 "card lands, 95%: low end (FLOP/s)", names, "flops_per_second")
+    high = Family("fleet_gpu_matmul_repeat_high_flops_per_second", "Where a repeat run of "
+                  "the card lands, 95%: high end (FLOP/s)", names, "flops_per_second")
+    frame = data.results
+    frame = frame[(frame["thermal"] == "soaked") & ~frame["correctness_failed"]]
+    for row in _records(frame):
+        labels = {**label.gpu(row), "dtype": _text(row["dtype"]),
+                  "shape": f"{row['m']}x{row['n']}x{row['k']}"}
+        if tuple(labels[n] for n in names) in speed.series:
+            continue  # an older configuration of the same dtype and shape
+        speed.add(labels, _scaled(row["tflops"], TERA))
+        low.add(labels, _scaled(row["repeat_low_tflops"], TERA))
+        high.add(labels, _scaled(row["repeat_high_tflops"], TERA))
+    yield from (speed, low, high)
+
+
+def _scaled(value: object, factor: float) -> float | None:
+    number = _number(value)
+    return None if number is None else number * factor
+
+
+def _node(data: Snapshot, label: _Labeller) -> Iterator[Family]:
+    memory = Family("fleet_gpu_memory_copy_bytes_per_second", "The GPU's memory: a "
+                    "device-to-device copy, read plus written (bytes/s)", GPU_LABELS,
+                    "bytes_per_second")
+    host = Family("fleet_gpu_host_copy_bytes_per_second", "Copies between host memory "
+                  "(pinned or pageable) and the GPU, each way (bytes/s)",
+                  (*GPU_LABELS, "direction", "memory"), "bytes_per_second")
+    peer = Family("fleet_gpu_peer_copy_bytes_per_second", "Copies from this GPU to a peer "
+                  "of its node, one way or both ways at once (bytes/s)",
+                  (*GPU_LABELS, "peer", "peer_UUID", "direction"), "bytes_per_second")
+    reduce_names = (*HOST_LABELS, "gpus", "backend", "dtype")
+    allreduce = Family("fleet_node_allreduce_bus_bytes_per_second", "The node's all-reduce "
+                       "bus bandwidth (nccl-tests' busbw) at its largest size (bytes/s)",
+                       reduce_names, "bytes_per_second")
+    size = Family("fleet_node_allreduce_size_bytes", "The size the all-reduce figure was "
+                  "measured at", reduce_names, "bytes")
+    frame = data.node
+    if "kind" in frame:
+        # Largest size first, so that each node's first all-reduce row is the one kept.
+        frame = frame.sort_values("size_bytes", ascending=False, kind="stable")
+    for row in _records(frame):
+        kind = str(row["kind"])
+        if kind == "allreduce":
+            labels = {**label.host(row), "gpus": str(row["gpus_in_run"]),
+                      "backend": _text(row["backend"]), "dtype": _text(row["dtype"])}
+            if tuple(labels[n] for n in reduce_names) not in allreduce.series:
+                allreduce.add(labels, _scaled(row["gbs"], GIGA))
+                size.add(labels, row["size_bytes"])
+            continue
+        gpu = label.gpu(row)
+        if kind == "memory_copy":
+            memory.add(gpu, _scaled(row["gbs"], GIGA))
+        elif kind in ("host_to_device", "device_to_host"):
+            host.add({**gpu, "direction": kind, "memory": _text(row["memory"])},
+                     _scaled(row["gbs"], GIGA))
+        elif kind == "peer_copy":
+            peer.add({**gpu, "peer": _text(row["peer_index"]),
+                      "peer_UUID": _text(row["peer_uuid"]),
+                      "direction": _text(row["direction"])}, _scaled(row["gbs"], GIGA))
+    yield from (memory, host, peer, allreduce, size)
+
+
+def _jobs(data: Snapshot, label: _Labeller) -> Iterator[Family]:
+    tokens = Family("fleet_gpu_job_tokens_per_second", "The job suite's headline figure: "
+                    "the fastest backend that passed its gate, per workload and decode "
+                    "point (tokens/s)", (*GPU_LABELS, "workload", "point", "model",
+                                         "backend"))
+    key = (*GPU_LABELS, "workload", "point")
+    seen: set[tuple[str, ...]] = set()
+    frame = data.jobs
+    if "headline" in frame:
+        frame = frame[frame["headline"]]
+    for row in _records(frame):
+        labels = {**label.gpu(row), "workload": _text(row["workload"]),
+                  "point": _text(row["point"]), "model": _text(row["model"]),
+                  "backend": _text(row["attention"])}
+        identity = tuple(labels[n] for n in key)
+        if identity not in seen:  # one series per workload and point, whatever the model
+            seen.add(identity)
+            tokens.add(labels, row["tokens_per_s"])
+    yield tokens
+
+
+def _health(data: Snapshot, label: _Labeller) -> Iterator[Family]:
+    verdict = Family("fleet_gpu_health", "The card's health verdict from the driver's "
+                     "counters: 1 for its verdict, 0 for the others",
+                     (*GPU_LABELS, "verdict"))
+    action = Family("fleet_gpu_health_action", "What to ask the provider for: 1 for the "
+                    "card's action, 0 for the others (unknown: no verdict or an older agent)",
+                    (*GPU_LABELS, "action"))
+    for row in _records(data.fingerprints):
+        gpu = label.gpu(row)
+        said = _text(row["health"]).replace(" ", "_") or "unknown"
+        for state in (*VERDICTS, *(() if said in VERDICTS else (said,))):
+            verdict.add({**gpu, "verdict": state}, float(state == said))
+        asked = _text(row["health_action"]) or "unknown"
+        for state in (*ACTIONS, "unknown", *(() if asked in (*ACTIONS, "unknown")
+                                              else (asked,))):
+            action.add({**gpu, "action": state}, float(state == asked))
+    yield from (verdict, action)
+
+
+def _findings(data: Snapshot) -> Family:
+    found = Family("fleet_open_findings", "The report's findings by kind and side: provider "
+                   "(to dispute), renter (the renter's own side disturbed it) or unsettled "
+                   "(measured under settings that can move it)", ("kind", "side", "provider"))
+    counts: dict[tuple[str, str, str], int] = {}
+    for finding in data.findings:
+        counts[finding] = counts.get(finding, 0) + 1
+    kinds = (*FINDING_KINDS, *sorted({k for k, _, _ in counts} - set(FINDING_KINDS)))
+    for provider in data.providers:
+        for kind in kinds:
+            for side in SIDES:
+                found.add({"kind": kind, "side": side, "provider": provider},
+                          counts.get((kind, side, provider), 0))
+    return found
+
+
+# --- writing --------------------------------------------------------------------------------
+
+class _Collector(Collector):
+    def __init__(self, built: Iterable[Family]) -> None:
+        self.built = tuple(built)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for family in self.built:
+            gauge = GaugeMetricFamily(family.name, family.help, labels=family.labels,
+                                      unit=family.unit)
+            for labels, value in family.series.items():
+                gauge.add_metric(list(labels), value)
+            yield gauge
+
+
+def render(built: Iterable[Family], fmt: Format = "openmetrics") -> str:
+    """The metrics as OpenMetrics text (a scrape), or Prometheus' text format 0.0.4
+    (node_exporter's textfile collector and the pushgateway read only that)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(built))
+    encode = openmetrics_format if fmt == "openmetrics" else text_format
+    return encode(registry).decode("utf-8")
+
+
+def metrics_text(store: Store, sweep: str | None = None, fmt: Format = "openmetrics") -> str:
+    """`fleet metrics`: the store's metrics, as text in `fmt`."""
+    return render(families(snapshot(store, sweep)), fmt)
+
+
+def check_textfile(path: str) -> Path:
+    """Refuse a --textfile that node_exporter would not read or that cannot be written,
+    before a night of probing rather than after."""
+    target = Path(path)
+    if target.suffix != ".prom":
+        raise InputError(f"--textfile {path}: node_exporter's textfile collector reads only "
+                         f"*.prom files; give a name such as {target.with_suffix('.prom')}")
+    return _writable(target, "--textfile")
+
+
+def _writable(target: Path, option: str) -> Path:
+    if target.is_dir():
+        raise InputError(f"{option} {target}: is a directory; give a file name such as "
+                         f"{target / 'fleet.prom'}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise InputError(f"{option} {target}: the directory {folder} does not exist; create "
+                         "it or give another path")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{option} {target}: cannot write in {folder}; give another path")
+    return target
+
+
+def write_atomically(text: str, path: str, option: str = "--output") -> Path:
+    """Write `text` beside `path` and rename it into place, so that a scrape or the textfile
+    collector never reads half a file (node_exporter's docs ask for exactly this). The
+    temporary name starts with a dot and does not end in .prom: the collector skips it."""
+    target = _writable(Path(path), option)
+    if target.exists() and not target.is_file():  # /dev/null, a pipe: write straight in
+        target.write_text(text, encoding="utf-8")
+        return target
+    handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                       suffix=".partial")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(partial, 0o644)  # node_exporter often runs as another user
+        os.replace(partial, target)
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write the metrics ({exc.strerror})"
+                         ) from None
+    finally:
+        Path(partial).unlink(missing_ok=True)
+    return target
+
+
+def write_textfile(db: str | None, sweep: str, path: str) -> Path:
+    """`fleet sweep --textfile`: the sweep's metrics in the text format, written atomically
+    for node_exporter's textfile collector."""
+    from fleet.api import Store
+
+    with Store(db) as store:
+        text = metrics_text(store, sweep, "text")
+    return write_atomically(text, path, "--textfile")

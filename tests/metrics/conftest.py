@@ -1,0 +1,6 @@
+from tests.store.conftest import (  # noqa: F401 (fixtures, shared with the store tests)
+    backend,
+    postgres,
+    postgres_url,
+    store_url,
+)
