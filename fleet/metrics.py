@@ -125,6 +125,12 @@ def _records(frame: pd.DataFrame) -> list[Record]:
 
 # --- reading --------------------------------------------------------------------------------
 
+def _sweeps(store: Store) -> list[str]:
+    """The names of the sweeps stored, for an error that says what to give."""
+    runs = store.runs()  # a sweep's nights, and documents ingested under its name
+    return sorted({str(name) for name in runs["sweep"].dropna()}) if not runs.empty else []
+
+
 def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
     """The newest figures of every host and GPU in `store` (of the sweep `sweep` only, when
     given), and the open findings: the report's over the whole store, or over the sweep's
@@ -134,8 +140,9 @@ def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
     if sweep is not None:
         nights = store.runs(sweep=sweep)
         if nights.empty:
-            raise InputError(f"--sweep {sweep}: no run of that sweep is stored; `fleet "
-                             "report` lists what is, or leave out --sweep")
+            raise InputError(f"--sweep {sweep}: no run of that sweep is stored; the stored "
+                             f"sweeps are {', '.join(_sweeps(store)) or 'none yet'}, or "
+                             "leave out --sweep")
         runs = (int(nights["run"].iloc[-1]),)
     report = store.report(sweep=sweep, runs=runs)
     findings = tuple((f.kind, side, f.provider) for side, found in (
@@ -207,9 +214,19 @@ def _identity(data: Snapshot, label: _Labeller) -> Iterator[Family]:
                                                        "form_factor"))
     seen = Family("fleet_host_collected_timestamp_seconds", "When the host's newest "
                   "document was collected, Unix time", HOST_LABELS, "seconds")
-    for row in _records(data.fingerprints):
+    # One identity per card: a host renamed in the inventory keeps its old rows, and two
+    # info series of one UUID would break a dashboard's `on (UUID) group_left` join.
+    said: set[str] = set()
+    for row in sorted(_records(data.fingerprints), key=lambda r: r["collected_at"],
+                      reverse=True):
+        uuid = row.get("gpu_uuid")
+        if isinstance(uuid, str) and uuid in said:
+            continue
+        if isinstance(uuid, str):
+            said.add(uuid)
         info.add({**label.gpu(row), "driver_version": _text(row["driver_version"]),
                   "form_factor": _text(row["form_factor"])}, 1)
+    for row in _records(data.fingerprints):
         seen.add(label.host(row), row["collected_at"].timestamp())
     yield from (info, seen)
 
@@ -403,6 +420,9 @@ def write_atomically(text: str, path: str, option: str = "--output") -> Path:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
+            # On disk before the rename: a crash must not leave an empty file in place.
+            out.flush()
+            os.fsync(out.fileno())
         os.chmod(partial, 0o644)  # node_exporter often runs as another user
         os.replace(partial, target)
     except OSError as exc:

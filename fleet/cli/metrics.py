@@ -9,6 +9,7 @@ import click
 
 from fleet.api import Store
 from fleet.cli.options import db_option, err_console, reports_errors
+from fleet.errors import InputError
 from fleet.metrics import FORMATS, Format, metrics_text, write_atomically
 
 
@@ -39,11 +40,18 @@ def metrics_command(db: str | None, sweep: str | None, fmt: str, output: str) ->
     \b
     Examples:
       fleet metrics --db ./fleet.db | less
-      fleet metrics --sweep nightly -o /var/www/metrics/fleet.txt
+      fleet metrics --sweep nightly --format text -o /var/www/metrics/fleet.txt
       fleet metrics --format text | curl --data-binary @- \\
           http://pushgateway.internal:9091/metrics/job/fleet
     """
-    with Store(db) as store:
+    store = Store(db)
+    path = store.location.sqlite_path
+    if path is not None and not path.exists():
+        # Opening it would create an empty store, and a mistyped --db would print a valid,
+        # empty fleet: "all well", to every dashboard that reads it.
+        raise InputError(f"no fleet database at {store.location}: give --db (or $FLEET_DB) "
+                         "the store `fleet probe` or `fleet sweep` wrote")
+    with store:
         text = metrics_text(store, sweep, cast(Format, fmt))
     if output == "-":
         sys.stdout.write(text)

@@ -178,10 +178,13 @@ def sweep_command(args: SweepArgs) -> None:
         err_console.print(f"The report was not written: {report.report_error}. The night "
                           f"is stored; `fleet report --sweep {report.name} --run "
                           f"{report.run_id} --output PATH` writes it.", markup=False)
+    metrics_failed = False
     if args.textfile is not None and not report.interrupted:
         try:
             write_textfile(args.db, report.name, args.textfile)
         except FleetError as exc:
+            # Not a quiet success: node_exporter would go on serving last night's file.
+            metrics_failed = True
             err_console.print(f"The metrics were not written: {exc}. The night is stored; "
                               f"`fleet metrics --sweep {report.name} --format text -o PATH` "
                               "writes them.", markup=False)
@@ -195,7 +198,7 @@ def sweep_command(args: SweepArgs) -> None:
     if failing:
         err_console.print(f"--fail-on: tonight shows {', '.join(failing)}", markup=False)
         sys.exit(EXIT_FAIL_ON)
-    if report.probe.failed:
+    if report.probe.failed or metrics_failed:
         sys.exit(EXIT_SOME_FAILED)
 
 

@@ -205,6 +205,23 @@ def test_fleet_metrics_refuses_what_it_cannot_do_with_the_way_out(
     assert done.returncode == 2 and said in done.stderr, done.stderr
 
 
+def test_a_mistyped_db_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    # An empty store made on the spot would print a valid, empty fleet: "all well".
+    missing = tmp_path / "no-such-dir" / "fleet.db"
+    done = fleet_cli("metrics", "--db", str(missing))
+    assert done.returncode == 2 and "no fleet database at" in done.stderr, done.stderr
+    assert not missing.parent.exists()
+
+
+def test_an_unknown_sweep_names_the_stored_ones(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    stored = fleet_cli("ingest", "--db", db, "--provider", "lent", "--sweep", "nightly",
+                       str(NODE))
+    assert stored.returncode == 0, stored.stderr
+    done = fleet_cli("metrics", "--db", db, "--sweep", "weekly")
+    assert done.returncode == 2 and "the stored sweeps are nightly" in done.stderr, done.stderr
+
+
 def test_an_empty_store_gives_valid_metrics_without_series(tmp_path: Path) -> None:
     with fleet.Store(f"sqlite:///{tmp_path / 'fleet.db'}") as store:
         samples = parsed(metrics_text(store))
@@ -218,3 +235,15 @@ def test_help_shows_real_examples() -> None:
     assert "fleet metrics --format text | curl --data-binary @-" in done.stdout
     done = fleet_cli("sweep", "--help")
     assert "--textfile /var/lib/node_exporter/textfile/fleet.prom" in done.stdout
+
+
+def test_nothing_personal_or_secret_goes_out(filled: str) -> None:
+    # Serials, the agent's user and the store's URL stay in the store: a metrics endpoint
+    # is read by more people than the report.
+    with fleet.Store(filled) as store:
+        text = metrics_text(store)
+    node = json.loads(NODE.read_text())
+    serials = [g["serial"] for g in node["gpus"] if g.get("serial")]
+    assert serials and not any(serial in text for serial in serials)
+    assert f'"{node["host"]["user"]}"' not in text and "user=" not in text
+    assert "pid" not in text and filled not in text

@@ -26,7 +26,7 @@ ALLREDUCE_SIZES = (16 * MiB, 64 * MiB, 256 * MiB, GiB)
 STACK = {"torch_version": "2.9.0", "cuda_runtime_version": "12.8"}
 NCCL = "2.28.9"
 # H100 SXM: HBM3 3.35 TB/s; PCIe Gen5 x16 about 64 GB/s a way; 18 NVLink 4 at 25 GB/s a
-# way each (README's catalog, "Links").
+# way each (shared/reference/gpu-variants.md, "Links").
 DATASHEET = {"memory_copy": 3350.0, "host": 63.015, "nvlink": 450.0}
 
 
