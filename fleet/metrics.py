@@ -44,6 +44,7 @@ from agent.health.card import ACTIONS
 from fleet.errors import InputError
 from fleet.report.build import FINDING_KINDS
 from fleet.store.models import Document
+from fleet.writable import writable_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -391,27 +392,14 @@ def check_textfile(path: str) -> Path:
     if target.suffix != ".prom":
         raise InputError(f"--textfile {path}: node_exporter's textfile collector reads only "
                          f"*.prom files; give a name such as {target.with_suffix('.prom')}")
-    return _writable(target, "--textfile")
-
-
-def _writable(target: Path, option: str) -> Path:
-    if target.is_dir():
-        raise InputError(f"{option} {target}: is a directory; give a file name such as "
-                         f"{target / 'fleet.prom'}")
-    folder = target.parent
-    if not folder.is_dir():
-        raise InputError(f"{option} {target}: the directory {folder} does not exist; create "
-                         "it or give another path")
-    if not os.access(folder, os.W_OK):
-        raise InputError(f"{option} {target}: cannot write in {folder}; give another path")
-    return target
+    return writable_file(target, "--textfile", "fleet.prom")
 
 
 def write_atomically(text: str, path: str, option: str = "--output") -> Path:
     """Write `text` beside `path` and rename it into place, so that a scrape or the textfile
     collector never reads half a file (node_exporter's docs ask for exactly this). The
     temporary name starts with a dot and does not end in .prom: the collector skips it."""
-    target = _writable(Path(path), option)
+    target = writable_file(Path(path), option, "fleet.prom")
     if target.exists() and not target.is_file():  # /dev/null, a pipe: write straight in
         target.write_text(text, encoding="utf-8")
         return target

@@ -12,7 +12,6 @@ night is compared with the sweep's earlier nights (`fleet.sweep.history`).
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Collection
@@ -43,6 +42,7 @@ from fleet.sweep.distributed import DEFAULT_QUEUE_TIMEOUT_S, RemoteOutcome, requ
 from fleet.sweep.history import FAIL_KINDS, Findings, RegressionRule, compare_night
 from fleet.sweep.lock import SweepLock
 from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
+from fleet.writable import writable_file
 
 DEFAULT_NAME = "nightly"
 # Also a lock file's, a crontab marker's and a systemd unit's name: no spaces or slashes.
@@ -195,16 +195,7 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
 
 def check_report_path(path: str) -> None:
     """Refuse a --report path that cannot be written, naming what to change."""
-    target = Path(path)
-    if target.is_dir():
-        raise InputError(f"--report {path}: is a directory; give a file name such as "
-                         f"{target / 'fleet-sweep.html'}")
-    folder = target.parent
-    if not folder.is_dir():
-        raise InputError(f"--report {path}: the directory {folder} does not exist; create "
-                         "it or give another path")
-    if not os.access(folder, os.W_OK):
-        raise InputError(f"--report {path}: cannot write in {folder}; give another path")
+    writable_file(Path(path), "--report", "fleet-sweep.html")
 
 
 def _inventory_of(inventory: LoadedInventory) -> str:

@@ -23,6 +23,7 @@ import fleet
 from fleet.metrics import metrics_text
 from tests.metrics.test_dashboard import DASHBOARD, queries
 from tests.metrics.test_metrics import HOSTNAME, PROVIDER, fill
+from tests.sweep.conftest import stop
 
 PROMETHEUS = shutil.which("prometheus") or (
     "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
@@ -125,9 +126,4 @@ scrape_configs:
             answer = _query(api, expr.replace("$provider", ".*").replace("$variant", ".*"))
             assert answer or "DCGM_FI_" in expr, expr
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process)
