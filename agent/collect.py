@@ -124,6 +124,27 @@ def _job_suite(cfg: JobConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
     return results, errors
 
 
+def _job_rerun(cfg: JobConfig, results: List[Dict[str, Any]], gpus: List[Dict[str, Any]],
+               progress: Callable[..., None]) -> List[Dict[str, Any]]:
+    """A short job figure measured again without the run's settings that can move it
+    (agent/job/rerun.py); the errors, where it could not be (the figures then stand)."""
+    from agent.job import rerun
+
+    what = "job again without the run's settings"
+    try:
+        variants = {int(g["index"]): str((g.get("variant") or {}).get("label"))
+                    for g in gpus if "index" in g}
+        failed = rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
+                              lambda message: progress("job", message), variants=variants)
+    except Exception as exc:  # the figures stand, unsettled
+        failed = f"did not run ({type(exc).__name__}: {str(exc)[:300]})"
+    if failed is None:
+        return []
+    for result in results:
+        result.pop("rerun", None)
+    return [{"stage": "job", "message": f"{what}: {failed}; the original figures stand"}]
+
+
 def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,
                        links: Dict[int, Dict[str, Optional[int]]], run_started: float) -> None:
     """Judge each GPU's health again with what only the load shows: the replays counted
@@ -207,16 +228,21 @@ def collect(
                     errors.append({"stage": "fingerprint", "gpu": index, "message": str(exc)})
             # Telemetry under load must not overwrite the idle answers being recorded.
             live = recorder.inner if recorder is not None else nvml
+            heated = False
             if bench is not None:
                 benchmarks, failures = _benchmark(bench, gpus, live, progress)
                 errors += failures
+                # A soaked matmul that ran on every GPU left each hot: the job's shorter
+                # span (agent/job/suite.py Config.warm_span_s says what it rests on).
+                heated = bench.protocol == "soaked" and bool(benchmarks) and not failures
             # The job straight after the matmul, while the cards still hold its heat:
             # behind the node suite (25 s of transfers on a 4x H100) they had cooled
             # 22-24 C and took 50-80 s of training to soak again. The node suite's
             # transfers are not soaked figures; after the job they still follow a load.
             if job is not None:
-                job_results, failures = _job_suite(job, gpus, live, progress)
-                errors += failures
+                ran = job.after_matmul() if heated else job
+                job_results, failures = _job_suite(ran, gpus, live, progress)
+                errors += failures + _job_rerun(ran, job_results, gpus, progress)
             if node is not None:
                 node_results, failures = _node_suite(node, gpus, live, progress, started)
                 errors += failures
@@ -247,7 +273,7 @@ def collect(
     if nvml is None and job is not None:
         if job.device == "cpu":
             job_results, failures = _job_suite(job, [], None, progress)
-            errors += failures
+            errors += failures + _job_rerun(job, job_results, [], progress)
         elif bench is None and node is None:
             errors.append({"stage": "job", "message": "no NVIDIA GPU: no job to run"})
     return {

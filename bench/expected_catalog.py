@@ -71,15 +71,19 @@ from fleet.store.query import software_stack  # noqa: E402
 RECORDS = REPO / "bench" / "records"
 # The records fleet/expected.py was made from: every lent node's suite and every soaked
 # matmul on a lent card (bench/RESULTS.md, "The whole node", "Soaked", "Repeat
-# intervals"). Left out: 2026-11-26-h200x4-node-crosscheck, whose agent figures are an
-# extract without the document (no variant, links or stack; they agree with the others
-# within 0.5%: bench/RESULTS.md, "An independent check"), and harness 1.2.0's repeats
-# (cool-start, or a bench's own soak with other methods between).
+# intervals"), and the two healthy lent 4x H100 job records, whose `--suite all` runs hold
+# the node suite (the only 4-GPU H100 all-reduce) and soaked matmuls (job-backends'
+# reference.jsonl is bench/job_reference.py's output, no agent document). Left out:
+# 2026-11-26-h200x4-node-crosscheck, whose agent figures are an extract without the
+# document (no variant, links or stack; they agree with the others within 0.5%:
+# bench/RESULTS.md, "An independent check"), and harness 1.2.0's repeats (cool-start, or a
+# bench's own soak with other methods between).
 DEFAULT_RECORDS = tuple(RECORDS / name for name in (
     expected.H200X4_SUITE, expected.H200X4_PROBE, expected.H200X2_SUITE,
     expected.H200_REPEAT, expected.H200_SOAK,
     expected.H100_HEALTH, expected.H100X2_PROBE, expected.H100X2_HEALTHY,
-    expected.H100_PROBE_BENCH, expected.H100_REPEAT, expected.H100_SOAK, expected.H100_PROBE))
+    expected.H100_PROBE_BENCH, expected.H100_REPEAT, expected.H100_SOAK, expected.H100_PROBE,
+    expected.H100X4_JOB_BACKENDS, expected.H100X4_JOBS_WARM))
 
 # A harness result without its document names its device only.
 DEVICE_VARIANTS = {"NVIDIA H100 80GB HBM3": "H100-SXM5-80GB", "NVIDIA H200": "H200-SXM-141GB"}

@@ -32,7 +32,9 @@ def _events(path: Path) -> list[dict[str, Any]]:
 def runs(folder: Path) -> list[tuple[dict[str, Any], float | None]]:
     """Each run's document and the seconds its job stage took."""
     out = []
-    for path in sorted(folder.glob("run-*.jsonl*")):
+    # run-N: bench/device_job_figures.sh's runs; all-N: `--suite all` runs kept apart from
+    # bench/repeat_records.py, which reads run-N as repeats of one card.
+    for path in sorted([*folder.glob("run-*.jsonl*"), *folder.glob("all-*.jsonl*")]):
         events = _events(path)
         stamps = [e["elapsed_s"] for e in events if e.get("stage") == "job"]
         document = next(e["document"] for e in events if e["event"] == "document")

@@ -8,7 +8,9 @@ every entry from those folders and prints them as they stand here; `--check` say
 this file differs from what the records give.
 
 How an entry is made (`summarise`): a record is one device call, one machine, whatever it
-holds (the 4x H200 node suite: five runs of four GPUs); each record counts once. Its
+holds (the 4x H200 node suite: five runs of four GPUs); each record counts once. Two of the
+4x H100 records are more than one call (jobs-warm: two on one warm machine; job-backends:
+three, its run-4 and run-5 on a second machine, other GPUs) and still count once each. Its
 figure is the median of its figures (every GPU or pair of every run); the entry's
 `gbs` is the median of its records' figures; `spread` is the standard deviation of the
 records' figures relative to that (None from one record: one machine says nothing of the
@@ -48,7 +50,8 @@ from dataclasses import dataclass
 MiB = 1 << 20
 GiB = 1 << 30
 
-# The records the catalog below was made from (bench/records/), each one device call.
+# The records the catalog below was made from (bench/records/), each one device call
+# (the two 4x H100 records: several calls; the module docstring says which).
 H200X4_SUITE = "2026-11-26-h200x4-node-suite"
 H200X4_PROBE = "2026-11-26-h200x4-node-probe"
 H200X4_CROSSCHECK = "2026-11-26-h200x4-node-crosscheck"
@@ -62,6 +65,8 @@ H100_PROBE_BENCH = "2026-11-26-h100-probe-bench-1753124019022"
 H100_REPEAT = "2026-11-26-h100-repeat-1752824029521"
 H100_SOAK = "2026-11-25-h100-soak-1752624020993"
 H100_PROBE = "2026-11-25-h100-probe-1753024036079"
+H100X4_JOB_BACKENDS = "2026-11-27-h100x4-job-backends"
+H100X4_JOBS_WARM = "2026-11-27-h100x4-jobs-warm"
 
 
 @dataclass(frozen=True)
@@ -286,32 +291,35 @@ class Catalog:
 FIGURES: tuple[Expected, ...] = (
     Expected(
         FigureKey("H100-SXM5-80GB", "memory_copy", size_bytes=GiB),
-        gbs=3003.8, spread=0.0006, within=0.0004, n=5, figures=20,
-        records=(H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_HEALTHY, H100X2_PROBE),
+        gbs=3003.8, spread=0.0006, within=0.0005, n=7, figures=32,
+        records=(H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_HEALTHY, H100X2_PROBE,
+                 H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         stacks=("torch 2.11.0+cu130, CUDA 13.0",)),
     Expected(
         FigureKey("H100-SXM5-80GB", "host_to_device", memory="pinned", size_bytes=256 * MiB,
                   link_gen=5, link_width=16),
-        gbs=55.1, spread=0.0038, within=0.016, n=5, figures=20,
-        records=(H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_HEALTHY, H100X2_PROBE),
+        gbs=55.1, spread=0.0042, within=0.0126, n=7, figures=32,
+        records=(H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_HEALTHY, H100X2_PROBE,
+                 H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         stacks=("torch 2.11.0+cu130, CUDA 13.0",)),
     Expected(
         FigureKey("H100-SXM5-80GB", "device_to_host", memory="pinned", size_bytes=256 * MiB,
                   link_gen=5, link_width=16),
-        gbs=55.2, spread=0.001, within=0.0053, n=5, figures=20,
-        records=(H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_HEALTHY, H100X2_PROBE),
+        gbs=55.1, spread=0.001, within=0.0226, n=7, figures=32,
+        records=(H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_HEALTHY, H100X2_PROBE,
+                 H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         stacks=("torch 2.11.0+cu130, CUDA 13.0",)),
     Expected(
         FigureKey("H100-SXM5-80GB", "peer_copy", direction="both_ways", size_bytes=512 * MiB,
                   nvlink_fabric="switch", nvlink_links=18),
-        gbs=777.0, spread=0.0017, within=0.0014, n=2, figures=4,
-        records=(H100X2_HEALTHY, H100X2_PROBE),
+        gbs=777.6, spread=0.0015, within=0.0019, n=4, figures=22,
+        records=(H100X2_HEALTHY, H100X2_PROBE, H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         stacks=("torch 2.11.0+cu130, CUDA 13.0",)),
     Expected(
         FigureKey("H100-SXM5-80GB", "peer_copy", direction="one_way", size_bytes=512 * MiB,
                   nvlink_fabric="switch", nvlink_links=18),
-        gbs=396.5, spread=0.0001, within=0.0001, n=2, figures=4,
-        records=(H100X2_HEALTHY, H100X2_PROBE),
+        gbs=396.4, spread=0.0011, within=0.0025, n=4, figures=22,
+        records=(H100X2_HEALTHY, H100X2_PROBE, H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         stacks=("torch 2.11.0+cu130, CUDA 13.0",)),
     Expected(
         FigureKey("H100-SXM5-80GB", "allreduce", size_bytes=16 * MiB, gpus_in_run=2, dtype="bf16",
@@ -336,6 +344,30 @@ FIGURES: tuple[Expected, ...] = (
                   backend="nccl", nvlink_fabric="switch", nvlink_links=18),
         gbs=332.0, spread=0.0035, within=0.004, n=2, figures=4,
         records=(H100X2_HEALTHY, H100X2_PROBE),
+        stacks=("torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.9",)),
+    Expected(
+        FigureKey("H100-SXM5-80GB", "allreduce", size_bytes=16 * MiB, gpus_in_run=4, dtype="bf16",
+                  backend="nccl", nvlink_fabric="switch", nvlink_links=18),
+        gbs=253.4, spread=0.0121, within=0.0052, n=2, figures=3,
+        records=(H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
+        stacks=("torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.9",)),
+    Expected(
+        FigureKey("H100-SXM5-80GB", "allreduce", size_bytes=64 * MiB, gpus_in_run=4, dtype="bf16",
+                  backend="nccl", nvlink_fabric="switch", nvlink_links=18),
+        gbs=305.1, spread=0.0045, within=0.0044, n=2, figures=3,
+        records=(H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
+        stacks=("torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.9",)),
+    Expected(
+        FigureKey("H100-SXM5-80GB", "allreduce", size_bytes=256 * MiB, gpus_in_run=4, dtype="bf16",
+                  backend="nccl", nvlink_fabric="switch", nvlink_links=18),
+        gbs=338.9, spread=0.0005, within=0.0015, n=2, figures=3,
+        records=(H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
+        stacks=("torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.9",)),
+    Expected(
+        FigureKey("H100-SXM5-80GB", "allreduce", size_bytes=GiB, gpus_in_run=4, dtype="bf16",
+                  backend="nccl", nvlink_fabric="switch", nvlink_links=18),
+        gbs=356.3, spread=0.0011, within=0.0014, n=2, figures=3,
+        records=(H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         stacks=("torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.9",)),
     Expected(
         FigureKey("H200-SXM-141GB", "memory_copy", size_bytes=GiB),
@@ -412,8 +444,9 @@ FIGURES: tuple[Expected, ...] = (
 )
 MATMUL: tuple[MatmulExpected, ...] = (
     MatmulExpected(
-        MatmulKey("H100-SXM5-80GB"), tflops=679.1, spread=0.0104, within=0.004, n=6, figures=15,
-        records=(H100_PROBE, H100_SOAK, H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_PROBE),
+        MatmulKey("H100-SXM5-80GB"), tflops=678.0, spread=0.0091, within=0.0062, n=8, figures=27,
+        records=(H100_PROBE, H100_SOAK, H100_HEALTH, H100_PROBE_BENCH, H100_REPEAT, H100X2_PROBE,
+                 H100X4_JOB_BACKENDS, H100X4_JOBS_WARM),
         harness_versions=("1.3.0", "1.4.0"),
         stacks=("torch 2.11.0+cu130, CUDA 13.0, cuBLAS 13.1.0",)),
     MatmulExpected(

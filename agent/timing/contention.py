@@ -57,13 +57,20 @@ def owner(pid: int, proc: str = "/proc") -> Dict[str, Any]:
             "own": None if uid is None else uid == os.getuid()}
 
 
+def _parent() -> List[int]:
+    """The agent a rerun's child was started by (agent/job/rerun.py PARENT_ENV): its CUDA
+    context, idle on the same GPUs, is the agent's own, not another user's."""
+    value = os.environ.get("FLEET_AGENT_PARENT", "")
+    return [int(value)] if value.isdigit() and int(value) == os.getppid() else []
+
+
 def others(nvml: Optional[Nvml], handle: Optional[Handle],
            ours: Collection[int] = (), proc: str = "/proc") -> List[Dict[str, Any]]:
     """The processes NVML shows on the GPU other than the agent and `ours` (its own
     children), each with its owner; [] where NVML cannot tell."""
     if nvml is None or handle is None:
         return []
-    skip = {os.getpid(), *ours}
+    skip = {os.getpid(), *ours, *_parent()}
     pids = set()
     for fn in _PROCESS_CALLS:
         try:

@@ -75,6 +75,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from fleet.analysis import job_whose
 from fleet.analysis.contention import JOINED
 from fleet.analysis.stragglers import below_others
 from fleet.words import counted
@@ -267,8 +268,13 @@ def _reasons(frame: pd.DataFrame, shared: Collection[tuple[str, str, int]]
     contended = pd.Series([key in busy for key in _gpu_runs(frame)], index=frame.index,
                           dtype=bool) & ~wrong & ~twice
     unsettled = _flag(frame["not_soaked"]) & ~wrong & ~contended & ~twice
-    return [(twice, SHARED_REASON), (wrong, WRONG_REASON), (contended, CONTENDED_REASON),
-            (unsettled, NOT_SOAKED_REASON)]
+    reasons = [(twice, SHARED_REASON), (wrong, WRONG_REASON), (contended, CONTENDED_REASON),
+               (unsettled, NOT_SOAKED_REASON)]
+    # Short under the run's own settings (fleet/analysis/job_whose.py): each GPU-run's
+    # words, where no reason above took its rows first.
+    taken = twice | wrong | contended | unsettled
+    reasons += [(mask & ~taken, words) for mask, words in job_whose.masks(frame)]
+    return reasons
 
 
 def left_out(frame: pd.DataFrame, shared: Collection[tuple[str, str, int]] = ()

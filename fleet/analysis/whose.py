@@ -105,7 +105,7 @@ def run_settings(settings: pd.DataFrame, figures: pd.DataFrame
 # A value an anonymized report may show: a plain token ("Tree", "LL128,Simple", "65536").
 # Anything else (a path, a host:port, an interface list with addresses) may name the
 # renter's machines, and an anonymized report hides it as it hides pids and users.
-_PLAIN = re.compile(r"^[A-Za-z0-9_,+-]{0,32}$")
+PLAIN = re.compile(r"^[A-Za-z0-9_,+-]{0,32}$")
 HIDDEN = "(hidden in an anonymized report)"
 
 
@@ -114,7 +114,7 @@ def anonymized(ran: Mapping[int, tuple[RunSetting, ...]]
     """The settings as an anonymized report names them: a file by its kind, not its path
     ("nccl.conf", not /home/alice/.nccl.conf), and only plain values."""
     return {document: tuple(RunSetting(
-        s.name, s.value if s.value is None or _PLAIN.match(s.value) else HIDDEN,
+        s.name, s.value if s.value is None or PLAIN.match(s.value) else HIDDEN,
         s.source.split(":", 1)[0] if s.source.startswith("nccl.conf:") else s.source)
         for s in settings) for document, settings in ran.items()}
 
@@ -285,3 +285,25 @@ def settle_shortfalls(caused: Iterable[tuple[Shortfall, bool]], figures: pd.Data
             unsettled.append(Unsettled("shortfall", shortfall.provider, shortfall.title,
                                        shortfall.evidence, whose))
     return Settled(tuple(provider), tuple(renter), tuple(unsettled))
+
+
+def suspects_by_provider(settings: Mapping[int, tuple[RunSetting, ...]],
+                         documents: Mapping[int, str], kind: str
+                         ) -> dict[str, tuple[RunSetting, ...]]:
+    """Per provider, the settings of its documents' runs (`documents`: document id ->
+    provider) that can move a figure of `kind`, each (name, value) once."""
+    found: dict[str, dict[tuple[str, str | None], RunSetting]] = {}
+    for document, provider in documents.items():
+        for setting in suspects(settings.get(document, ()), kind):
+            found.setdefault(provider, {}).setdefault((setting.name, setting.value), setting)
+    return {p: tuple(s.values()) for p, s in found.items()}
+
+
+def unsettled_gap(slower: str, what: str, found: tuple[RunSetting, ...]) -> Whose:
+    """A provider gap whose slower side ran under settings that can move it: a setting of
+    the run slows every GPU of it alike, so no rule within a node sees it; only the
+    comparison between providers does, and there it is not the provider's to answer."""
+    return Whose("unsettled",
+                 f"{slower}'s {what} were measured under settings that can move them and "
+                 f"not measured again without them: {_listed(found)}; unset them and "
+                 "measure again before disputing it", tuple(s.text for s in found))

@@ -26,6 +26,7 @@ from fleet.model.base import (
     Text,
     TFlops,
 )
+from fleet.model.settings import SettingName
 
 Workload = Literal["train", "decode"]
 Attention = Literal["flash", "cudnn", "efficient", "math"]
@@ -98,6 +99,35 @@ class JobProvenance(Strict):
     cuda_runtime_version: Name | None
     cudnn_version: Name | None
     device_name: Name | None
+
+
+class JobRerun(Strict):
+    """A short headline measured again in the same run, in a child process whose
+    environment lacked the settings that can move a job (agent/job/rerun.py): what was
+    taken out, the floor the first figure fell under (in its tokens/s, with what it
+    rests on: the records' figure of the variant, or a share of the datasheet's), and
+    the rerun's figure."""
+
+    without: list[SettingName] = Field(min_length=1, max_length=64)
+    floor_tokens_per_s: PerSecond
+    floor_basis: Annotated[str, StringConstraints(max_length=512)]
+    tokens_per_s: PerSecond
+    attention: Attention
+    mfu: Annotated[float, Field(ge=0, le=100)] | None = None
+    hbm_share: Annotated[float, Field(ge=0, le=100)] | None = None
+    # Another process was on the GPU around the rerun: it settles nothing.
+    contended: bool
+    # The settings' names the child ran under: the evidence it ran without them.
+    ran_with: list[SettingName] = Field(default_factory=list, max_length=64)
+    wall_s: Seconds
+
+    @model_validator(mode="after")
+    def _ran_without(self) -> JobRerun:
+        still = sorted(set(self.without) & set(self.ran_with))
+        if still:
+            raise ValueError(f"the job's rerun says it ran without {', '.join(still)} and "
+                             "its process ran with it")
+        return self
 
 
 class JobResult(Strict):
@@ -176,6 +206,8 @@ class JobResult(Strict):
     processes: list[SeenProcess] = Field(max_length=64)
     provenance: JobProvenance
     wall_s: Seconds
+    # A short headline measured again without the run's settings (agent/job/rerun.py).
+    rerun: JobRerun | None = None
 
     @model_validator(mode="after")
     def _agrees_with_itself(self) -> JobResult:
@@ -232,6 +264,8 @@ class JobResult(Strict):
         if self.copy_share is not None and self.copy_gbs is not None and self.gbs is not None:
             self._derived("copy_share", self.copy_share, self.gbs / self.copy_gbs,
                           "gbs / copy_gbs")
+        if self.rerun is not None and not self.headline:
+            raise ValueError("only a headline figure is measured again (rerun)")
         if self.point is not None and train:
             raise ValueError("a train result has no decode point")
         interval = self.within_run_ci95

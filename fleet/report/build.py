@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pandas as pd
 from sqlalchemy import Engine
 
 from fleet.analysis.cooling import (
@@ -46,11 +47,15 @@ from fleet.analysis.health import FleetHealth, fleet_health, told_elsewhere
 from fleet.analysis.integrity import find_corruption
 from fleet.analysis.job import contended_results
 from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
+from fleet.analysis.older_rule import judge_again
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
+from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
+from fleet.analysis.whose import anonymized as anonymized_settings
 from fleet.report.charts import Chart, provider_charts
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.node import NodeOptions, NodeSection, node_section
 from fleet.report.timeline import History, history_pairs, sweep_history
+from fleet.store.settings import read_settings
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
@@ -163,13 +168,19 @@ class Report:
     # figures (issue 37).
     job: JobSection = field(default_factory=JobSection)
     # Findings measured under settings that can move them and never measured again
-    # without them (fleet/analysis/whose.py): out of `dispute` and `renter`, shown apart.
+    # without them (fleet/analysis/whose.py), and health verdicts of a rule since withdrawn
+    # that their documents cannot be judged again by (fleet/analysis/older_rule.py): out of
+    # `dispute` and `renter`, shown apart.
     unsettled: tuple[Finding, ...] = ()
+    # Systematic gaps whose slower side ran under settings that can move a matmul: in
+    # `unsettled`, not `dispute`.
+    gaps_unsettled: tuple[Comparison, ...] = ()
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
-        """The comparisons that found a systematic gap."""
-        return tuple(c for c in self.comparisons if c.systematic)
+        """The comparisons that found a systematic gap the provider answers for."""
+        return tuple(c for c in self.comparisons
+                     if c.systematic and c not in self.gaps_unsettled)
 
     @property
     def cooling_findings(self) -> tuple[CoolingComparison, ...]:
@@ -256,6 +267,29 @@ def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison]
 def _below(share: float) -> str:
     """A shortfall in a title: whole percent from 10% up, a tenth below ("53%", "3.5%")."""
     return f"{share:.0%}" if share >= 0.095 else f"{share:.1%}"
+
+
+def _matmul_suspects(engine: Engine, data: Dataset, anonymize: bool
+                     ) -> dict[str, tuple[RunSetting, ...]]:
+    """Per provider (as `data` names it), the settings of its hosts' newest runs that can
+    move a matmul."""
+    documents = {h.document_id: h.provider for h in data.hosts}
+    if not documents:
+        return {}
+    ran = run_settings(read_settings(engine, documents=sorted(documents)), pd.DataFrame())
+    return suspects_by_provider(anonymized_settings(ran) if anonymize else ran, documents,
+                                "matmul")
+
+
+def _unsettled_gaps(gaps: list[Comparison], suspected: dict[str, tuple[RunSetting, ...]]
+                    ) -> list[tuple[str, str, str, str, str | None, tuple[str, ...]]]:
+    found = []
+    for gap in gaps:
+        whose = unsettled_gap(gap.slower, f"{gap.group} matmuls", suspected[gap.slower])
+        found.append(("gap", gap.slower,
+                      f"{gap.slower} is {gap.gap:.1%} slower than {gap.faster} on {gap.group}",
+                      f"{gap.config.label}: {gap.evidence}", whose.words, whose.suspects))
+    return found
 
 
 def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[Comparison],
@@ -408,13 +442,22 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         data = anonymize(data, names)
         jobs = jobs.anonymized(names)
         store = "(hidden in an anonymized report)"
+    # Health verdicts of a rule the agent has since withdrawn, judged again by the rule of
+    # now where their documents carry what it needs (fleet/analysis/older_rule.py): every
+    # table and finding below reads the verdict of now.
+    again = judge_again(engine, data.gpus)
+    data = replace(data, gpus=again.gpus)
     history = None if scope.sweep is None else sweep_history(
         engine, scope.sweep, upto, names, scope.providers, scope.variants)
     mismatches = find_mismatches(data)
     mixed = find_mixed_listings(data)
     drift = find_drift(data)
     comparisons = compare_providers(data, options.gaps)
-    gaps = [c for c in comparisons if c.systematic]
+    # A gap whose slower side ran under settings that can move a matmul is not the
+    # provider's to answer until measured again without them (fleet/analysis/whose.py).
+    suspected = _matmul_suspects(engine, data, options.anonymize)
+    gaps = [c for c in comparisons if c.systematic and c.slower not in suspected]
+    gaps_unsettled = [c for c in comparisons if c.systematic and c.slower in suspected]
     cooling = compare_cooling(data, options.cooling)
     stragglers = find_stragglers(data, options.stragglers)
     cost = cost_table(data)
@@ -450,7 +493,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                                  [c for c in cooling if c.called], stragglers, drift)
                       + _node_findings(node)
                       + [Finding.of(item) for item in job.findings()]),
-        renter=tuple(Finding.of(item) for item in node.renter()),
+        renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter()]),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
@@ -459,4 +502,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
         health=health, node=node, corruption=tuple(corruption), job=job,
-        unsettled=tuple(Finding.of(item) for item in node.unsettled_findings()))
+        gaps_unsettled=tuple(gaps_unsettled),
+        unsettled=tuple(Finding.of(item) for item in [
+            *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
+            *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled()]))

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
+from fleet.analysis import job_whose
 from fleet.analysis.dataset import Aliases, Config, Listing, Scope, SharedHosts
 from fleet.analysis.gaps import GapOptions
 from fleet.analysis.job import (
@@ -32,6 +33,7 @@ from fleet.analysis.job import (
     JobShortfallOptions,
     find_job_shortfalls,
     job_gpus,
+    left_out,
 )
 from fleet.analysis.job_compare import (
     JobComparison,
@@ -42,6 +44,7 @@ from fleet.analysis.job_compare import (
     job_sync_nodes,
 )
 from fleet.analysis.job_cost import JobRow, job_table
+from fleet.analysis.job_whose import anonymized_suspects
 from fleet.analysis.stragglers import StragglerOptions
 from fleet.store import series
 from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
@@ -90,7 +93,10 @@ class JobInput:
             for column in extra:
                 rows[column] = None
             return rows
-        return JobInput(hidden(self.frame, ("gpu_uuid", "contention")),
+        frame = hidden(self.frame, ("gpu_uuid", "contention"))
+        if "job_suspects" in frame:
+            frame["job_suspects"] = frame["job_suspects"].map(anonymized_suspects)
+        return JobInput(frame,
                         hidden(self.matmul, ()),
                         frozenset((names.provider(p), names.host(p, h), run)
                                   for p, h, run in self.shared))
@@ -174,11 +180,31 @@ class JobSection:
     sync: tuple[JobSync, ...] = ()
     excluded: tuple[JobExcluded, ...] = ()
     options: JobOptions = field(default_factory=JobOptions)
+    # Whose a short job figure is, where not the provider's (fleet/analysis/job_whose.py):
+    # (provider, host, GPU index, verdict), its GPU-run's figures in `excluded`.
+    whose: tuple[tuple[str, str, int, job_whose.Verdict], ...] = ()
+    # (provider, configuration key, settings) whose counted figures ran under settings that
+    # can move a job (fleet/analysis/job_whose.py `suspected`).
+    suspected: tuple[tuple[str, str, str], ...] = ()
+
+    def _suspects(self, comparison: JobComparison) -> str | None:
+        for provider, key, settings in self.suspected:
+            if (provider, key) == (comparison.slower, comparison.config.key):
+                return settings
+        return None
 
     @property
     def gaps(self) -> tuple[JobComparison, ...]:
-        """The comparisons that found a systematic gap."""
-        return tuple(c for c in self.comparisons if c.systematic)
+        """The comparisons that found a systematic gap the provider answers for: not one
+        whose slower side ran under settings that can move a job."""
+        return tuple(c for c in self.comparisons
+                     if c.systematic and self._suspects(c) is None)
+
+    @property
+    def unsettled_gaps(self) -> tuple[JobComparison, ...]:
+        """Systematic gaps whose slower side ran under settings that can move a job."""
+        return tuple(c for c in self.comparisons
+                     if c.systematic and self._suspects(c) is not None)
 
     def by_config(self) -> list[tuple[JobConfig, tuple[JobRow, ...]]]:
         """The rows per configuration, training first, as the tables show them."""
@@ -194,6 +220,28 @@ class JobSection:
         members.sort(key=lambda g: (g.kept is None, g.kept or 0.0, g.provider, g.host,
                                     g.gpu_index))
         return tuple(members[:GPU_ROWS])
+
+    def _whose(self, party: str) -> list[FindingTuple]:
+        return [("job_shortfall", provider, f"{host} GPU {gpu}: the job is short under the "
+                 "run's own settings", verdict.measured, verdict.why, ())
+                for provider, host, gpu, verdict in self.whose if verdict.party == party]
+
+    def renter(self) -> list[FindingTuple]:
+        """Each GPU-run whose short job a rerun without the run's settings settled as the
+        renter's: said apart from what to dispute."""
+        return self._whose("renter")
+
+    def unsettled(self) -> list[FindingTuple]:
+        """Each GPU-run short under settings that can move a job, never measured again
+        without them: neither disputed nor the renter's, shown apart."""
+        found = self._whose("unsettled")
+        found += [("gap", c.slower, f"{c.slower}'s {c.config.figure} is {c.gap:.1%} lower "
+                   f"than {c.faster}'s on {c.variant}", f"{c.config.label}: {c.evidence}",
+                   f"{c.slower}'s figures were measured under settings that can move a job "
+                   f"and not measured again without them: {self._suspects(c)}; unset them "
+                   "and measure again before disputing it", ())
+                  for c in self.unsettled_gaps]
+        return found
 
     def counts(self) -> dict[str, int]:
         """Findings per `--fail-on` kind: its own, and the straggler and gap kinds it
@@ -232,8 +280,11 @@ def job_section(jobs: JobInput, listings: dict[tuple[str, str], Listing], gaps: 
     from `listings` ((provider, host) -> the listing the cost table uses)."""
     options = options or JobOptions()
     gpus, excluded = job_gpus(jobs.frame, jobs.matmul, jobs.shared)
+    counted, _ = left_out(jobs.frame, jobs.shared)
+    whose = tuple((provider, host, gpu, verdict) for (provider, host, _, gpu), verdict
+                  in sorted(job_whose.verdicts(jobs.frame).items()))
     if not gpus:
-        return JobSection(excluded=tuple(excluded), options=options)
+        return JobSection(excluded=tuple(excluded), options=options, whose=whose)
     shortfalls = find_job_shortfalls(gpus, options.shortfall)
     named = {(s.provider, s.host, s.gpu_index, s.config) for s in shortfalls}
     slow = [s for s in find_job_stragglers(gpus, stragglers)
@@ -242,5 +293,7 @@ def job_section(jobs: JobInput, listings: dict[tuple[str, str], Listing], gaps: 
         rows=tuple(job_table(gpus, listings)), gpus=tuple(gpus),
         shortfalls=tuple(shortfalls), stragglers=tuple(slow),
         comparisons=tuple(compare_job_providers(gpus, gaps)),
-        sync=tuple(job_sync_nodes(gpus)), excluded=tuple(excluded), options=options)
+        sync=tuple(job_sync_nodes(gpus)), excluded=tuple(excluded), options=options,
+        whose=whose, suspected=tuple(
+            (p, k, t) for (p, k), t in sorted(job_whose.suspected(counted).items())))
 

@@ -24,6 +24,7 @@ from fleet.store.models import Gpu as GpuRow
 from fleet.store.models import Host, ProbeRun, Provider
 from fleet.store.models import JobResult as JobRow
 from fleet.store.query import in_chunks
+from fleet.store.settings import job_suspects
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,9 +111,20 @@ JOB_COLUMNS = columns(
                             "(read plus written); missing without the node suite"),
     ("copy_share", "float64", "decode: gbs over copy_gbs, the share of the card's own "
                               "memory copy a step read"),
+    ("rerun_tokens_per_s", "float64", "a short headline measured again in the same run "
+                                      "without the settings that can move a job "
+                                      "(agent/job/rerun.py): its tokens/s"),
+    ("rerun_share", "float64", "the rerun's MFU (training) or share of HBM (decode)"),
+    ("rerun_floor", "float64", "the floor the first figure fell under, tokens/s (the "
+                               "records' figure less 5%, or a share of the datasheet's)"),
+    ("rerun_without", "string", 'the rerun: the settings taken out ("CUDA_LAUNCH_BLOCKING '
+                                '...")'),
+    ("rerun_contended", "boolean", "the rerun: another process was on the GPU around it"),
+    ("job_suspects", "string", 'the run\'s settings that can move a job, "NAME=VALUE '
+                               '(source)" joined by "; " (agent/source/settings.py)'),
 )
 # Built here from stored columns, not selected.
-_DERIVED = ("shape", "config", "repeat_low", "repeat_high")
+_DERIVED = ("shape", "config", "repeat_low", "repeat_high", "job_suspects")
 # What `shape` and `config` are built from, and the order's document, read beside
 # the frame's columns.
 _PARTS = ("layers", "width", "heads", "kv_heads", "head_dim", "ffn", "batch", "seq",
@@ -232,7 +244,20 @@ def job_row(result: JobResult, variant: str) -> dict[str, Any]:
                                "workload": result.workload, "attention": result.attention}),
         "gqa": _gqa({"gqa": result.gqa, "workload": result.workload}),
         "point": result.point, "copy_gbs": result.copy_gbs, "copy_share": result.copy_share,
+        **_rerun(result),
     }
+
+
+def _rerun(result: JobResult) -> dict[str, Any]:
+    rerun = result.rerun
+    if rerun is None:
+        return dict.fromkeys(("rerun_tokens_per_s", "rerun_share", "rerun_floor",
+                              "rerun_without", "rerun_contended"))
+    share = rerun.mfu if result.workload == "train" else rerun.hbm_share
+    return {"rerun_tokens_per_s": rerun.tokens_per_s, "rerun_share": share,
+            "rerun_floor": rerun.floor_tokens_per_s,
+            "rerun_without": " ".join(rerun.without)[:1024],
+            "rerun_contended": rerun.contended}
 
 
 def _names(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -294,6 +319,8 @@ def frame(engine: Engine, *, provider: str | None = None,
     raw["gqa"] = [_gqa(r) for r in records]
     intervals = [repeat.of_job(r["tokens_per_s"], r["variant"], r["wander"], r["workload"],
                                r["attention"], r["point"]) for r in records]
+    suspects = job_suspects(engine, {int(r["document_id"]) for r in records})
+    raw["job_suspects"] = [suspects.get(int(r["document_id"])) for r in records]
     raw["repeat_low"] = [i.low for i in intervals]
     raw["repeat_high"] = [i.high for i in intervals]
     result = typed(JOB_COLUMNS, raw)

@@ -648,6 +648,13 @@ class JobResult(Base):
     point: Mapped[str | None] = mapped_column(String(16))
     copy_gbs: Mapped[float | None] = mapped_column(Float)
     copy_share: Mapped[float | None] = mapped_column(Float)
+    # Migration 0019: a short headline measured again without the run's settings that
+    # can move a job (agent/job/rerun.py).
+    rerun_tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    rerun_share: Mapped[float | None] = mapped_column(Float)
+    rerun_floor: Mapped[float | None] = mapped_column(Float)
+    rerun_without: Mapped[str | None] = mapped_column(String(1024))
+    rerun_contended: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class HostError(Base):

@@ -75,3 +75,24 @@ def read_settings(engine_or_conn: Engine | Connection, *,
     names = [c.name for c in SETTING_COLUMNS]
     raw = pd.DataFrame([tuple(r) for r in fetched], columns=names, dtype=object)
     return typed(SETTING_COLUMNS, raw)
+
+
+def job_suspects(engine_or_conn: Engine | Connection, documents: set[int]
+                 ) -> dict[int, str]:
+    """Per document, its run's settings that can move a job figure, "NAME=VALUE (source)"
+    joined by "; " (agent/source/settings.py `suspects`); documents without any absent."""
+    from agent.source import settings as families
+
+    if not documents:
+        return {}
+    found: dict[int, list[str]] = {}
+    rows = read_settings(engine_or_conn, documents=sorted(documents))
+    for document, name, value, source, applies in zip(
+            rows["document_id"].tolist(), rows["name"].tolist(),
+            rows["value"].astype(object).tolist(), rows["source"].tolist(),
+            rows["applies"].astype(object).tolist(), strict=True):
+        if applies is False or not families.moves(str(name), "job") or families.kept(str(name)):
+            continue
+        shown = value if isinstance(value, str) else "(withheld)"
+        found.setdefault(int(document), []).append(f"{name}={shown} ({source})")
+    return {d: "; ".join(s)[:2048] for d, s in found.items()}

@@ -300,3 +300,48 @@ def test_a_lent_4x_h100_held_at_load_soaked_at_the_first_judgement() -> None:
         assert job.soak is not None and job.soak.soaked and not job.flags.not_soaked
         assert job.soak.warmed_s is not None and job.soak.warmed_s > 5
         assert job.soak.settled_s is not None and job.soak.settled_s < 32
+
+
+@pytest.mark.parametrize("protocol", ["soaked", "quick"])
+def test_the_job_soaks_by_the_shorter_span_only_after_a_soaked_matmul(
+        h100_recording: Any, protocol: str) -> None:
+    # bench/job_soak_span.py: 15 s suffices once a soaked matmul has heated the card;
+    # after a cool-start matmul (or none) the card may still be heating: the full span.
+    from dataclasses import replace
+
+    from agent.matmul.harness import Config as HarnessConfig
+
+    bench = HarnessConfig(device="cpu", m=64, n=64, k=64, protocol=protocol,
+                          measure_s=0.2, max_warmup_s=0.3, max_total_s=1.0,
+                          soak_window_s=0.05, soak_span_s=0.2, soak_cap_s=0.5,
+                          soak_first_s=0.1)
+    cfg = replace(jobs.Config.for_cpu(), span_s=1.0, warm_span_s=0.8)
+    document = collect(str(h100_recording), probe_torch=False, bench=bench, job=cfg)
+    assert document["benchmarks"], document["errors"]
+    train = next(j for j in document["jobs"] if j["workload"] == "train")
+    assert train["soak"]["span_s"] == (0.8 if protocol == "soaked" else 1.0)
+    assert jobs.Config().after_matmul().span_s == 15.0 < jobs.Config().span_s
+
+
+def test_a_decode_point_that_fails_leaves_training_and_the_other_point(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under PYTORCH_NO_CUDA_MEMORY_CACHING=1 no CUDA graph can be captured: that must not
+    # take the GPU's training figure with it (nor keep the node's other GPUs waiting).
+    from agent.job import decode
+
+    real = decode.Decoder.__init__
+
+    def refusing(self: Any, shape: Any, *args: Any, **kwargs: Any) -> None:
+        if shape.batch == 1:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        real(self, shape, *args, **kwargs)
+
+    monkeypatch.setattr(decode.Decoder, "__init__", refusing)
+    results, errors = jobs.run(jobs.Config.for_cpu(), [], None, lambda message: None)
+    assert [(r["workload"], r.get("point")) for r in results] == [
+        ("train", None), ("decode", "bandwidth")]
+    assert all(r["headline"] for r in results)
+    [error] = errors
+    assert "decode at the latency point failed (RuntimeError: operation not permitted " \
+           "when stream is capturing); its training figure and the other decode point " \
+           "stand" in error["message"]

@@ -40,7 +40,7 @@ def job_row(provider: str, host: str, gpu_index: int, workload: str, tokens_per_
             *, variant: str = SXM, attention: str = "flash", run_id: int = RUN,
             gpus_in_run: int = 4, temperature_c: float = 70.0, sm_clock_mhz: float = 1980.0,
             contended: bool = False, not_soaked: bool = False, correct: bool = True,
-            when: dt.datetime = WHEN) -> dict[str, Any]:
+            when: dt.datetime = WHEN, **more: Any) -> dict[str, Any]:
     """One row of the job frame: `tokens_per_s` and what follows from it."""
     train = workload == "train"
     flop = TRAIN_FLOP if train else DECODE_FLOP
@@ -73,6 +73,10 @@ def job_row(provider: str, host: str, gpu_index: int, workload: str, tokens_per_
         # Suite 1.0: the pinned backend (flash) was the headline; training expanded GQA.
         "headline": attention == "flash", "gqa": "expanded" if train else "grouped",
         "point": None, "copy_gbs": None, "copy_share": None,
+        # No rerun (agent/job/rerun.py), no setting that could move a job.
+        "rerun_tokens_per_s": None, "rerun_share": None, "rerun_floor": None,
+        "rerun_without": None, "rerun_contended": None, "job_suspects": None,
+        **more,
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from typing import Any
 
 import pandas as pd
@@ -356,3 +357,61 @@ def test_decode_states_its_share_of_the_gpus_own_memory_copy_beside_hbm() -> Non
     # The provider's row: the median over the GPUs that measured one.
     (row,) = job_table(found, {})
     assert row.copy_share == pytest.approx(0.834) and row.hbm_share is not None
+
+
+def _short_beta(**rerun: Any) -> tuple[list[JobGpu], list[Any], list[Any]]:
+    """alpha healthy; beta's every training step at 40% (MFU 0.19, under the agent's
+    0.30 floor), its run holding a setting that can move a job, with `rerun`'s columns."""
+    rng = random.Random(11)
+    alpha, alpha_figures = crowd(rng, sd=0.004, hosts=3)
+    beta, beta_figures = crowd(rng, sd=0.004, hosts=3, provider="beta",
+                               job_suspects="PYTORCH_NO_CUDA_MEMORY_CACHING=1 (environment)")
+    beta = [dict(r, tokens_per_s=r["tokens_per_s"] * 0.4, tflops=r["tflops"] * 0.4,
+                 mfu=r["mfu"] * 0.4, **rerun) if r["workload"] == "train" else r
+            for r in beta]
+    gpus, excluded = job_gpus(job_frame(alpha + beta), matmul_frame(alpha_figures
+                                                                    + beta_figures))
+    gaps = [c for c in compare_job_providers(gpus, GapOptions()) if c.config.train]
+    return gpus, excluded, gaps
+
+
+def test_a_job_short_under_the_renters_setting_and_whole_without_it_is_the_renters() -> None:
+    gpus, excluded, gaps = _short_beta(
+        rerun_tokens_per_s=79_100.0, rerun_share=0.48, rerun_floor=49_400.0,
+        rerun_without="PYTORCH_NO_CUDA_MEMORY_CACHING", rerun_contended=False)
+    # No provider is ranked on it: beta's every figure of those GPU-runs is left out.
+    assert gaps == [] and {g.provider for g in gpus} == {"alpha"}
+    beta = [e for e in excluded if e.provider == "beta"]
+    assert {(e.host, e.gpu_index, e.workload) for e in beta} == {
+        (f"b-{h}", i, w) for h in (1, 2, 3) for i in range(4) for w in ("train", "decode")}
+    first = next(e for e in beta if (e.host, e.gpu_index, e.workload) == ("b-1", 0, "train"))
+    assert re.fullmatch(
+        r"the renter's: GPU 0 training step 3[12],\d{3} tokens/s \(MFU 0\.(19|20)\), under "
+        r"its floor of 49,400; PYTORCH_NO_CUDA_MEMORY_CACHING=1 \(environment\): "
+        r"79,100 tokens/s \(MFU 0\.48\) without it, measured again in the same run: a "
+        r"setting of the run's environment costing 60%; unset it", first.reason), first.reason
+
+
+def test_a_short_job_under_settings_never_measured_without_them_is_unsettled() -> None:
+    gpus, excluded, gaps = _short_beta()
+    assert gaps == [] and {g.provider for g in gpus} == {"alpha"}
+    reasons = {e.reason for e in excluded if e.provider == "beta"}
+    assert len(reasons) == 12 and all(r.startswith("unsettled: GPU ") for r in reasons)
+    assert all("not measured again without them: PYTORCH_NO_CUDA_MEMORY_CACHING=1 "
+               "(environment)" in r for r in reasons)
+    # A rerun beside another process settles nothing either.
+    _, excluded, gaps = _short_beta(
+        rerun_tokens_per_s=79_100.0, rerun_share=0.48, rerun_floor=49_400.0,
+        rerun_without="PYTORCH_NO_CUDA_MEMORY_CACHING", rerun_contended=True)
+    assert gaps == [] and all("measured again beside another process" in e.reason
+                              for e in excluded if e.provider == "beta")
+
+
+def test_a_job_still_short_without_every_suspect_is_the_providers() -> None:
+    gpus, excluded, gaps = _short_beta(
+        rerun_tokens_per_s=31_700.0, rerun_share=0.19, rerun_floor=49_400.0,
+        rerun_without="PYTORCH_NO_CUDA_MEMORY_CACHING", rerun_contended=False)
+    assert [e for e in excluded if e.provider == "beta"] == []
+    assert {g.provider for g in gpus} == {"alpha", "beta"}
+    (gap,) = gaps
+    assert (gap.slower, gap.faster, gap.systematic) == ("beta", "alpha", True)

@@ -82,3 +82,12 @@ def test_the_corpus_is_what_its_files_say() -> None:
     for folder, made in ((wc.CONSTRUCTED, wc.CONSTRUCTIONS), (wc.SHARED_RUNS, wc.FIXTURES)):
         for name, make in made.items():
             assert json.loads(json.dumps(make())) == wc.read(folder / name), name
+
+
+def test_a_renter_s_job_setting_measured_again_goes_to_the_renter() -> None:
+    # Made for real on a lent 2x H100: CUDA_LAUNCH_BLOCKING=1 cost the training step 17-21%,
+    # over the datasheet floor and under the records'; the agent ran the job again without it.
+    (blocking,) = fd.run(("h100x2-job-launch-blocking",))
+    assert blocking.dispute == () and blocking.verdict == "renter's"
+    assert [t.split(": ")[-1] for t in blocking.renter_naming] == [
+        "the job is short under the run's own settings"] * 2

@@ -178,3 +178,45 @@ def test_a_container_image_s_labels_move_no_figure() -> None:
     for name in ("CUDA_DRIVER_VERSION", "NCCL_HOME", "TORCH_CUDNN_DIR", "CUDA_TOOLKIT_PATH"):
         assert not any(settings.moves(name, figure)
                        for figure in ("matmul", "allreduce", "memory_copy", "job")), name
+
+
+def _gap_scene(engine: Engine, beta_settings: list[dict[str, Any]] | None) -> Report:
+    """The scene's alpha and beta (beta 3% slower), beta's runs under `beta_settings`."""
+    from fleet.document import AgentDocument
+    from tests.report.scene import WHEN, hosts
+    from tests.store import factory
+
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        for provider, host, knobs, listing in hosts()[:4]:
+            data = factory.document(host=host, gpus=8, collected_at=WHEN,
+                                    **{"harness": "1.3.0", **knobs})
+            if provider == "beta" and beta_settings is not None:
+                data["settings"] = beta_settings
+            ingest.store(AgentDocument.model_validate(data), Origin(provider, host, listing))
+    return build_report(engine, ReportOptions(), "test")
+
+
+def test_a_matmul_gap_whose_slower_side_ran_under_such_settings_is_unsettled(
+        engine: Engine) -> None:
+    cublas = {"name": "CUBLAS_WORKSPACE_CONFIG", "value": ":0:0", "withheld": None,
+              "source": "environment", "family": "cublas", "applies": True}
+    report = _gap_scene(engine, [cublas, TREE])
+    assert report.gaps == () and report.counts()["gap"] == 0
+    assert not any(f.kind == "gap" for f in report.dispute)
+    [found] = [f for f in report.unsettled if f.kind == "gap"]
+    assert found.provider == "beta" and found.title.startswith("beta is 3.")
+    # The all-reduce's NCCL_ALGO cannot move a matmul: not named.
+    assert found.cause == ("beta's H100 SXM5 80GB matmuls were measured under settings that "
+                           "can move them and not measured again without them: "
+                           "CUBLAS_WORKSPACE_CONFIG=:0:0 (environment); unset them and "
+                           "measure again before disputing it")
+    assert found.details == ("CUBLAS_WORKSPACE_CONFIG=:0:0 (environment)",)
+    page = render(report, "md")
+    assert "### Not settled" in page and "CUBLAS\\_WORKSPACE\\_CONFIG=:0:0" in page
+
+
+def test_the_same_gap_without_such_settings_is_disputed(engine: Engine) -> None:
+    report = _gap_scene(engine, [TREE])
+    assert [(g.slower, g.faster) for g in report.gaps] == [("beta", "alpha")]
+    assert [f.provider for f in report.dispute if f.kind == "gap"] == ["beta"]
+    assert not any(f.kind == "gap" for f in report.unsettled)

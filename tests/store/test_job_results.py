@@ -46,7 +46,9 @@ CONTRACT = ["result_id", "provider", "host", "run_id", "collected_at", "gpu_uuid
             "hbm_share", "peak_memory_bytes", "within_low", "within_high", "soaked",
             "not_soaked", "contended", "contention", "temperature_c", "sm_clock_mhz",
             "power_w", "compile_s", "wall_s", "correctness_passed", "repeat_low",
-            "repeat_high", "headline", "gqa", "point", "copy_gbs", "copy_share"]
+            "repeat_high", "headline", "gqa", "point", "copy_gbs", "copy_share",
+            "rerun_tokens_per_s", "rerun_share", "rerun_floor", "rerun_without",
+            "rerun_contended", "job_suspects"]
 
 
 def _h200(**knobs: Any) -> dict[str, Any]:
@@ -456,3 +458,40 @@ def test_fleet_bench_shows_each_gpus_jobs_in_80_columns() -> None:
     assert any(line.startswith("Node figures") for line in lines)
     assert lines.index("Job figures (newest first; times UTC)") > next(
         i for i, line in enumerate(lines) if line.startswith("Node figures"))
+
+
+def test_a_short_jobs_rerun_and_the_runs_suspects_reach_the_frame(engine: Engine) -> None:
+    # agent/job/rerun.py: GPU 0's headline training step measured again without the run's
+    # settings that can move a job; the run's settings as the agent records them.
+    data = _h200()
+    for result in data["jobs"]:  # as suite 1.1.0 marks them
+        result["headline"] = result["attention"] == "flash"
+    train = _result(data, 0, "train")
+    train["rerun"] = {"without": ["PYTORCH_NO_CUDA_MEMORY_CACHING"],
+                      "floor_tokens_per_s": 49_400.0, "floor_basis": "datasheet: mfu 0.190",
+                      "tokens_per_s": 79_100.0, "attention": "flash", "mfu": 0.48,
+                      "hbm_share": None, "contended": False, "ran_with": ["NCCL_ALGO"],
+                      "wall_s": 21.5}
+    data["settings"] = [
+        {"name": "PYTORCH_NO_CUDA_MEMORY_CACHING", "value": "1", "withheld": None,
+         "source": "environment", "family": "torch", "applies": True},
+        {"name": "NCCL_ALGO", "value": "Tree", "withheld": None, "source": "environment",
+         "family": "nccl", "applies": True}]
+    _store(engine, data)
+    jobs = frame(engine)
+    row = jobs[(jobs.gpu_index == 0) & (jobs.workload == "train")
+               & (jobs.attention == "flash")].iloc[0]
+    assert (row.rerun_tokens_per_s, row.rerun_share, row.rerun_floor, row.rerun_without,
+            bool(row.rerun_contended)) == (79_100.0, 0.48, 49_400.0,
+                                           "PYTORCH_NO_CUDA_MEMORY_CACHING", False)
+    # The all-reduce's NCCL_ALGO cannot move a job: not a suspect of one.
+    assert set(jobs.job_suspects) == {"PYTORCH_NO_CUDA_MEMORY_CACHING=1 (environment)"}
+    others = jobs[jobs.result_id != row.result_id]
+    assert others.rerun_tokens_per_s.isna().all()
+    # A rerun on a figure that is not its GPU's headline contradicts the agent's rule.
+    data = _h200()
+    for result in data["jobs"]:
+        result["headline"] = result["attention"] == "flash"
+    _result(data, 0, "train", "cudnn")["rerun"] = dict(train["rerun"])
+    with pytest.raises(ValueError, match="only a headline figure is measured again"):
+        AgentDocument.model_validate(data)
