@@ -34,7 +34,9 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from agent.node import collective
 from agent.source import settings as run_settings
+from agent.timing.contention import PARENT_ENV
 
 TRAIN_MFU_FLOOR = 0.30
 DECODE_HBM_FLOOR = 0.45
@@ -45,8 +47,6 @@ RECORDS_MARGIN = 0.05
 MAX_NAMES = 64
 RESULT_PREFIX = "fleet-job-rerun "
 TIMEOUT_S = 300.0
-# The child's parent (the agent whose suite it re-measures), for agent/timing/contention.py.
-PARENT_ENV = "FLEET_AGENT_PARENT"
 # Floors by (workload, decode point): (the figure's field, the floor, what it is a share of).
 Floors = Dict[Tuple[str, Optional[str]], Tuple[str, float, str]]
 FLOORS: Floors = {
@@ -135,12 +135,6 @@ def rerun_config(cfg: Any, backends: Sequence[str], gpus: Sequence[int]) -> Any:
                    span_s=4.0, warm_span_s=4.0, cap_s=10.0, measure_s=3.0, beside_s=2.0)
 
 
-def _agent_root() -> str:
-    import agent
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(agent.__file__)))
-
-
 def _release_gpu_memory() -> None:
     """What the suite left in the caching allocator, handed back before the child needs it."""
     torch = sys.modules.get("torch")
@@ -184,8 +178,9 @@ def settle(results: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]], cf
     _release_gpu_memory()
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-c", boot, _agent_root(), json.dumps(spec)],
-                              env=env, capture_output=True, timeout=timeout_s, check=False)
+        done = subprocess.run([sys.executable, "-c", boot, collective.agent_root(),
+                               json.dumps(spec)], env=env, capture_output=True,
+                              timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{type(exc).__name__}: {exc}"[:4000]
     wall = round(time.monotonic() - started, 3)

@@ -92,7 +92,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _agent_root() -> str:
+def agent_root() -> str:
+    """Where the agent was imported from (the zipapp or the source tree), for a child
+    `python -c` to import it from: the all-reduce's ranks, the job's rerun."""
     import agent
 
     # agent/__init__.py sits in the zipapp (x.pyz/agent/) or in the source tree.
@@ -108,7 +110,7 @@ def _rank_command(rank: int, world: int, port: int, backend: str, device: Option
             "--warmup", str(warmup), "--iterations", str(iterations)]
     if device is not None:
         args += ["--device", str(device)]
-    return [sys.executable, "-c", boot, _agent_root(), *args]
+    return [sys.executable, "-c", boot, agent_root(), *args]
 
 
 def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],

@@ -57,10 +57,14 @@ def owner(pid: int, proc: str = "/proc") -> Dict[str, Any]:
             "own": None if uid is None else uid == os.getuid()}
 
 
+# Names the agent that started this process (agent/job/rerun.py sets it on its child).
+PARENT_ENV = "FLEET_AGENT_PARENT"
+
+
 def _parent() -> List[int]:
-    """The agent a rerun's child was started by (agent/job/rerun.py PARENT_ENV): its CUDA
+    """The agent a rerun's child was started by (`PARENT_ENV`): its CUDA
     context, idle on the same GPUs, is the agent's own, not another user's."""
-    value = os.environ.get("FLEET_AGENT_PARENT", "")
+    value = os.environ.get(PARENT_ENV, "")
     return [int(value)] if value.isdigit() and int(value) == os.getppid() else []
 
 
