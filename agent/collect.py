@@ -20,6 +20,7 @@ from agent.gpu.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
 from agent.job.share import set_copy_shares
 from agent.job.suite import Config as JobConfig
 from agent.matmul.harness import Config as HarnessConfig
+from agent.network.document import document_network
 from agent.node.suite import Config as NodeConfig
 from agent.source import settings as run_settings
 from agent.source import smi
@@ -91,6 +92,37 @@ def _benchmark(
         return harness.run(cfg, gpus, nvml, lambda message: progress("benchmark", message))
     except harness.HarnessError as exc:
         return [], [{"stage": "benchmark", "message": f"{exc}; fingerprinted only"}]
+
+
+def _matmul_rerun(cfg: HarnessConfig, results: List[Dict[str, Any]],
+                  gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
+                  progress: Callable[..., None]) -> List[Dict[str, Any]]:
+    """A short soaked matmul measured again without the run's settings that can move it,
+    then with them (agent/matmul/rerun.py); the errors, where it could not be (the
+    figures then stand)."""
+    from agent.matmul import harness, rerun
+
+    def again(quick: HarnessConfig) -> List[Dict[str, Any]]:
+        found, failed = harness.run(quick, gpus, nvml,
+                                    lambda message: progress("benchmark", message))
+        if failed:
+            raise harness.HarnessError("; ".join(str(f["message"]) for f in failed)[:600])
+        return found
+
+    try:
+        variants = {int(g["index"]): str((g.get("variant") or {}).get("label"))
+                    for g in gpus if "index" in g}
+        failed = rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
+                              variants, again, lambda message: progress("benchmark", message))
+    except Exception as exc:  # the figures stand, unsettled
+        failed = f"did not run ({type(exc).__name__}: {str(exc)[:300]})"
+    if failed is None:
+        return []
+    for result in results:
+        result.pop("rerun", None)
+    return [{"stage": "benchmark",
+             "message": f"matmul again without the run's settings: {failed}; the original "
+                        "figures stand"}]
 
 
 def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
@@ -204,6 +236,9 @@ def collect(
     # those of the machine that read it (source.kind says so), and torch there is moot.
     replaying = source["kind"] not in ("nvml", "none") and source_path is not None
     facts = host.collect_host_facts(probe_torch=probe_torch and not replaying)
+    progress("network", "reading the network: RDMA devices, interfaces, GPUDirect RDMA")
+    network, unread = document_network(source["kind"] if replaying else None)
+    errors += unread
     context = source.pop("context")
     # Replayed verdicts must be those of the user the recording was made as, not ours.
     euid = int(context["euid"]) if "euid" in context else os.geteuid()
@@ -231,7 +266,7 @@ def collect(
             heated = False
             if bench is not None:
                 benchmarks, failures = _benchmark(bench, gpus, live, progress)
-                errors += failures
+                errors += failures + _matmul_rerun(bench, benchmarks, gpus, live, progress)
                 # A soaked matmul that ran on every GPU left each hot: the job's shorter
                 # span (agent/job/suite.py Config.warm_span_s says what it rests on).
                 heated = bench.protocol == "soaked" and bool(benchmarks) and not failures
@@ -284,6 +319,7 @@ def collect(
         "no_gpu_reason": source["note"] if nvml is None else None,
         "probe_writes": probe_writes,
         "host": facts,
+        "network": network,
         "system": system,
         "gpus": gpus,
         "benchmarks": benchmarks,

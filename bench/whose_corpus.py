@@ -13,6 +13,10 @@ bench script or the issue put it (never a new kind of fault invented here):
 - bench/job_flags.py's hidden sightings, on the lent 4x H100's contended job run paired
   with all-1's matmul: GPU 2's other process invisible to the agent (another container's),
   so nothing the renter could see or stop: labelled the provider's;
+- the lent H100's own settings runs (bench/records/2026-11-28-h100-*-whose): a soaked
+  matmul and its pair at 94% under a setting that moves nothing (the provider's), a
+  memory copy at 90% whose rerun without CUDA_LAUNCH_BLOCKING=1 clears (the renter's)
+  and at 92% with its rerun too (the provider's);
 - issue 44's own cases: `NCCL_ALGO=Tree` (all-reduce at 71%, the renter's), and a suite
   1.0.0 run whose GPU 3 matmul ran beside another user's pid while its pairs with GPU 3
   read 55% and its all-reduce 38% (the renter's), with its 1.1.0 twin whose pair with
@@ -170,6 +174,60 @@ def memory_92pct() -> Document:
                    lambda f: f["kind"] == "memory_copy" and f["gpu_index"] == 0, 0.92)
 
 
+MATMUL_WHOSE = REPO / "bench" / "records" / "2026-11-28-h100-matmul-whose"
+MEMORY_WHOSE = REPO / "bench" / "records" / "2026-11-28-h100-memory-whose"
+
+
+def _slow_matmul(result: dict[str, Any], factor: float) -> None:
+    """A soaked matmul result `factor` times what it measured: every run time it rests
+    on stretched, so that its headline, statistics and soak still agree."""
+    result["tflops"] *= factor
+    result["stats"] = {k: (v / factor if k.endswith("_ms") else v)
+                       for k, v in result["stats"].items()}
+    result["samples_ms"] = [v / factor for v in result["samples_ms"]]
+    soak = result["soak"]
+    if soak.get("first_20s_tflops"):
+        soak["drop"] = 1.0 - result["tflops"] / soak["first_20s_tflops"]
+
+
+def matmul_short_under_harmless_setting() -> Document:
+    """A provider's fault under a setting of the renter's that moves nothing: the lent
+    H100 under CUBLAS_WORKSPACE_CONFIG=:0:0 (run-2: soaked 672.4 TFLOP/s, its pair -0.6%
+    between halves) with its soaked figure and both halves of its pair at 94%, as
+    bench/shortfall_flags.py puts a matmul 5-6% slow: still short without the setting."""
+    data = read(MATMUL_WHOSE / "run-2.jsonl.gz")
+    result = data["benchmarks"][0]
+    _slow_matmul(result, 0.94)
+    pair = result["rerun"]
+    pair["tflops"] = round(pair["tflops"] * 0.94, 3)
+    pair["with_tflops"] = round(pair["with_tflops"] * 0.94, 3)
+    return data
+
+
+def _memory(data: Document, factor: float, rerun_factor: float) -> Document:
+    out = _scaled(data, lambda f: f["kind"] == "memory_copy", factor)
+    for figure in out["node"]:
+        again = figure.get("rerun")
+        if figure["kind"] == "memory_copy" and again:
+            for key in ("gbs", "min_gbs", "max_gbs"):
+                again[key] = round(again[key] * rerun_factor, 3)
+            again["samples_gbs"] = [round(v * rerun_factor, 3) for v in again["samples_gbs"]]
+    return out
+
+
+def memory_short_under_launch_blocking() -> Document:
+    """The renter's: the lent H100's memory copy under CUDA_LAUNCH_BLOCKING=1 (2,885.5
+    GB/s, 3,007.6 without it in the same run) with the first figure at 90% (2,597): the
+    setting costing what the floor calls, clear without it."""
+    return _memory(read(MEMORY_WHOSE / "run-1-raised.jsonl.gz"), 0.90, 1.0)
+
+
+def memory_short_without_it_too() -> Document:
+    """The provider's, under the renter's setting: the same run with both figures at 92%
+    (bench/shortfall_flags.py's slow memory), still short without the setting."""
+    return _memory(read(MEMORY_WHOSE / "run-1-raised.jsonl.gz"), 0.92, 0.92)
+
+
 def _job_flags() -> Any:
     sys.path.insert(0, str(REPO / "bench"))
     import job_flags  # a bench script, loaded by name
@@ -201,6 +259,9 @@ CONSTRUCTIONS: dict[str, Callable[[], Document]] = {
     "memory-92pct.json.gz": memory_92pct,
     "jobs-hidden-all.json.gz": hidden_all,
     "jobs-hidden-train.json.gz": hidden_train,
+    "matmul-short-harmless-setting.json.gz": matmul_short_under_harmless_setting,
+    "memory-short-launch-blocking.json.gz": memory_short_under_launch_blocking,
+    "memory-short-without-it-too.json.gz": memory_short_without_it_too,
 }
 # The shared-GPU runs are test fixtures too (tests/report/test_taint.py).
 FIXTURES: dict[str, Callable[[], Document]] = {

@@ -42,6 +42,8 @@ from fleet.model.base import (
     Watts,
 )
 from fleet.model.job import JobResult
+from fleet.model.matmul import MatmulRerun
+from fleet.model.network import NetworkFingerprint
 from fleet.model.settings import Setting, SettingsRerun
 
 DOCUMENT_FORMAT = "fleet-agent/1"
@@ -620,6 +622,8 @@ class BenchmarkResult(Strict):
     samples_ms: list[Ms] = Field(max_length=100_000)
     provenance: Provenance
     wall_s: Seconds
+    # A short soaked figure measured again without the run's settings, then with them.
+    rerun: MatmulRerun | None = None
 
     @model_validator(mode="after")
     def _says_its_statistic(self) -> BenchmarkResult:
@@ -631,6 +635,8 @@ class BenchmarkResult(Strict):
         if _version(self.harness_version) >= (1, 3) and self.thermal is None:
             raise ValueError(f"harness {self.harness_version} results must say whether they "
                              "were measured soaked or from a cool start (thermal)")
+        if self.rerun is not None and self.thermal != "soaked":
+            raise ValueError("only a soaked result is measured again (rerun)")
         if self.thermal == "soaked" and self.soak is None:
             raise ValueError("a soaked result must carry its soak (curve and verdict)")
         if self.soak is not None and self.soak.first_20s_tflops and self.soak.drop is not None:
@@ -752,8 +758,9 @@ class NodeResult(Strict):
     settings: dict[Annotated[str, StringConstraints(max_length=64)],
                    Annotated[str, StringConstraints(max_length=128)]] | None = Field(
         default=None, max_length=32)
-    # allreduce: the same size measured again in the same run without the settings that
-    # could move it, where the agent found the figure short (agent/node/rerun.py).
+    # allreduce and memory_copy: the same figure measured again in the same run without
+    # the settings that could move it, where the agent found it short
+    # (agent/node/rerun.py, agent/node/memory_rerun.py).
     rerun: SettingsRerun | None = None
 
     @model_validator(mode="after")
@@ -770,6 +777,8 @@ class NodeResult(Strict):
         if self.kind != "peer_copy" and (self.peer_index is not None
                                          or self.direction is not None):
             raise ValueError(f"a {self.kind} figure has no peer or direction")
+        if self.rerun is not None and self.kind not in ("allreduce", "memory_copy"):
+            raise ValueError(f"a {self.kind} figure is not measured again (rerun)")
         if self.kind == "allreduce" and (self.gpu_index is not None or self.gpus_in_run < 2):
             raise ValueError("an allreduce figure is the node's: no gpu_index, and at least "
                              "two ranks in gpus_in_run")
@@ -813,6 +822,9 @@ class AgentDocument(Strict):
     # The settings the run measured under, each with its source (fleet/model/settings.py);
     # absent from agents before it.
     settings: list[Setting] | None = Field(default=None, max_length=256)
+    # The node's network (agent/network/, fleet/model/network.py); None where the agent
+    # could not read it (an error with stage "network" says why) or predates it.
+    network: NetworkFingerprint | None = None
 
 
 def parse_document(data: Any, origin: str) -> AgentDocument:

@@ -25,3 +25,7 @@ class StoreError(FleetError):
     """The database cannot be opened, is at a schema this fleet does not know, or failed."""
 
     exit_code = 4
+
+
+class ClusterError(FleetError):
+    """A cluster's tests cannot go ahead: too few nodes, no known-good node, no rendezvous."""

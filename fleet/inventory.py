@@ -7,9 +7,12 @@
       lambda:
         price_per_gpu_hour: 2.49
         expect: {variant: H100 SXM5 80GB, gpu_count: 8}
+        cluster: pod-a          # these hosts share one fabric (fleet/cluster/members.py)
         hosts:
           gpu-01: {address: 203.0.113.10}
           gpu-02: {address: gpu-02-alias}     # a Host alias from ~/.ssh/config
+    clusters:                 # optional: a cluster's rendezvous and NCCL interface
+      pod-a: {rendezvous_port: 29550, interface: ens}
 
 A setting given on a host wins over its provider's, which wins over `defaults`; `env` and
 `expect` merge key by key and `tags` add up. Settings the inventory gives win over
@@ -39,6 +42,7 @@ from pydantic import (
     ValidationError,
 )
 
+from fleet.cluster.members import NO_CLUSTER, Cluster, resolve_clusters
 from fleet.errors import InputError
 
 EXAMPLE = "inventory/example.yaml"
@@ -52,6 +56,9 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]*
                                         max_length=128)]
 Word = Annotated[str, StringConstraints(pattern=r"^[^\s'\"`$\\;&|<>]+$", max_length=1024)]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s,]+$")]
+# NCCL_SOCKET_IFNAME's own form: names or prefixes, comma-separated, after an optional `^`
+# (all but these) and `=` (exact names); Linux caps an interface name at 15 characters.
+IFNAME = r"^\^?=?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*$"
 
 # A key like these holding a value is a secret written into the file; `*_env` keys name an
 # environment variable instead and are fine.
@@ -152,6 +159,31 @@ class Settings(BaseModel):
     runtime: RuntimeSettings | None = Field(
         None, description="The harness's Python and torch: fleet's pinned runtime (default) "
                           "or the host's own; merged key by key.")
+    cluster: Name | None = Field(
+        None, description="The cluster the host belongs to: hosts of one provider sharing "
+                          "a fabric, tested together and in pairs after each node's own "
+                          "suite; `none` takes a host out of an inherited cluster.")
+
+
+class ClusterSpec(BaseModel):
+    """Settings of one cluster (`clusters: {NAME: ...}`); its hosts say `cluster: NAME`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rendezvous_host: Name | None = Field(
+        None, description="The host (by name) whose rendezvous the nodes join (default: "
+                          "the first host in file order whose node suite passed).")
+    rendezvous_address: Annotated[str, StringConstraints(min_length=1, max_length=255,
+                                                         pattern=r"^[^\s@/]+$")] | None = Field(
+        None, description="Where the nodes reach the rendezvous host, when not at its "
+                          "`address` (a private IP on the cluster's own network, say).")
+    # Unprivileged: the ranks run as the SSH user, who may not bind below 1024.
+    rendezvous_port: Annotated[int, Field(ge=1024, le=65535)] | None = Field(
+        None, description="TCP port of the rendezvous (default 29550).")
+    interface: Annotated[str, StringConstraints(pattern=IFNAME)] | None = Field(
+        None, description="Network interface(s) for NCCL's sockets (bootstrap, and "
+                          "traffic where there is no RDMA), as NCCL_SOCKET_IFNAME takes "
+                          "them: eth0, or prefixes ens,ib, or ^docker,lo for all but those.")
 
 
 class HostSpec(Settings):
@@ -179,6 +211,8 @@ class Inventory(BaseModel):
 
     defaults: Settings | None = None
     providers: dict[Name, ProviderSpec] = Field(min_length=1)
+    clusters: dict[Name, ClusterSpec] | None = Field(
+        None, description="Settings of the clusters that hosts name with `cluster:`.")
 
 
 @dataclass(frozen=True)
@@ -216,6 +250,7 @@ class Target:
     currency: str | None = None
     queue: str | None = None  # Celery queue; None: the provider's name
     runtime: RuntimeChoice = field(default_factory=RuntimeChoice)
+    cluster: str | None = None  # None: in no cluster
 
     @property
     def key(self) -> str:
@@ -235,6 +270,7 @@ class LoadedInventory:
     path: Path
     model: Inventory
     targets: tuple[Target, ...]
+    clusters: tuple[Cluster, ...] = ()
 
 
 # --- YAML with positions ------------------------------------------------------------
@@ -361,6 +397,8 @@ def _model_at(path: Path_) -> type[BaseModel] | None:
         return Expect
     if path[-1] == "runtime":
         return RuntimeSettings
+    if len(path) == 2 and path[0] == "clusters":
+        return ClusterSpec
     return None
 
 
@@ -405,6 +443,10 @@ def _error_message(err: Mapping[str, Any], path: Path_) -> str:
         if path[-1] == "hosts":
             return "missing: give the provider's hosts under `hosts:`, by name"
         return "missing: add it"
+    if path and path[-1] == "rendezvous_port" and kind in ("greater_than_equal",
+                                                         "less_than_equal"):
+        return (f"use a port from 1024 to 65535 (got {_short(err.get('input'))}): the ranks "
+                "run as the SSH user, who may not listen below 1024")
     if kind == "string_pattern_mismatch":
         what = str(path[-1]) if path else ""
         if what.endswith("_env") or (len(path) >= 2 and path[-2] == "env"):
@@ -414,7 +456,12 @@ def _error_message(err: Mapping[str, Any], path: Path_) -> str:
             return "give an ISO 4217 code in capitals, e.g. USD or EUR"
         if what in ("python", "cache_dir"):
             return "give one path or command name, without spaces or shell characters"
-        if len(path) >= 2 and path[-2] in ("providers", "hosts"):
+        if what == "interface":
+            return ("give interface names or prefixes as NCCL_SOCKET_IFNAME takes them, "
+                    "comma-separated, e.g. eth0, ens,ib or ^docker,lo (got "
+                    f"{_short(err.get('input'))})")
+        if (len(path) >= 2 and path[-2] in ("providers", "hosts", "clusters")) or what in (
+                "cluster", "rendezvous_host"):
             return ("not a usable name: start with a letter or digit and use letters, "
                     "digits and . _ - : @ + only (quote it if YAML read it as a number)")
         return f"{msg} (got {_short(err.get('input'))})"
@@ -528,6 +575,8 @@ def _resolve(inventory: Inventory, marks: _Marks, source: str) -> tuple[Target, 
                 price_per_gpu_hour=merged.get("price_per_gpu_hour"),
                 currency=merged.get("currency"),
                 queue=merged.get("queue"),
+                cluster=None if merged.get("cluster") in (None, NO_CLUSTER) else
+                merged["cluster"],
                 runtime=_runtime_choice(merged.get("runtime", {}), Path(source).parent,
                                         f"{source}:{line}:{column}: {_dotted(path)}"),
             ))
@@ -536,6 +585,13 @@ def _resolve(inventory: Inventory, marks: _Marks, source: str) -> tuple[Target, 
 
 def parse_inventory(text: str, source: str) -> tuple[Inventory, tuple[Target, ...]]:
     """Validate inventory text; `source` names it in messages (a path, usually)."""
+    loaded = inventory_from_text(text, source)
+    return loaded.model, loaded.targets
+
+
+def inventory_from_text(text: str, source: str) -> LoadedInventory:
+    """Validate inventory text, its clusters too; `source` names it in messages and is
+    the result's path."""
     data, marks = _compose(text, source)
     if not isinstance(data, dict):
         raise InputError(f"{source}:1:1: the inventory must be a mapping with `providers:` "
@@ -549,7 +605,14 @@ def parse_inventory(text: str, source: str) -> tuple[Inventory, tuple[Target, ..
         inventory = Inventory.model_validate(data)
     except ValidationError as exc:
         raise _validation_failure(exc, data, marks, source) from None
-    return inventory, _resolve(inventory, marks, source)
+    targets = _resolve(inventory, marks, source)
+
+    def at(path: Path_, key: bool = False) -> str:
+        line, column = marks.at(path, key=key)
+        return f"{source}:{line}:{column}: {_dotted(path)}"
+
+    return LoadedInventory(Path(source), inventory, targets,
+                           resolve_clusters(inventory, targets, at))
 
 
 def load_inventory(path: Path) -> LoadedInventory:
@@ -566,8 +629,7 @@ def load_inventory(path: Path) -> LoadedInventory:
                          ) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
-    inventory, targets = parse_inventory(text, str(path))
-    return LoadedInventory(path, inventory, targets)
+    return inventory_from_text(text, str(path))
 
 
 def inventory_schema() -> dict[str, Any]:

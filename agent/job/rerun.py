@@ -20,23 +20,17 @@ question is whether the settings cost the figure its floor, not its fourth digit
 short headline gets the rerun's figure (`rerun`), with what was taken out and what the
 child ran under. On a healthy node: no rerun, no cost.
 
-The child is `python -c` of the agent's own Python importing the agent from where it was
-loaded, as the all-reduce's ranks are. It is told its parent's pid, so that the parent's
-CUDA context, idle on the same GPUs, is not taken for another user's process.
+The child is agent/child.py's: the agent's own Python, told its parent's pid.
 """
 
 import gc
 import json
-import os
-import subprocess
 import sys
-import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent.node import collective
+from agent import child
 from agent.source import settings as run_settings
-from agent.timing.contention import PARENT_ENV
 
 TRAIN_MFU_FLOOR = 0.30
 DECODE_HBM_FLOOR = 0.45
@@ -153,7 +147,7 @@ def settle(results: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]], cf
     put on each short headline its rerun (`rerun`). Returns why the rerun failed (the
     figures then stand alone, and the controller calls them unsettled), else None."""
     # A rerun's child never reruns: what it could not take out, it cannot either.
-    if PARENT_ENV in os.environ:
+    if child.in_child():
         return None
     plan = decide(results, recorded, floors, variants)
     if plan is None:
@@ -164,36 +158,20 @@ def settle(results: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]], cf
                       + f" {r['tokens_per_s']:,.0f} tokens/s, {found[1]}"
                       for r, found in judged if found is not None)
     progress(f"job short ({under}): again without {', '.join(plan['without'])}")
-    base = dict(os.environ if environ is None else environ)
-    env = run_settings.without(base, plan["without"])
-    env[PARENT_ENV] = str(os.getpid())
-    child = rerun_config(cfg, plan["backends"], plan["gpus"])
-    spec = {"device": child.device, "backends": list(child.backends), "gpus": child.gpus,
-            "window_s": child.window_s, "span_s": child.span_s, "cap_s": child.cap_s,
-            "measure_s": child.measure_s, "beside_s": child.beside_s,
-            "decode_s": child.decode_s, "cpu": child.device == "cpu",
+    run = rerun_config(cfg, plan["backends"], plan["gpus"])
+    spec = {"device": run.device, "backends": list(run.backends), "gpus": run.gpus,
+            "window_s": run.window_s, "span_s": run.span_s, "cap_s": run.cap_s,
+            "measure_s": run.measure_s, "beside_s": run.beside_s,
+            "decode_s": run.decode_s, "cpu": run.device == "cpu",
             "points": plan["points"]}
-    boot = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from agent.job.rerun import child_main; sys.exit(child_main(sys.argv[2:]))")
     _release_gpu_memory()
-    started = time.monotonic()
-    try:
-        done = subprocess.run([sys.executable, "-c", boot, collective.agent_root(),
-                               json.dumps(spec)], env=env, capture_output=True,
-                              timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{type(exc).__name__}: {exc}"[:4000]
-    wall = round(time.monotonic() - started, 3)
-    out = done.stdout.decode("utf-8", "replace")
-    lines = [line[len(RESULT_PREFIX):] for line in out.splitlines()
-             if line.startswith(RESULT_PREFIX)]
-    if done.returncode != 0 or not lines:
-        said = " | ".join(done.stderr.decode("utf-8", "replace").strip().splitlines()[-3:])
-        return f"the rerun exited {done.returncode}: {said[-600:]}"
-    report = json.loads(lines[-1])
+    report, failed, wall = child.run("agent.job.rerun:child_main", spec, plan["without"],
+                                     RESULT_PREFIX, timeout_s, environ)
+    if report is None:
+        return failed
     again = {(int(r["gpu_index"]), r["workload"], r.get("point")): r
              for r in report["jobs"] if r.get("headline")}
-    ran_with = [n for n in report.get("ran_with") or [] if run_settings.storable(n)]
+    ran_with = report["ran_with"]
     for result, found in judged:
         other = again.get((int(result["gpu_index"]), result["workload"], result.get("point")))
         if found is None or other is None:
@@ -224,9 +202,6 @@ def child_main(argv: List[str]) -> int:
                   measure_s=float(spec["measure_s"]), beside_s=float(spec["beside_s"]),
                   decode_s=float(spec["decode_s"]),
                   shapes={"decode": {p: points[p] for p in spec.get("points", points)}})
-    # What the child itself ran under: the evidence that it ran without the settings.
-    ran_with = sorted(n for n in os.environ if run_settings.family_of(n) is not None)
     document = collect(probe_torch=False, job=cfg)
-    print(RESULT_PREFIX + json.dumps({"jobs": document["jobs"], "ran_with": ran_with,
-                                      "errors": document["errors"]}), flush=True)
+    child.reply(RESULT_PREFIX, {"jobs": document["jobs"], "errors": document["errors"]})
     return 0 if document["jobs"] else 3

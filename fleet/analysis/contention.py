@@ -56,6 +56,9 @@ JOINED = "left out with its GPU's results of the same run measured beside other 
 # (fleet/analysis/taint.py): its reason begins so, and the figures of one reason are said
 # on one line ("pair 0-3, pair 1-3, the all-reduce: measured in a run where ...").
 TAINTED = "measured in a run where "
+# A matmul whose runs the run's own settings cut short, shown by the agent's pair
+# (agent/matmul/rerun.py): the line fleet/report/node.py adds to its words.
+PAIRED = "measured again quick without "
 WHAT_TO_DO = ("measure again with the GPU free: the figure is the renter's contention, "
               "left out of every comparison with the provider")
 
@@ -136,6 +139,9 @@ class Contention:
             return "a process of another user"
         if any("repeats spread" in s for s in self.seen):
             return "disturbed repeats"
+        if any(s.startswith(PAIRED) for s in self.seen) and all(
+                "interrupted run" in s or s.startswith(PAIRED) for s in self.seen):
+            return "settings of the run's environment, measured again without them"
         # The harness names runs it left out as interrupted (1.5x the median or more,
         # the card itself not slowed): something outside the card, no process seen.
         if self.seen and all("interrupted run" in s for s in self.seen):

@@ -13,6 +13,15 @@ catalog gives, as `bench/expected_catalog.py --check` does for the catalog.
 Per all-reduce entry: the expected figure and the floor under which it is called,
 expected x (1 - max(allreduce_floor, sigmas x sd)); where no entry matches a node, the
 agent calls it under `allreduce_share` of its datasheet figure.
+
+Per memory copy entry (agent/node/memory_rerun.py): the expected GB/s of the variant at
+the size and expected x (1 - max(memory_floor, sigmas x sd)); without one, the agent
+calls it under `memory_share` of its datasheet figure, as the report does.
+
+Per soaked matmul entry (agent/matmul/rerun.py): the expected TFLOP/s and expected x
+(1 - max(floor, z x sd)). The report's margin also holds the GPU's own repeat spread
+(fleet/analysis/shortfall.py `find_matmul_shortfalls`), so its threshold is never above
+this floor: every GPU the report calls short was measured again.
 """
 
 from __future__ import annotations
@@ -22,18 +31,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleet.analysis.shortfall import ShortfallOptions
+from fleet.analysis.shortfall import MatmulShortfallOptions, ShortfallOptions
 from fleet.expected import CATALOG, Catalog
 
 FORMAT = "fleet-floors/1"
 PATH = Path(__file__).resolve().parents[2] / "agent" / "node" / "floors.json"
 
 
-def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = None
-           ) -> dict[str, Any]:
-    """The all-reduce floors as the agent reads them."""
+def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = None,
+           matmul_options: MatmulShortfallOptions | None = None) -> dict[str, Any]:
+    """The all-reduce's, the memory copy's and the soaked matmul's floors as the agent
+    reads them."""
     catalog = catalog or CATALOG
     options = options or ShortfallOptions()
+    matmul_options = matmul_options or MatmulShortfallOptions()
     entries = []
     for entry in catalog.figures:
         key = entry.key
@@ -46,19 +57,43 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
             "nvlink_fabric": key.nvlink_fabric, "nvlink_links": key.nvlink_links,
             "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
             "records": list(entry.records)})
+    memory = []
+    for entry in catalog.figures:
+        if entry.key.kind != "memory_copy":
+            continue
+        margin = options.margin("memory_copy", entry)
+        memory.append({
+            "variant": entry.key.variant, "size_bytes": entry.key.size_bytes,
+            "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
+            "records": list(entry.records)})
+    matmul = []
+    for soaked in catalog.matmul:
+        k = soaked.key
+        margin = max(matmul_options.floor, matmul_options.z * soaked.sd)
+        matmul.append({
+            "variant": k.variant, "dtype": k.dtype, "m": k.m, "n": k.n, "k": k.k,
+            "mode": k.mode, "cache": k.cache, "thermal": k.thermal,
+            "expected_tflops": soaked.tflops,
+            "floor_tflops": round(soaked.tflops * (1.0 - margin), 3),
+            "records": list(soaked.records)})
     return {"format": FORMAT,
             "made_from": "fleet/expected.py CATALOG and fleet/analysis/shortfall.py "
-                         "ShortfallOptions (python -m fleet.analysis.floors)",
-            "allreduce_share": options.allreduce_share, "allreduce": entries}
+                         "ShortfallOptions, MatmulShortfallOptions "
+                         "(python -m fleet.analysis.floors)",
+            "allreduce_share": options.allreduce_share, "allreduce": entries,
+            "memory_share": options.memory_share, "memory_copy": memory, "matmul": matmul}
 
 
 def text(data: dict[str, Any] | None = None) -> str:
     """The file's text: sorted keys, one entry a line, so a change reads in a diff."""
     data = data if data is not None else floors()
-    head = {k: v for k, v in data.items() if k != "allreduce"}
-    lines = [json.dumps(e, sort_keys=True) for e in data["allreduce"]]
+    lists = ("allreduce", "memory_copy", "matmul")
+    head = {k: v for k, v in data.items() if k not in lists}
     body = json.dumps(head, sort_keys=True, indent=1)[:-2]
-    return body + ',\n "allreduce": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
+    for name in lists:
+        lines = [json.dumps(e, sort_keys=True) for e in data.get(name, ())]
+        body += f',\n "{name}": [\n  ' + ",\n  ".join(lines) + "\n ]"
+    return body + "\n}\n"
 
 
 if __name__ == "__main__":

@@ -21,6 +21,12 @@ switches: never removed, so never a suspect). Then:
   /etc/nccl.conf NCCL reads whatever the environment says): named with its suspects,
   kept out of "What to dispute" and shown apart, so that the next run can settle it.
 
+A short soaked matmul is measured again as a pair (agent/matmul/rerun.py): quick on the
+card still hot from the soak, without the settings and then with them, so that the pair
+differs by the settings and not by heat. Still short without them: the card's. Clear
+without them and the settings costing a share the pair can tell (`PAIR_COST`): the
+renter's. Costing nothing (`PAIR_NOISE`): the card's, the soaked shortfall standing.
+
 A node whose documents predate recorded settings (before 0018) is read from what its
 all-reduce recorded (`nccl_settings`: its NCCL_* and CUDA_VISIBLE_DEVICES); no other
 figure of such a node has suspects. A node's GPUs or pairs that stand below its own others
@@ -39,7 +45,8 @@ import pandas as pd
 
 from agent.source import settings as families
 from fleet.analysis.nccl import parse_settings
-from fleet.analysis.shortfall import Shortfall
+from fleet.analysis.shortfall import MatmulShortfall, MatmulUnit, Shortfall, ShortUnit
+from fleet.store.matmul_rerun import StoredRerun
 
 Party = Literal["renter", "provider", "unsettled"]
 # A finding's kind of figure (fleet/analysis/shortfall.py FIGURES' values) as the agent's
@@ -138,8 +145,9 @@ def unsettled_words(what: str, found: tuple[RunSetting, ...]) -> Whose:
     """A finding with suspects and no rerun that took them all away."""
     return Whose("unsettled",
                  f"{what} was measured under settings that can move it and not measured "
-                 f"again without them: {_listed(found)}; run the agent again (it re-measures "
-                 "a short all-reduce without them) or unset them, before disputing it",
+                 f"again without them: {_listed(found)}; run the agent again (it measures "
+                 "a short all-reduce or matmul again without them) or unset them, before "
+                 "disputing it",
                  tuple(s.text for s in found))
 
 
@@ -169,14 +177,45 @@ def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
             # The rerun's own run: its settings, not another document's of the node.
             own = settings.get(int(row["document_id"]), ran)
             return _settled(shortfall, row, own, _kept(own, kind), suspects(own, kind))
+    if kind == "memory_copy":
+        pairs = _memory_reruns(shortfall, node)
+        if pairs is not None:
+            judged = []
+            for unit, again in pairs:
+                own = settings.get(int(again["document_id"]), ran)
+                judged.append(_settled(shortfall, again, own, (), suspects(own, kind), unit))
+            parties = {w.party for w in judged}
+            words = "; ".join(w.words for w in judged if w.words)
+            named = tuple(dict.fromkeys(n for w in judged for n in w.suspects))
+            party: Party = parties.pop() if len(parties) == 1 else "unsettled"
+            return Whose(party, words, () if party == "provider" else named)
     if not found:
         return Whose("provider", None)
     return unsettled_words(what, found)
 
 
+def _memory_reruns(shortfall: Shortfall, node: pd.DataFrame
+                   ) -> list[tuple[ShortUnit, pd.Series]] | None:
+    """Each short GPU's memory copy with its rerun; None unless every one has one."""
+    if "rerun_gbs" not in node:
+        return None
+    rows = node[(node["kind"] == "memory_copy") & node["rerun_gbs"].notna()]
+    found = []
+    for unit in shortfall.units:
+        mine = rows[rows["gpu_index"] == unit.gpu_index]
+        if mine.empty:
+            return None
+        found.append((unit, mine.iloc[0]))
+    return found
+
+
 def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
-             kept: tuple[RunSetting, ...], found: tuple[RunSetting, ...]) -> Whose:
-    worst = shortfall.units[0]
+             kept: tuple[RunSetting, ...], found: tuple[RunSetting, ...],
+             unit: ShortUnit | None = None) -> Whose:
+    worst = shortfall.units[0] if unit is None else unit
+    what = ("all-reduce" if shortfall.figure == "all-reduce"
+            else f"GPU {worst.gpu_index} memory copy")
+    lead = "" if shortfall.figure == "all-reduce" else f"{what} "
     limit = worst.expected_gbs * shortfall.threshold
     rerun = float(row["rerun_gbs"])
     taken = str(row["rerun_without"] or "").split()
@@ -189,7 +228,7 @@ def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
         cost = 1.0 - worst.gbs / rerun if rerun > 0 else 0.0
         it = "it" if len(removed) == 1 else "them"
         return Whose("renter",
-                     f"all-reduce {_gbs(worst.gbs)} GB/s under {under}, {_gbs(rerun)} "
+                     f"{what} {_gbs(worst.gbs)} GB/s under {under}, {_gbs(rerun)} "
                      f"without {it}, measured again in the same run: "
                      f"{'a setting' if len(removed) == 1 else 'settings'} of the run's "
                      f"environment costing {cost:.0%}; unset {it}{keeps}",
@@ -197,7 +236,7 @@ def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
     if stayed:
         left = tuple(by_name.get(n, RunSetting(n, None, "the run")) for n in stayed)
         return Whose("unsettled",
-                     f"all-reduce {_gbs(worst.gbs)} GB/s, {_gbs(rerun)} measured again "
+                     f"{what} {_gbs(worst.gbs)} GB/s, {_gbs(rerun)} measured again "
                      f"without {under}, still short; {_listed(left)} could not be taken "
                      "away (NCCL reads /etc/nccl.conf whatever the environment says): "
                      "unset it and measure again before disputing it",
@@ -208,12 +247,12 @@ def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
     left = tuple(s for s in found if s.name not in named)
     if left:
         return Whose("unsettled",
-                     f"all-reduce {_gbs(worst.gbs)} GB/s, {_gbs(rerun)} measured again "
+                     f"{what} {_gbs(worst.gbs)} GB/s, {_gbs(rerun)} measured again "
                      f"without {under}, still short; it ran still under {_listed(left)}: "
                      "unset them and measure again before disputing it",
                      tuple(s.text for s in left))
     return Whose("provider",
-                 f"measured again in the same run without {under}: {_gbs(rerun)} GB/s, "
+                 f"{lead}measured again in the same run without {under}: {_gbs(rerun)} GB/s, "
                  f"still under the {_gbs(limit)} it is called short under{keeps}")
 
 
@@ -228,10 +267,77 @@ def whose_apart(provider: str, host: str, kind: str, what: str, figures: pd.Data
     return Whose("provider", None) if not found else unsettled_words(what, found)
 
 
-def whose_matmul(documents: Iterable[int], settings: Mapping[int, tuple[RunSetting, ...]],
-                 what: str) -> Whose:
-    """Whose a GPU's short soaked matmul is: no rerun is made for it, so unsettled where
-    the run held settings that can move it."""
+# The matmul's pair (agent/matmul/rerun.py): quick figures on the hot card, without the
+# settings and then with them. A settled H100 hops between operating points ~2.3% apart
+# and a quick figure spans them: on lent H100s (bench/records/2026-11-28-h100-matmul-whose)
+# a setting that moves nothing there (CUBLAS_WORKSPACE_CONFIG=:0:0) read -0.6% between
+# the pair's halves, and CUDA_LAUNCH_BLOCKING=1 (with CUBLAS_WORKSPACE_CONFIG=:4096:8)
+# cost 4.6-8.6% in three pairs. At `PAIR_COST` or more the settings cost what the pair can tell;
+# within `PAIR_NOISE` they cost nothing it can see. Between, unsettled.
+PAIR_COST = 0.02
+PAIR_NOISE = 0.01
+
+
+def _pair_words(gpu: int, rerun: StoredRerun, under: str) -> str:
+    return (f"GPU {gpu} measured again quick on the hot card: {rerun.rerun_tflops:.1f} "
+            f"TFLOP/s without {under}, {rerun.with_tflops:.1f} with "
+            f"{'it' if len(rerun.without) == 1 else 'them'} straight after")
+
+
+def _judge_pair(unit: MatmulUnit, rerun: StoredRerun, ran: tuple[RunSetting, ...]
+                ) -> tuple[Party, str, tuple[str, ...]]:
+    limit = unit.expected_tflops * (1.0 - unit.margin)
+    by_name = {s.name: s for s in ran}
+    removed = tuple(by_name.get(n, RunSetting(n, None, "the run")) for n in rerun.without)
+    under = _listed(removed)
+    said = _pair_words(unit.gpu_index, rerun, under)
+    if rerun.contended:
+        return ("unsettled", f"{said}, with another process on the GPU: it settles nothing; "
+                "measure again on an idle GPU", tuple(s.text for s in removed))
+    left = tuple(s for s in suspects(ran, "matmul") if s.name not in rerun.without)
+    if left:
+        return ("unsettled", f"{said}; it ran still under {_listed(left)}: unset them and "
+                "measure again before disputing it", tuple(s.text for s in left))
+    if rerun.rerun_tflops < limit:
+        return ("provider", f"{said}: still under the {limit:.1f} it is called short under",
+                ())
+    it = "it" if len(removed) == 1 else "them"
+    if rerun.cost >= PAIR_COST:
+        return ("renter", f"{said}: {'a setting' if len(removed) == 1 else 'settings'} of "
+                f"the run's environment costing {rerun.cost:.1%}, the GPU clearing its "
+                f"{limit:.1f} without {it}; unset {it}", tuple(s.text for s in removed))
+    if abs(rerun.cost) < PAIR_NOISE:
+        return ("provider", f"{said}: {it} cost nothing measurable ({rerun.cost:+.1%}); the "
+                "soaked shortfall is the card's", ())
+    return ("unsettled", f"{said}: {it} cost {rerun.cost:+.1%}, within what the pair can "
+            f"tell apart; unset {it} and measure again before disputing it",
+            tuple(s.text for s in removed))
+
+
+def whose_matmul(shortfall: MatmulShortfall, documents: Iterable[int],
+                 settings: Mapping[int, tuple[RunSetting, ...]],
+                 reruns: Iterable[StoredRerun] = ()) -> Whose:
+    """Whose a node's short soaked matmul is: each short GPU's pair (the agent's rerun,
+    `reruns`: newest first) settles it where every short GPU has one; without, unsettled
+    where the run held settings that can move a matmul."""
+    documents = list(documents)
+    newest: dict[int, StoredRerun] = {}
+    for rerun in reruns:
+        if rerun.document_id in documents:
+            newest.setdefault(rerun.gpu_index, rerun)
+    what = f"GPU {', '.join(str(i) for i in shortfall.indexes)} matmul"
+    if all(u.gpu_index in newest for u in shortfall.gpus):
+        judged = [_judge_pair(u, newest[u.gpu_index],
+                              tuple(settings.get(newest[u.gpu_index].document_id, ())))
+                  for u in shortfall.gpus]
+        parties = {party for party, _, _ in judged}
+        words = "; ".join(w for _, w, _ in judged)
+        named = tuple(dict.fromkeys(n for _, _, names in judged for n in names))
+        if parties == {"renter"}:
+            return Whose("renter", words, named)
+        if parties == {"provider"}:
+            return Whose("provider", words)
+        return Whose("unsettled", words, named)
     found = suspects((s for d in documents for s in settings.get(d, ())), "matmul")
     return Whose("provider", None) if not found else unsettled_words(what, found)
 

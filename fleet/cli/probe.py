@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from fleet.api import Store
+from fleet.cli.cluster_display import clusters_view
 from fleet.cli.options import (
     HarnessArgs,
     db_option,
@@ -21,7 +22,12 @@ from fleet.cli.options import (
     probe_options,
     reports_errors,
 )
-from fleet.cli.probe_display import ProbeProgress, inventory_table, print_summary
+from fleet.cli.probe_display import (
+    ProbeProgress,
+    inventory_table,
+    inventory_warnings,
+    print_summary,
+)
 from fleet.inventory import inventory_schema, load_inventory
 from fleet.payload import build_payload, write_payload
 from fleet.probe.run import ProbeOptions, ProbeReport, plan_targets
@@ -153,8 +159,9 @@ def inventory_check(file: Path) -> None:
     """Validate FILE and show how each host would be reached, without connecting.
 
     Reads ssh_config as `ssh` would, so the table shows the address, port, user and jump
-    hosts each host resolves to. Exit status 2, with file:line:column, field and fix,
-    when something is wrong.
+    hosts each host resolves to; then the clusters (hosts with `cluster: NAME`), their
+    rendezvous and the rounds their pairs take. Exit status 2, with file:line:column,
+    field and fix, when something is wrong.
 
     \b
     Example:
@@ -162,10 +169,18 @@ def inventory_check(file: Path) -> None:
     """
     inventory = load_inventory(file)
     plans = plan_targets(inventory)
-    Console().print(inventory_table(inventory, plans))
+    console = Console()
+    console.print(inventory_table(inventory, plans))
+    for line in inventory_warnings(inventory, plans):
+        console.print(line, highlight=False)
+    if inventory.clusters:
+        console.print(clusters_view(inventory.clusters), highlight=False)
     providers = len({t.provider for t in inventory.targets})
+    clustered = sum(len(c.hosts) for c in inventory.clusters)
+    clusters = (f"; {clustered} in {counted(len(inventory.clusters), 'cluster')}"
+                if inventory.clusters else "")
     click.echo(f"{file}: valid, {counted(len(inventory.targets), 'host')} from "
-               f"{counted(providers, 'provider')} (nothing was contacted)")
+               f"{counted(providers, 'provider')}{clusters} (nothing was contacted)")
 
 
 @inventory_group.command("schema")

@@ -206,8 +206,7 @@ def print_summary(console: Console, report: ProbeReport) -> None:
 def inventory_table(inventory: LoadedInventory, plans: dict[str, SshPlan]) -> Table:
     """`fleet inventory check`: each host and how it would be reached."""
     table = Table(title=str(inventory.path), title_justify="left")
-    for column in ("host", "reached as", "python", "listed", "$/GPU-h", "tags", "line",
-                   "warnings"):
+    for column in ("host", "reached as", "python", "listed", "$/GPU-h", "tags", "line"):
         table.add_column(column, overflow="fold")
     for target in inventory.targets:
         plan = plans.get(target.key)
@@ -216,6 +215,13 @@ def inventory_table(inventory: LoadedInventory, plans: dict[str, SshPlan]) -> Ta
                  f"{target.price_per_gpu_hour:g} {target.currency or ''}".strip())
         table.add_row(Text(target.key), Text(how), Text(target.python),
                       Text(_listed(target.expect)), price, Text(", ".join(target.tags) or "-"),
-                      target.where.rpartition(":")[2],
-                      Text("; ".join(preflight(target)) if plan else "", style="yellow"))
+                      target.where.rpartition(":")[2])
     return table
+
+
+def inventory_warnings(inventory: LoadedInventory, plans: dict[str, SshPlan]) -> list[Text]:
+    """What would stop a host being reached, a line a host under the table: a sentence
+    folded into a column of 80 reads a word a line."""
+    return [Text(f"{target.key}: " + "; ".join(warnings), style="yellow")
+            for target in inventory.targets
+            if target.key in plans and (warnings := preflight(target))]

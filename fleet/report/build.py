@@ -53,6 +53,7 @@ from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider,
 from fleet.analysis.whose import anonymized as anonymized_settings
 from fleet.report.charts import Chart, provider_charts
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
+from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.store.settings import read_settings
@@ -60,7 +61,7 @@ from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
                  "duplicate", "health", "hostlink", "peer", "shortfall", "contention",
-                 "corruption", "job_shortfall")
+                 "corruption", "job_shortfall", "network")
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,9 @@ class Report:
     # Systematic gaps whose slower side ran under settings that can move a matmul: in
     # `unsettled`, not `dispute`.
     gaps_unsettled: tuple[Comparison, ...] = ()
+    # Each host's network (fabric NICs, GPUDirect RDMA) and its findings; the faults are
+    # also in `dispute` (fleet/report/network.py).
+    network: NetworkSection = field(default_factory=NetworkSection)
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -203,7 +207,7 @@ class Report:
                 "health": self.health.findings, "hostlink": node["hostlink"],
                 "peer": node["peer"], "shortfall": node["shortfall"],
                 "contention": node["contention"], "corruption": len(self.corruption),
-                "job_shortfall": job["job_shortfall"]}
+                "job_shortfall": job["job_shortfall"], "network": self.network.count()}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -472,6 +476,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                         contended_results(jobs.frame, jobs.shared), options.anonymize)
     corruption = [Finding.of(c.finding()) for c in find_corruption(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
+    network = network_section(engine, data)
     health = told_elsewhere(fleet_health(data.gpus), {
         (issue.provider, issue.host, gpu) for issue in node.host_links
         if issue.problem == "below maximum" for gpu in issue.gpus})
@@ -492,7 +497,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                       + _dispute(mismatches, mixed, gaps,
                                  [c for c in cooling if c.called], stragglers, drift)
                       + _node_findings(node)
-                      + [Finding.of(item) for item in job.findings()]),
+                      + [Finding.of(item) for item in job.findings()]
+                      + [Finding.of(item) for item in network.findings()]),
         renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter()]),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
@@ -502,7 +508,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
         health=health, node=node, corruption=tuple(corruption), job=job,
-        gaps_unsettled=tuple(gaps_unsettled),
+        gaps_unsettled=tuple(gaps_unsettled), network=network,
         unsettled=tuple(Finding.of(item) for item in [
             *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
             *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled()]))

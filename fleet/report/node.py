@@ -14,13 +14,14 @@ pairs.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import pandas as pd
 from sqlalchemy import Engine
 
-from fleet.analysis.contention import Contention, find_contention, mark
+from fleet.analysis.contention import PAIRED, Contention, find_contention, mark
 from fleet.analysis.dataset import CONTENDED_REASON, Dataset
 from fleet.analysis.gaps import GapOptions
 from fleet.analysis.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues
@@ -46,6 +47,8 @@ from fleet.analysis.shortfall import (
 from fleet.analysis.sync import SyncNode, synchronous_nodes
 from fleet.analysis.taint import learned, taint
 from fleet.analysis.whose import (
+    PAIR_COST,
+    RunSetting,
     Unsettled,
     run_settings,
     settle_shortfalls,
@@ -55,6 +58,7 @@ from fleet.analysis.whose import (
 from fleet.analysis.whose import (
     anonymized as anonymized_settings,
 )
+from fleet.store.matmul_rerun import StoredRerun, read_matmul_reruns
 from fleet.store.node import read_node_results
 from fleet.store.query import contention_words
 from fleet.store.settings import read_settings
@@ -215,6 +219,8 @@ class NodeSection:
     shortfalls: tuple[Shortfall, ...] = ()
     renters_shortfalls: tuple[Shortfall, ...] = ()
     matmul_shortfalls: tuple[MatmulShortfall, ...] = ()
+    # Soaked matmuls the agent's pair without and with the run's settings put on them.
+    renters_matmul: tuple[MatmulShortfall, ...] = ()
     # Findings measured under settings that can move them and never measured again
     # without them (fleet/analysis/whose.py): neither disputed nor the renter's.
     unsettled: tuple[Unsettled, ...] = ()
@@ -232,7 +238,7 @@ class NodeSection:
                 "straggler": len(self.outliers), "gap": len(self.gaps),
                 "contention": len(self.contention),
                 "shortfall": (len(self.shortfalls) + len(self.renters_shortfalls)
-                              + len(self.matmul_shortfalls))}
+                              + len(self.matmul_shortfalls) + len(self.renters_matmul))}
 
     def renter(self) -> list[tuple[str, str, str, str, str | None, tuple[str, ...]]]:
         """(kind, provider, title, evidence, cause, details) of each finding that is the
@@ -242,6 +248,8 @@ class NodeSection:
             for c in self.contention]
         found += [("shortfall", f.provider, f.title, f.evidence, f.cause, ())
                   for f in self.renters_shortfalls]
+        found += [("shortfall", f.provider, f.title, f.evidence, f.cause, ())
+                  for f in self.renters_matmul]
         return found
 
     def unsettled_findings(self) -> list[tuple[str, str, str, str, str | None,
@@ -254,7 +262,7 @@ class NodeSection:
         """(kind, provider, title, evidence, cause, details) of each finding the provider
         answers for, for the report's summary."""
         found: list[tuple[Any, ...]] = [
-            ("shortfall", f.provider, f.title, f.evidence, None, ())
+            ("shortfall", f.provider, f.title, f.evidence, f.cause, ())
             for f in self.matmul_shortfalls]
         found += [("shortfall", f.provider, f.title, f.evidence, f.cause, ())
                   for f in self.shortfalls]
@@ -325,17 +333,28 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
                     stored["run"].astype(int).tolist(), strict=True))
     figures = taint(figures, learned(figures, words, jobs, runs))
     documents = {(p, h): d for d, (p, h) in names.items()}
-    contended = [(e, words.get((documents.get((e.provider, e.host), -1), e.gpu_index)))
+    pairs = read_matmul_reruns(engine, sorted(names))
+    contended = [(e, _paired(words.get((documents.get((e.provider, e.host), -1), e.gpu_index)),
+                             documents.get((e.provider, e.host), -1), e.gpu_index, pairs))
                  for e in data.excluded if e.reason == CONTENDED_REASON]
     # A GPU shared with another process is the renter's, whichever figure showed it.
     seen = tuple(find_contention(figures, contended, jobs))
+    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/whose.py).
+    ran = run_settings(read_settings(engine, documents=sorted(names)), figures)
+    if anonymized:
+        ran = anonymized_settings(ran)
+    # A soaked matmul is judged alone whether or not the node suite ran (`--suite gemm`).
+    matmul, renters_matmul, unsettled = _judge_matmul(data, names, ran, pairs, options)
+    alone = NodeSection(sync=sync, options=options, contention=seen,
+                        matmul_shortfalls=tuple(matmul), renters_matmul=tuple(renters_matmul),
+                        unsettled=tuple(unsettled))
     if figures.empty:
-        return NodeSection(sync=sync, options=options, contention=seen)
+        return alone
     # A figure measured beside other work is the renter's contention: none of the rules
     # below, nor the node as found, may count it (fleet/analysis/contention.py).
     figures = figures[~figures["contended"]].reset_index(drop=True)
     if figures.empty:
-        return NodeSection(sync=sync, options=options, contention=seen)
+        return alone
     host_links = find_host_link_issues(figures, options.host_link)
     missing = find_missing_peers(figures, data.gpus)
     no_peers = frozenset((m.provider, m.host) for m in missing)
@@ -346,12 +365,8 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     caused = [_with_cause(f, figures) for f in short]
     short = [f for f, _ in caused]
     said = {(f.provider, f.host, f.config.kind) for f in short}
-    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/whose.py).
-    ran = run_settings(read_settings(engine, documents=sorted(names)), figures)
-    if anonymized:
-        ran = anonymized_settings(ran)
     settled = settle_shortfalls(caused, figures, ran)
-    apart, unsettled = [], list(settled.unsettled)
+    apart, unsettled = [], [*settled.unsettled, *unsettled]
     for a in find_nodes_apart(figures, options.peers, skip=no_peers):
         if (a.provider, a.host, a.config.kind) in said:
             continue
@@ -361,14 +376,6 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
             unsettled.append(Unsettled("peer", a.provider, title, a.evidence, whose))
         else:
             apart.append(a)
-    matmul = []
-    for m in find_matmul_shortfalls(data.measures, options.matmul):
-        whose = whose_matmul([d for d, (p, h) in names.items() if (p, h) == (m.provider, m.host)],
-                             ran, f"GPU {', '.join(str(i) for i in m.indexes)} matmul")
-        if whose.party == "unsettled":
-            unsettled.append(Unsettled("shortfall", m.provider, m.title, m.evidence, whose))
-        else:
-            matmul.append(m)
     outliers = [g for g in _grouped(find_node_outliers(figures, options.outliers),
                                     host_links, missing)
                 if (g.provider, g.host, g.kind) not in said]
@@ -378,7 +385,43 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
         comparisons=tuple(compare_node_figures(figures, gaps)), sync=sync, options=options,
         contention=seen,
         shortfalls=settled.provider, renters_shortfalls=settled.renter,
-        matmul_shortfalls=tuple(matmul), unsettled=tuple(unsettled))
+        matmul_shortfalls=tuple(matmul), renters_matmul=tuple(renters_matmul),
+        unsettled=tuple(unsettled))
+
+
+def _judge_matmul(data: Dataset, names: dict[int, tuple[str, str]],
+                  ran: Mapping[int, tuple[RunSetting, ...]], pairs: list[StoredRerun],
+                  options: NodeOptions
+                  ) -> tuple[list[MatmulShortfall], list[MatmulShortfall], list[Unsettled]]:
+    """Each node's short soaked matmuls sorted by whose they are (fleet/analysis/whose.py
+    `whose_matmul`): the provider's, the renter's, unsettled."""
+    provider: list[MatmulShortfall] = []
+    renter: list[MatmulShortfall] = []
+    unsettled: list[Unsettled] = []
+    for m in find_matmul_shortfalls(data.measures, options.matmul):
+        node = [d for d, (p, h) in names.items() if (p, h) == (m.provider, m.host)]
+        whose = whose_matmul(m, node, ran, pairs)
+        if whose.party == "unsettled":
+            unsettled.append(Unsettled("shortfall", m.provider, m.title, m.evidence, whose))
+        elif whose.party == "renter":
+            renter.append(replace(m, cause=whose.words))
+        else:
+            provider.append(replace(m, cause=whose.words))
+    return provider, renter, unsettled
+
+
+def _paired(words: str | None, document: int, gpu: int, pairs: list[StoredRerun]
+            ) -> str | None:
+    """A contended matmul's words with what its pair showed, where the run's own settings
+    cost it a share the pair tells (CUDA_LAUNCH_BLOCKING=1 holds the host to every
+    launch, and the harness leaves the runs it cut short out as interrupted)."""
+    pair = next((r for r in pairs if (r.document_id, r.gpu_index) == (document, gpu)), None)
+    if pair is None or pair.contended or pair.cost < PAIR_COST:
+        return words
+    it = "it" if len(pair.without) == 1 else "them"
+    said = (f"{PAIRED}{', '.join(pair.without)}: {pair.rerun_tflops:.1f} TFLOP/s, "
+            f"{pair.with_tflops:.1f} with {it}, {pair.cost:.1%} lost to {it}: unset {it}")
+    return f"{words}; {said}" if words else said
 
 
 def _with_cause(shortfall: Shortfall, figures: pd.DataFrame) -> tuple[Shortfall, bool]:

@@ -50,6 +50,7 @@ from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
 from fleet.store.job import gpu_problem, job_row
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
+from fleet.store.network import network_rows, store_network
 from fleet.store.node import settings_text, transport_text
 from fleet.store.series import epoch_us
 from fleet.store.settings import rerun_columns, setting_row
@@ -134,6 +135,8 @@ class Prepared:
     job_results: tuple[dict[str, Any], ...] = ()
     # The settings the run measured under (fleet/store/settings.py); none before 0018.
     settings: tuple[dict[str, Any], ...] = ()
+    # The node's network (fleet/store/network.py); None before 0021 or without a block.
+    network: dict[str, Any] | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -293,7 +296,8 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
         job_results=tuple(job_row(result, _job_variant(gpus.get(result.gpu_index),
                                                        result.provenance.device_name))
                           for result in document.jobs),
-        settings=tuple(setting_row(s) for s in document.settings or ()))
+        settings=tuple(setting_row(s) for s in document.settings or ()),
+        network=network_rows(document.network))
 
 
 def variant_of(gpu: Gpu) -> str:
@@ -571,6 +575,8 @@ class Ingest:
             if prepared.settings:
                 fast.setting.many(cursor, [dict(row, document_id=document_id)
                                            for row in prepared.settings])
+            if prepared.network is not None:
+                store_network(self.conn, document_id, prepared.network)
             if prepared.errors:
                 fast.error.many(cursor, [dict(
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,
@@ -777,7 +783,18 @@ def _benchmark_row(result: BenchmarkResult, gpu: Gpu | None) -> dict[str, Any]:
         "wall_s": result.wall_s,
         "samples_ms": pack_floats(result.samples_ms),
         "telemetry_series": pack_rows(result.telemetry_series, TELEMETRY_WIDTH),
+        **_matmul_rerun_columns(result),
     }
+
+
+def _matmul_rerun_columns(result: BenchmarkResult) -> dict[str, Any]:
+    rerun = result.rerun
+    if rerun is None:
+        return dict.fromkeys(("rerun_tflops", "rerun_with_tflops", "rerun_without",
+                              "rerun_floor_tflops", "rerun_contended"))
+    return {"rerun_tflops": rerun.tflops, "rerun_with_tflops": rerun.with_tflops,
+            "rerun_without": " ".join(rerun.without)[:1024],
+            "rerun_floor_tflops": rerun.floor_tflops, "rerun_contended": rerun.contended}
 
 
 def _repeat_columns(tflops: float, variant: str, wander: float | None,

@@ -5,6 +5,7 @@
                            ├─* fingerprint *─1 gpu        (one row per GPU per document)
                            ├─* benchmark_result *─1 gpu 1─* result_series
                            ├─* node_result, job_result (the node and job suites)
+                           ├─1 network, ─* network_device (the node's network)
                            └─* host_error
 
 A document is immutable once stored, so the few facts the report filters on (provider,
@@ -428,6 +429,15 @@ class BenchmarkResult(Base):
     # from reason_shares: the report reads it for every result, and extracting it from
     # the JSON took it seconds over millions of them (0009).
     power_cap_share: Mapped[float] = mapped_column(Float)
+    # 0020: a short soaked figure measured again quick on the hot card, without the
+    # settings that could move it and then with them (agent/matmul/rerun.py): both
+    # figures, the settings taken out (names, space-separated), the floor it fell under,
+    # and whether another process was on the GPU around the pair.
+    rerun_tflops: Mapped[float | None] = mapped_column(Float)
+    rerun_with_tflops: Mapped[float | None] = mapped_column(Float)
+    rerun_without: Mapped[str | None] = mapped_column(String(1024))
+    rerun_floor_tflops: Mapped[float | None] = mapped_column(Float)
+    rerun_contended: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class ResultSeries(Base):
@@ -701,3 +711,64 @@ class RunHost(Base):
     # The document's collection time, where one was stored (0010): the report picks each
     # host's newest from these rows alone, without reading a document per run.
     collected_at: Mapped[dt.datetime | None]
+
+
+class Network(Base):
+    """A document's network as a whole (fleet/model/network.py): GPUDirect RDMA, the
+    fabric NIC count, the GPUs the distances name, what was read and the agent's notes
+    (0021). A document without a network block (an agent before it, or one that could
+    not read it) has no row."""
+
+    __tablename__ = "network"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), unique=True)
+    format: Mapped[str] = mapped_column(String(32))
+    fabric_nics: Mapped[int] = mapped_column(Integer)
+    device_count: Mapped[int] = mapped_column(Integer)
+    gdr_state: Mapped[str] = mapped_column(String(16))
+    peermem: Mapped[str] = mapped_column(String(16))
+    dmabuf: Mapped[str] = mapped_column(String(16))
+    gdr_basis: Mapped[str] = mapped_column(String(512))
+    # [{"index", "pci_address", "numa_node"}], the sources read and the notes, as sent.
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    sources: Mapped[list[str]] = mapped_column(Json)
+    notes: Mapped[list[str]] = mapped_column(Json)
+
+
+class NetworkDevice(Base):
+    """One RDMA port or network interface of a document's network, in the agent's order
+    (`position`), with its PCI distance to each GPU and the nearest of them (0021)."""
+
+    __tablename__ = "network_device"
+    __table_args__ = (UniqueConstraint("document_id", "position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"))
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(128))
+    device: Mapped[str | None] = mapped_column(String(128))
+    port: Mapped[int | None] = mapped_column(Integer)
+    netdev: Mapped[str | None] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    fabric: Mapped[bool] = mapped_column(Boolean)
+    link_layer: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str | None] = mapped_column(String(64))
+    physical_state: Mapped[str | None] = mapped_column(String(64))
+    up: Mapped[bool | None] = mapped_column(Boolean)
+    rate_gbps: Mapped[float | None] = mapped_column(Float)
+    width: Mapped[str | None] = mapped_column(String(64))
+    speed: Mapped[str | None] = mapped_column(String(64))
+    firmware: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(64))
+    driver: Mapped[str | None] = mapped_column(String(64))
+    pci_address: Mapped[str | None] = mapped_column(String(16))
+    numa_node: Mapped[int | None] = mapped_column(Integer)
+    mtu: Mapped[int | None] = mapped_column(Integer)
+    # The nearest GPU's level (PIX, PXB, PHB, NODE, SYS) and those GPUs, "0,1"; NULL
+    # where no distance is known. `gpu_distance` holds every GPU's: {"0": "PIX", ...}.
+    nearest_level: Mapped[str | None] = mapped_column(String(8))
+    nearest_gpus: Mapped[str | None] = mapped_column(String(256))
+    gpu_distance: Mapped[dict[str, Any]]
+    distance_source: Mapped[str | None] = mapped_column(String(32))
+    sources: Mapped[list[str]] = mapped_column(Json)

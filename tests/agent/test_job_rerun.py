@@ -124,10 +124,10 @@ def test_the_rerun_child_does_not_take_its_parent_for_another_user(
             return [{"pid": os.getppid()}]
 
     assert [p["pid"] for p in contention.others(Nvml(), object())] == [os.getppid()]
-    monkeypatch.setenv(rerun.PARENT_ENV, str(os.getppid()))
+    monkeypatch.setenv(contention.PARENT_ENV, str(os.getppid()))
     assert contention.others(Nvml(), object()) == []
     # Only the real parent: a pid named by anyone else is still seen.
-    monkeypatch.setenv(rerun.PARENT_ENV, str(os.getppid() + 1))
+    monkeypatch.setenv(contention.PARENT_ENV, str(os.getppid() + 1))
     assert [p["pid"] for p in contention.others(Nvml(), object())] == [os.getppid()]
 
 

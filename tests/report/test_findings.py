@@ -84,7 +84,7 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
     assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
-            "contention": 0, "corruption": 0, "job_shortfall": 0}
+            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0}
     assert [c.not_read for c in report.health.counts] == [16, 16, 16]
     kinds = [f.kind for f in report.dispute]
     assert kinds.count("mismatch") == 2 and kinds.count("gap") == 1
@@ -143,7 +143,7 @@ def test_anonymized_report_names_no_provider_or_host(engine: Engine) -> None:
     assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
-            "contention": 0, "corruption": 0, "job_shortfall": 0}
+            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0}
 
 
 def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
@@ -153,7 +153,7 @@ def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
     assert report.counts() == {"mismatch": 0, "gap": 0, "cooling": 0, "drift": 0,
                                "straggler": 0, "regression": 0, "duplicate": 0, "health": 0,
                                "hostlink": 0, "peer": 0, "shortfall": 0,
-            "contention": 0, "corruption": 0, "job_shortfall": 0}
+            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0}
     assert (report.thermal, report.cooling) == ((), ())
 
 

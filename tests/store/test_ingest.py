@@ -54,7 +54,8 @@ def test_stores_every_part_of_a_document(engine: Engine, counts: Counts) -> None
     assert counts(engine) == {"provider": 1, "host": 1, "gpu": 2, "probe_run": 1,
                               "document": 1, "fingerprint": 2, "benchmark_result": 2,
                               "host_error": 1, "run_host": 1, "result_series": 2,
-                              "node_result": 0, "job_result": 0, "run_setting": 0}
+                              "node_result": 0, "job_result": 0, "run_setting": 0,
+                              "network": 0, "network_device": 0}
     with engine.connect() as conn:
         run = conn.execute(select(ProbeRun)).one()
         result = conn.execute(select(BenchmarkResult).order_by(BenchmarkResult.gpu_index)

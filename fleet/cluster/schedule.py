@@ -1,0 +1,312 @@
+"""The order a cluster's nodes are tested in, as the large fleets test theirs.
+
+After each node's own suite: one step over the whole cluster (an all-reduce and an
+all-gather, the figure a renter's job sees), then pairs of nodes in rounds. In a round
+each node is in at most one pair, so a round's pairs run at once, each pair's first node
+hosting its rendezvous on the cluster's one port.
+
+- A few nodes: every pair (Meta's gcm runs nccl-tests between every pair of nodes), as
+  rounds of disjoint pairs by the circle method: n-1 rounds cover the n(n-1)/2 pairs of
+  an even n; an odd n takes n rounds, each node sitting one out.
+- Many nodes: halves against halves (Imbue's host validation): each round each node of
+  one half paired with one of the other, `rounds` times (15, as Imbue's), shuffled from a
+  seed the schedule records so that a run can be replayed. Every pair
+  is chosen while its rounds are no more than the halves' (n-1 <= 15: up to 16 nodes),
+  since up to there it costs no more time and leaves no pair untested.
+- Then the suspects (Google's Cluster Health Scanner: random pairs first, then every
+  suspect against a known-good node): nodes whose pass ratio fell under a threshold, or
+  whose failure no bad partner explains, each paired with a known-good node, as many at
+  once as there are known-good nodes.
+
+Each step carries an estimate of its time from `Durations`, which are parameters: see its
+docstring for where the defaults come from. Everything here is pure: nodes and a seed in,
+the same steps out.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from fleet.errors import ClusterError
+
+DEFAULT_ROUNDS = 15  # Imbue's host validation runs 15 rounds of halves against halves
+# A bad node fails nearly every pair, a good one only those beside bad nodes: under half
+# passed is the bad side while fewer than half of a node's partners are bad.
+DEFAULT_THRESHOLD = 0.5
+
+Pair = tuple[str, str]
+Kind = Literal["cluster", "every-pair", "halves", "suspects"]
+Mode = Literal["every-pair", "halves"]
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Seconds a step takes, for estimates; assumptions until measured across nodes.
+
+    start_s: the ranks' processes start, import torch and join the rendezvous, before
+    any collective. Default 6.0: the node suite's all-reduce step took about 6 s on the
+    lent H100 and H200 nodes, "mostly its ranks importing torch and starting NCCL"
+    (bench/RESULTS.md, the node suite's wall, 2026-11-26).
+    collectives_s: an all-reduce and an all-gather at 16 MiB to 1 GiB, 25 iterations
+    each, once started. Default 4.0: arithmetic, not a measurement: two 8-GPU nodes at
+    8 x 400 Gb/s move 1 GiB in about 45 ms all-reduced and 22 ms all-gathered (busbw
+    45 GB/s a rank), about 2.3 s for the sweep, plus each size's first call.
+    per_node_s: what each node adds to a step's start (NCCL's bootstrap and the ring's
+    latency grow with the ranks). Default 0.05: an assumption, about 51 s at 1,024 nodes.
+    """
+
+    start_s: float = 6.0
+    collectives_s: float = 4.0
+    per_node_s: float = 0.05
+
+    def step_s(self, nodes: int) -> float:
+        """One step over `nodes` nodes (2 for a pair)."""
+        return self.start_s + self.collectives_s + self.per_node_s * nodes
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: the whole cluster at once (no pairs), or one round of disjoint pairs."""
+
+    kind: Kind
+    round: int  # 1-based within its kind
+    nodes: tuple[str, ...]  # the nodes taking part
+    pairs: tuple[Pair, ...]  # (rendezvous node, other); () for the cluster step
+    idle: tuple[str, ...]  # nodes sitting this step out
+    estimate_s: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A cluster's steps before any result: the whole cluster, then the pair rounds."""
+
+    nodes: tuple[str, ...]
+    mode: Mode
+    seed: int  # the halves' shuffles; recorded with every run so that it can be replayed
+    steps: tuple[Step, ...]
+
+    @property
+    def rounds(self) -> int:
+        """Pair rounds (the cluster step is not one)."""
+        return sum(1 for s in self.steps if s.pairs)
+
+    @property
+    def pair_tests(self) -> int:
+        """Pairs tested, counting a pair met twice twice."""
+        return sum(len(s.pairs) for s in self.steps)
+
+    @property
+    def distinct_pairs(self) -> int:
+        """Different pairs tested."""
+        return len({frozenset(p) for s in self.steps for p in s.pairs})
+
+    @property
+    def estimate_s(self) -> float:
+        """The steps' estimates added up: steps run one after another."""
+        return sum(s.estimate_s for s in self.steps)
+
+
+def _checked(nodes: Sequence[str]) -> tuple[str, ...]:
+    given = tuple(nodes)
+    twice = [n for n, count in Counter(given).items() if count > 1]
+    if twice:
+        raise ClusterError(f"{twice[0]} is given twice among the cluster's nodes; list each "
+                           "node once")
+    if len(given) < 2:
+        raise ClusterError(f"a cluster needs two nodes to test between them, got "
+                           f"{len(given)} ({', '.join(given) or 'none'}); the node suite "
+                           "tests one node alone")
+    return given
+
+
+def _circle_round(order: Sequence[str | None], turn: int) -> tuple[Pair, ...]:
+    """Turn `turn` of the circle method: the first seat stays, the others move `turn`
+    places, and seat i meets seat size-1-i (the first half against the second). A node
+    meeting the stand-in None sits the round out."""
+    size = len(order)
+    rest = order[1:]
+    turn %= size - 1
+    seats = [order[0], *rest[turn:], *rest[:turn]]
+    pairs = ((seats[i], seats[size - 1 - i]) for i in range(size // 2))
+    return tuple((a, b) for a, b in pairs if a is not None and b is not None)
+
+
+def _seating(nodes: Sequence[str]) -> list[str | None]:
+    return [*nodes, None] if len(nodes) % 2 else list(nodes)
+
+
+def every_pair_rounds(nodes: Sequence[str]) -> tuple[tuple[Pair, ...], ...]:
+    """Every pair of `nodes` once, as rounds of disjoint pairs (the circle method): one
+    node stays put while the others turn one place a round. n-1 rounds for an even n; an
+    odd n gains a stand-in, and whoever meets it sits the round out (n rounds). A pair's
+    first node is the one listed first."""
+    given = _checked(nodes)
+    index = {n: i for i, n in enumerate(given)}
+    seating = _seating(given)
+    rounds = []
+    for turn in range(len(seating) - 1):
+        pairs = [(a, b) if index[a] < index[b] else (b, a)
+                 for a, b in _circle_round(seating, turn)]
+        rounds.append(tuple(sorted(pairs, key=lambda p: index[p[0]])))
+    return tuple(rounds)
+
+
+def halves_rounds(nodes: Sequence[str], rounds: int, seed: int
+                  ) -> tuple[tuple[Pair, ...], ...]:
+    """`rounds` rounds of halves against halves, drawn from `seed`: the nodes shuffled
+    once, then in each round a different turn of the circle method seats them, the first
+    half against the second. Imbue shuffles afresh each round; turns of one shuffle keep
+    its randomness and never seat a pair together twice within n-1 rounds, where fresh
+    shuffles test about 50 of 480 pairs twice at 64 nodes in 15 rounds, a tenth of the
+    tests wasted (bench/cluster_schedule.py). An odd count leaves one node out a round,
+    a different one each round while the rounds are fewer than the nodes."""
+    given = _checked(nodes)
+    if rounds < 1:
+        raise ClusterError(f"rounds must be 1 or more, got {rounds}")
+    rng = random.Random(seed)
+    order = list(given)
+    rng.shuffle(order)
+    seating = _seating(order)
+    turns = len(seating) - 1
+    # Which turns, in what order: a sample while there are enough, then round again.
+    chosen: list[int] = []
+    while len(chosen) < rounds:
+        chosen += rng.sample(range(turns), min(turns, rounds - len(chosen)))
+    return tuple(_circle_round(seating, turn) for turn in chosen)
+
+
+def every_pair_fits(count: int, rounds: int = DEFAULT_ROUNDS) -> bool:
+    """Whether every pair of `count` nodes takes no more rounds than halves would."""
+    return (count - 1 if count % 2 == 0 else count) <= rounds
+
+
+def _round_steps(kind: Kind, given: Sequence[str], rounds: Iterable[tuple[Pair, ...]],
+                 durations: Durations) -> list[Step]:
+    steps = []
+    for number, pairs in enumerate(rounds, start=1):
+        busy = {n for p in pairs for n in p}
+        steps.append(Step(kind=kind, round=number,
+                          nodes=tuple(n for n in given if n in busy), pairs=pairs,
+                          idle=tuple(n for n in given if n not in busy),
+                          estimate_s=durations.step_s(2)))
+    return steps
+
+
+def plan(nodes: Sequence[str], *, seed: int, rounds: int = DEFAULT_ROUNDS,
+         durations: Durations | None = None, mode: Mode | None = None) -> Schedule:
+    """The cluster's steps: the whole cluster, then every pair where that takes no more
+    than `rounds` rounds (or `mode` says so), else `rounds` rounds of halves."""
+    given = _checked(nodes)
+    durations = durations or Durations()
+    chosen: Mode = mode or ("every-pair" if every_pair_fits(len(given), rounds) else "halves")
+    whole = Step(kind="cluster", round=1, nodes=given, pairs=(), idle=(),
+                 estimate_s=durations.step_s(len(given)))
+    drawn = (every_pair_rounds(given) if chosen == "every-pair"
+             else halves_rounds(given, rounds, seed))
+    return Schedule(nodes=given, mode=chosen, seed=seed,
+                    steps=(whole, *_round_steps(chosen, given, drawn, durations)))
+
+
+# --- After the pair rounds ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairResult:
+    """One pair's verdict: both collectives reached their floor (passed) or not."""
+
+    first: str
+    second: str
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A node's pair tests so far."""
+
+    node: str
+    passed: int
+    tested: int
+
+    @property
+    def ratio(self) -> float:
+        """Passes over tests; 0 for a node never tested."""
+        return self.passed / self.tested if self.tested else 0.0
+
+
+def standings(nodes: Sequence[str], results: Iterable[PairResult]) -> dict[str, Standing]:
+    """Each node's passes and tests, from the pair results."""
+    given = _checked(nodes)
+    known = set(given)
+    passed: Counter[str] = Counter()
+    tested: Counter[str] = Counter()
+    for result in results:
+        for node in (result.first, result.second):
+            if node not in known:
+                raise ClusterError(f"a pair result names {node}, which is not a node of this "
+                                   "cluster: give the results of this cluster's run only")
+            tested[node] += 1
+            passed[node] += result.passed
+    return {n: Standing(n, passed[n], tested[n]) for n in given}
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """After the pair rounds: who is tested again, and who they are tested against."""
+
+    suspects: tuple[str, ...]  # lowest pass ratio first
+    known_good: tuple[str, ...]  # highest pass ratio first
+
+
+def sort_out(nodes: Sequence[str], results: Iterable[PairResult], *,
+             threshold: float = DEFAULT_THRESHOLD) -> Verdicts:
+    """Suspects: nodes never tested, whose pass ratio is under `threshold`, or that failed
+    beside a partner whose ratio is not (a failure no bad partner explains, as a flaky
+    link's). Known good: every other tested node, its failures all beside suspects."""
+    given = _checked(nodes)
+    results = list(results)
+    table = standings(given, results)
+    low = {n for n in given if not table[n].tested or table[n].ratio < threshold}
+    unexplained = {node for r in results if not r.passed
+                   for node, partner in ((r.first, r.second), (r.second, r.first))
+                   if partner not in low}
+    place = {n: i for i, n in enumerate(given)}
+    suspects = sorted(low | unexplained, key=lambda n: (table[n].ratio, place[n]))
+    good = sorted((n for n in given if n not in low and n not in unexplained),
+                  key=lambda n: (-table[n].ratio, place[n]))
+    return Verdicts(tuple(suspects), tuple(good))
+
+
+def suspect_steps(nodes: Sequence[str], results: Iterable[PairResult], *,
+                  threshold: float = DEFAULT_THRESHOLD, durations: Durations | None = None
+                  ) -> tuple[Step, ...]:
+    """Each suspect (see `sort_out`) paired with a known-good node, one it has not met
+    where it can be, in as few rounds as the known-good nodes allow; the known-good node
+    hosts the pair's rendezvous. Against a known-good node a suspect that fails again is
+    the fault."""
+    given = _checked(nodes)
+    durations = durations or Durations()
+    results = list(results)
+    verdicts = sort_out(given, results, threshold=threshold)
+    suspects, good = verdicts.suspects, verdicts.known_good
+    if not suspects:
+        return ()
+    if not good:
+        raise ClusterError(
+            f"no node is known to be good ({len(suspects)} of {len(given)} are suspect): "
+            "the fault is likely shared (the fabric, a switch, the rendezvous, NCCL's "
+            "settings), or with two nodes a failed pair cannot say whose it is. Look at "
+            "the whole-cluster step and the fabric before testing nodes one by one")
+    met = {frozenset((r.first, r.second)) for r in results}
+    rounds: list[tuple[Pair, ...]] = []
+    for start in range(0, len(suspects), len(good)):
+        free = list(good)
+        pairs: list[Pair] = []
+        for suspect in suspects[start:start + len(good)]:
+            partner = next((g for g in free if frozenset((g, suspect)) not in met), free[0])
+            free.remove(partner)
+            pairs.append((partner, suspect))
+        rounds.append(tuple(pairs))
+    return tuple(_round_steps("suspects", given, rounds, durations))
