@@ -192,10 +192,10 @@ def _slow_matmul(result: dict[str, Any], factor: float) -> None:
 
 def matmul_short_under_harmless_setting() -> Document:
     """A provider's fault under a setting of the renter's that moves nothing: the lent
-    H100 under CUBLAS_WORKSPACE_CONFIG=:0:0 (run-2: soaked 672.4 TFLOP/s, its pair -0.6%
+    H100 under CUBLAS_WORKSPACE_CONFIG=:0:0 (whose-2: soaked 672.4 TFLOP/s, its pair -0.6%
     between halves) with its soaked figure and both halves of its pair at 94%, as
     bench/shortfall_flags.py puts a matmul 5-6% slow: still short without the setting."""
-    data = read(MATMUL_WHOSE / "run-2.jsonl.gz")
+    data = read(MATMUL_WHOSE / "whose-2.jsonl.gz")
     result = data["benchmarks"][0]
     _slow_matmul(result, 0.94)
     pair = result["rerun"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from fleet import __version__
-from fleet.cli import gpu, metrics, probe, report, runtime, store, sweep
+from fleet.cli import cluster, gpu, metrics, probe, report, runtime, store, sweep
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,6 +15,6 @@ def main() -> None:
     """Find out what GPUs you actually rented, and how fast they really are."""
 
 
-for _module in (gpu, store, report, metrics, probe, sweep, runtime):
+for _module in (gpu, store, report, metrics, probe, cluster, sweep, runtime):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -145,12 +145,13 @@ def _notes(outcome: HostOutcome, shared: list[SharedGpus]) -> Text:
 
 
 def summary_table(report: ProbeReport) -> Table:
-    """One row per host of the probe: result, variant, listing, TFLOP/s and notes."""
+    """One row per host of the probe: result, variant, listing and TFLOP/s; its notes go
+    under the table (`summary_notes`): a sentence folded into a column of 80 reads a word
+    a line."""
     table = Table(title=f"fleet probe {report.inventory}", title_justify="left")
     table.add_column("host", no_wrap=True)
-    for column in ("result", "variant", "listing", "TFLOP/s", "notes"):
+    for column in ("result", "variant", "listing", "TFLOP/s"):
         table.add_column(column, overflow="fold")
-    shared = report.shared
     for outcome in report.hosts:
         verdict = outcome.expectation
         if not outcome.ok:
@@ -163,14 +164,25 @@ def summary_table(report: ProbeReport) -> Table:
                      Text("MISMATCH", style="bold red"))
         table.add_row(Text(outcome.target.key), result,
                       Text(safe(variants_found(outcome.document)) or "-"), match,
-                      _tflops(outcome),
-                      _notes(outcome, shared))
+                      _tflops(outcome))
     return table
+
+
+def summary_notes(report: ProbeReport) -> list[Text]:
+    """Each host's notes, a line a host under the summary table."""
+    found = []
+    for outcome in report.hosts:
+        notes = _notes(outcome, report.shared)
+        if notes.plain:
+            found.append(Text.assemble(f"{outcome.target.key}: ", notes))
+    return found
 
 
 def print_summary(console: Console, report: ProbeReport) -> None:
     """Print the summary table, the totals, then mismatches, shared GPUs and failures."""
     console.print(summary_table(report))
+    for line in summary_notes(report):
+        console.print(line, highlight=False, soft_wrap=True)
     stored = sum(1 for h in report.hosts if h.ok)
     if report.store_created:
         console.print(Text(f"Created the fleet database at {report.store}"))

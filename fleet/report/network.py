@@ -53,7 +53,7 @@ class HostNetwork:
     host: str
     variant: str
     summary: str
-    gdr: str  # "on", "off", "unknown"
+    gdr: str  # "on", "off", "unknown", or "not in use, no fabric NIC"
     gdr_basis: str
     nics: tuple[Nic, ...]
     findings: tuple[NetworkFinding, ...]
@@ -99,6 +99,12 @@ def _nearest(device: NetworkDevice) -> str:
     source = "" if device.distance_source == "nvidia-smi topo -m" else \
         f" ({device.distance_source})"
     return f"{level} to {which}{source}"
+
+
+def _gdr(network: NetworkFingerprint) -> str:
+    """GPUDirect RDMA's state, as far as it matters: a node without a fabric NIC has
+    nothing to use it with, whatever its modules could do."""
+    return network.gdr.state if network.fabric_nics else "not in use, no fabric NIC"
 
 
 def _nic(device: NetworkDevice) -> Nic:
@@ -159,7 +165,7 @@ def network_section(engine: Engine, data: Dataset) -> NetworkSection:
         network = node.network
         found = judge_network(node.host, network) + siblings.get((node.provider, node.host), [])
         hosts.append(HostNetwork(
-            node.provider, node.host, node.variant, _summary(network), network.gdr.state,
+            node.provider, node.host, node.variant, _summary(network), _gdr(network),
             network.gdr.basis, tuple(_nic(d) for d in network.fabric),
             tuple(sorted(found, key=lambda f: f.severity != "fault")), tuple(network.notes)))
     unread = tuple(sorted(f"{h.provider} {h.host}" for h in data.hosts

@@ -71,7 +71,9 @@ def test_summary_table_for_a_person(workspace: Workspace) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "lambda/a100-pcie" in out and "MISMATCH" in out
-    assert "listed variant A100 SXM4 80GB, found A100-PCIe-80GB on GPU 0" in out
+    # A host's notes under the table, a line each, not folded into a column.
+    assert "\nlambda/a100-pcie: listed variant A100 SXM4 80GB, found A100-PCIe-80GB on GPU 0" \
+        in out
     assert "2 x H200-SXM-141GB" in out
     assert f"4 of 4 hosts stored in sqlite:///{workspace.db}" in out
     assert "fleet results --db" in out
@@ -297,7 +299,7 @@ def test_one_machine_listed_three_times_is_stored_thrice_and_flagged(
     person = workspace.fleet("probe", str(inventory), "--db", str(workspace.db),
                              "--fingerprint-only")
     assert person.returncode == 0, person.stderr
-    out = " ".join(person.stdout.split())  # the table wraps its notes
+    out = " ".join(person.stdout.split())  # a terminal wraps the notes' lines
     assert "3 of 3 hosts stored" in out
     assert "lambda/alpha and lambda/beta answered with the same GPUs (uuid:" in out
     assert "same GPUs as lambda/alpha" in out

@@ -81,6 +81,8 @@ def test_the_lent_node_without_a_fabric_is_information(engine: Engine) -> None:
     (host,) = report.network.hosts
     assert host.summary == "no fabric NIC: eth0 (virtual, virtio_net) only"
     assert [(f.rule, f.severity) for f in host.findings] == [("no-fabric", "info")]
+    # Its modules could do DMA-BUF, but it has nothing to use GPUDirect RDMA with.
+    assert host.gdr == "not in use, no fabric NIC"
     assert report.counts()["network"] == 0
     assert "no fabric NIC: eth0 (virtual, virtio\\_net) only" in render(report, "md")
 

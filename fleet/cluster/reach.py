@@ -1,0 +1,379 @@
+"""Reaching the rendezvous for real: a listener on the rendezvous host, a connection from
+every other node, and rendezvous.py's go / no-go from what each node saw.
+
+Each side is a few lines of Python's standard library passed to the host's own `python:`
+with `-c`, the address and port as arguments (quoted, never put into the code): no agent,
+no upload, nothing written on the hosts and nothing stored. The listener binds the address
+the nodes will use; where that address is not one of the host's own (a public IP behind
+the provider's NAT) it takes every address instead, as torch's TCPStore does, and says so.
+It exits once every expected node has connected or after its own timeout, and the
+controller stops it in any case, on failure and on Ctrl-C too, so that the port is free
+for the ranks that follow.
+
+A node fleet cannot reach over SSH sends no report, and its SSH error is kept beside the
+decision; such a node would fail its own suite, so when the inventory does not name the
+rendezvous host, the first host fleet reaches is chosen, as the probe would choose it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import threading
+import time
+from collections.abc import Collection, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.cluster.members import Cluster
+from fleet.cluster.rendezvous import Decision, Reach, Rendezvous, choose_rendezvous, decide
+from fleet.errors import ClusterError, FleetError, InputError
+from fleet.inventory import LoadedInventory, Target
+from fleet.transport import open_transport
+from fleet.transport.base import (
+    Cancelled,
+    Process,
+    RunTimeout,
+    Transport,
+    TransportError,
+    last_lines,
+)
+from fleet.transport.hostkeys import KnownHosts
+from fleet.transport.ssh import SshOptions, plan_ssh
+
+DEFAULT_TIMEOUT_S = 5.0  # a node's connection attempt
+START_S = 30.0  # for the host's python to start and answer, over SSH, on a busy host
+PARALLEL = 32  # nodes connecting (over SSH, then to the rendezvous) at once
+MARK = "fleet-reach "  # before each answer line: a login's own output is not an answer
+
+# On the rendezvous host: ADDRESS PORT PEERS WAIT. Python 3.8+, the agent's oldest.
+LISTENER = """\
+import errno, json, socket, sys, time
+address, port, peers, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+def say(**fields):
+    print("fleet-reach " + json.dumps(fields), flush=True)
+def listen(family, where):
+    server = socket.socket(family, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(where)
+    server.listen(peers + 16)
+    return server
+note = ""
+try:
+    family, _, _, _, where = socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM)[0]
+except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a label over 63 characters
+    family, where = socket.AF_INET, ("", port)
+    note = "does not resolve there (%s)" % (getattr(exc, "strerror", None) or exc)
+try:
+    try:
+        server = listen(family, where)
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise
+        where, note = ("::" if family == socket.AF_INET6 else "", port), "is not its own"
+        server = listen(family, where)
+except OSError as exc:
+    say(error="cannot listen on %s port %d: %s" % (address, port, exc.strerror or exc))
+    sys.exit(1)
+say(listening=where[0] or "0.0.0.0", note=note)
+end, came = time.monotonic() + wait, 0
+while came < peers and time.monotonic() < end:
+    server.settimeout(max(end - time.monotonic(), 0.01))
+    try:
+        connection, peer = server.accept()
+    except socket.timeout:
+        break
+    connection.close()
+    came += 1
+say(done=came)
+"""
+
+# On every other node: ADDRESS PORT TIMEOUT. The errors are the OS's own words, which
+# rendezvous.py reads to name the fix.
+CONNECTOR = """\
+import json, socket, sys, time
+address, port, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+start = time.monotonic()
+try:
+    socket.create_connection((address, port), wait).close()
+    answer = {"reached": True, "seconds": time.monotonic() - start}
+except socket.timeout:
+    answer = {"reached": False, "error": "timed out after %g s" % wait}
+except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a label over 63 characters
+    answer = {"reached": False, "error": "cannot resolve %s: %s" % (
+        address, getattr(exc, "strerror", None) or exc)}
+except Exception as exc:
+    answer = {"reached": False, "error": getattr(exc, "strerror", None) or str(exc)}
+print("fleet-reach " + json.dumps(answer), flush=True)
+"""
+
+
+def listener_script(python: str, address: str, port: int, peers: int, wait_s: float) -> str:
+    """sh that runs the listener with `python` until `peers` nodes connected or `wait_s`."""
+    args = (python, "-c", LISTENER, address, str(port), str(peers), f"{wait_s:g}")
+    return "exec " + " ".join(shlex.quote(a) for a in args)
+
+
+def connector_script(python: str, address: str, port: int, timeout_s: float) -> str:
+    """sh that tries one TCP connection to address:port with `python`."""
+    args = (python, "-c", CONNECTOR, address, str(port), f"{timeout_s:g}")
+    return "exec " + " ".join(shlex.quote(a) for a in args)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host of the cluster that fleet reached, its transport open, and its python."""
+
+    transport: Transport
+    python: str
+
+
+@dataclass(frozen=True)
+class NodeReach:
+    """One row of the check: what the host did and saw."""
+
+    host: str
+    rendezvous: bool  # the listener ran here
+    reached: bool | None  # None: no report (fleet could not reach the host over SSH)
+    seconds: float | None = None  # the TCP connect, as the node timed it
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ReachCheck:
+    """A cluster's check: the rendezvous, each node's row, and the decision."""
+
+    cluster: str
+    rendezvous: Rendezvous
+    nodes: tuple[NodeReach, ...]
+    decision: Decision
+    note: str = ""  # how the listener bound, where not at the address as given
+    wall_s: float = 0.0
+
+    @property
+    def go(self) -> bool:
+        """Whether every node reached the rendezvous."""
+        return self.decision.go
+
+    @property
+    def message(self) -> str:
+        """The decision, then why fleet could not reach a silent node, then the note."""
+        lines = [self.decision.message]
+        lines += [f"  {n.host} over SSH: {' '.join(n.error.split())}"
+                  for n in self.nodes if n.reached is None and n.error]
+        if not self.go and self.note:
+            lines.append(f"  note: {self.note}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ReachOptions:
+    """How long a node tries, and how fleet connects to the nodes over SSH."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    connect_timeout_s: float = 10.0
+    connect_retries: int = 2
+    accept_new_host_keys: bool = False
+    parallel: int = PARALLEL
+
+
+def _answer(lines: Iterator[str]) -> dict[str, Any] | None:
+    """The first answer among a script's stdout lines; None when it ended without one."""
+    for line in lines:
+        if line.startswith(MARK):
+            with contextlib.suppress(ValueError):
+                answer = json.loads(line[len(MARK):])
+                if isinstance(answer, dict):
+                    return answer
+    return None
+
+
+def _no_answer(process: Process, python: str, what: str) -> str:
+    said = last_lines(process.stderr_tail(), 2)
+    return f"{what}: {python} gave no answer" + (f" ({said})" if said else "")
+
+
+def _stop(process: Process | None) -> None:
+    if process is not None and process.exit_status(0) is None:
+        process.kill()
+
+
+def _attempt(host: str, node: Node, rendezvous: Rendezvous, timeout_s: float,
+             cancel: threading.Event) -> NodeReach:
+    """`host` tries to connect to the rendezvous; SSH failing on the way is no report."""
+    process: Process | None = None
+    try:
+        process = node.transport.run(connector_script(
+            node.python, rendezvous.address, rendezvous.port, timeout_s))
+        answer = _answer(process.lines(time.monotonic() + timeout_s + START_S, cancel))
+        if answer is None:
+            return NodeReach(host, False, False, error=_no_answer(
+                process, node.python, "the connection attempt did not run"))
+        if answer.get("reached") is True:
+            seconds = answer.get("seconds")
+            return NodeReach(host, False, True,
+                             float(seconds) if isinstance(seconds, int | float) else None)
+        return NodeReach(host, False, False, error=str(answer.get("error") or ""))
+    except Cancelled:
+        raise
+    except RunTimeout:
+        return NodeReach(host, False, False, error=f"the connection attempt did not finish "
+                                                   f"in {timeout_s + START_S:g} s")
+    except TransportError as exc:
+        return NodeReach(host, False, None, error=str(exc))
+    finally:
+        _stop(process)
+
+
+def _listening(process: Process, python: str, rendezvous: Rendezvous,
+               cancel: threading.Event) -> tuple[NodeReach, str]:
+    """The listener's first answer: the rendezvous host's row, and the note."""
+    host = rendezvous.host
+    try:
+        answer = _answer(process.lines(time.monotonic() + START_S, cancel))
+    except RunTimeout:
+        return NodeReach(host, True, False, error=(
+            f"the listener did not start in {START_S:g} s")), ""
+    except Cancelled:
+        raise
+    except TransportError as exc:
+        return NodeReach(host, True, None, error=str(exc)), ""
+    if answer is None:
+        return NodeReach(host, True, False, error=_no_answer(
+            process, python, "the listener did not start")), ""
+    if "listening" not in answer:
+        return NodeReach(host, True, False, error=str(answer.get("error") or "")), ""
+    note = str(answer.get("note") or "")
+    if note:
+        note = (f"{rendezvous.address} {note} on {host}, so the listener took every "
+                f"address ({answer['listening']}), as torch's store does; the nodes need "
+                "an address of the cluster's network there (rendezvous_address)")
+    return NodeReach(host, True, True), note
+
+
+def _pick(cluster: Cluster, reachable: Collection[str]) -> Rendezvous:
+    # A host fleet cannot reach would fail its own suite, so the probe would not choose
+    # it; with too few reachable, or the inventory's own choice unreachable, the check
+    # keeps the inventory's choice and names the hosts fleet could not reach.
+    try:
+        return choose_rendezvous(cluster, reachable)
+    except ClusterError:
+        return choose_rendezvous(cluster)
+
+
+def check_reach(cluster: Cluster, nodes: Mapping[str, Node], unreachable: Mapping[str, str],
+                timeout_s: float = DEFAULT_TIMEOUT_S, parallel: int = PARALLEL,
+                cancel: threading.Event | None = None) -> ReachCheck:
+    """Check that every node of `cluster` reaches its rendezvous.
+
+    `nodes` are the hosts fleet reached (open transports, by host name), `unreachable`
+    the others with the reason; every host of the cluster is in one of the two. The
+    listener is stopped before this returns or raises; nothing is stored."""
+    started = time.monotonic()
+    cancel = cancel or threading.Event()
+    missing = [h for h in cluster.hosts if h not in nodes and h not in unreachable]
+    if missing:
+        raise ClusterError(f"cluster {cluster.name}: no transport for {', '.join(missing)}")
+    rendezvous = _pick(cluster, [h for h in cluster.hosts if h in nodes])
+    others = [h for h in cluster.hosts if h in nodes and h != rendezvous.host]
+    rows: dict[str, NodeReach] = {
+        h: NodeReach(h, h == rendezvous.host, None, error=reason)
+        for h, reason in unreachable.items() if h in cluster.hosts}
+    rounds = -(-len(others) // max(parallel, 1))
+    listener: Process | None = None
+    note = ""
+    try:
+        if rendezvous.host in nodes:
+            node = nodes[rendezvous.host]
+            # Its own timeout only guards against fleet vanishing: fleet stops it below.
+            wait_s = rounds * (timeout_s + START_S) + START_S
+            try:
+                listener = node.transport.run(listener_script(
+                    node.python, rendezvous.address, rendezvous.port, len(others), wait_s))
+            except TransportError as exc:
+                rows[rendezvous.host] = NodeReach(rendezvous.host, True, None, error=str(exc))
+            else:
+                rows[rendezvous.host], note = _listening(listener, node.python, rendezvous,
+                                                         cancel)
+        # The nodes try even where the listener did not start: a refusal or a timeout
+        # from each still says where the fault is.
+        with ThreadPoolExecutor(max(1, min(parallel, len(others))), "fleet-reach") as pool:
+            futures: dict[str, Future[NodeReach]] = {
+                h: pool.submit(_attempt, h, nodes[h], rendezvous, timeout_s, cancel)
+                for h in others}
+            try:
+                for host, future in futures.items():
+                    rows[host] = future.result()
+            except BaseException:
+                cancel.set()
+                raise
+    finally:
+        _stop(listener)
+    reports = [Reach(r.host, bool(r.reached), r.error) for r in rows.values()
+               if r.reached is not None]
+    decision = decide(rendezvous, cluster.hosts, reports)
+    return ReachCheck(cluster.name, rendezvous, tuple(rows[h] for h in cluster.hosts),
+                      decision, note, time.monotonic() - started)
+
+
+def _connect(target: Target, ssh: SshOptions, opened: list[Transport]) -> Transport:
+    transport = open_transport(target, plan_ssh(target) if target.transport == "ssh"
+                               else None, ssh)
+    try:
+        transport.connect()
+    except BaseException:
+        transport.close()
+        raise
+    opened.append(transport)  # closed by check_cluster, also where it was interrupted
+    return transport
+
+
+def clusters_to_check(inventory: LoadedInventory, name: str | None) -> tuple[Cluster, ...]:
+    """The cluster called `name`, or every cluster; InputError when there is none."""
+    if not inventory.clusters:
+        raise InputError(f"{inventory.path}: no host has `cluster: NAME`, so there is no "
+                         "cluster to check. Put `cluster: NAME` on a provider or its hosts "
+                         "(docs/cluster.md)")
+    if name is None:
+        return inventory.clusters
+    chosen = [c for c in inventory.clusters if c.name == name]
+    if not chosen:
+        names = ", ".join(c.name for c in inventory.clusters)
+        raise InputError(f"{inventory.path}: no cluster {name}; it has {names}")
+    return tuple(chosen)
+
+
+def check_cluster(inventory: LoadedInventory, cluster: Cluster, options: ReachOptions,
+                  cancel: threading.Event | None = None) -> ReachCheck:
+    """Connect to the cluster's hosts, check that each reaches the rendezvous, and close."""
+    cancel = cancel or threading.Event()
+    targets = {t.name: t for t in inventory.targets if t.cluster == cluster.name}
+    for target in targets.values():
+        if target.transport == "ssh":
+            plan_ssh(target)  # a mistake in ssh_config stops here, before connecting
+    ssh = SshOptions(KnownHosts(accept_new=options.accept_new_host_keys),
+                     options.connect_timeout_s, options.connect_retries, cancel)
+    nodes: dict[str, Node] = {}
+    unreachable: dict[str, str] = {}
+    opened: list[Transport] = []
+    workers = max(1, min(options.parallel, len(cluster.hosts)))
+    try:
+        with ThreadPoolExecutor(workers, "fleet-connect") as pool:
+            futures = {h: pool.submit(_connect, targets[h], ssh, opened)
+                       for h in cluster.hosts}
+            try:
+                for host, future in futures.items():
+                    try:
+                        nodes[host] = Node(future.result(), targets[host].python)
+                    except FleetError as exc:
+                        unreachable[host] = str(exc)
+            except BaseException:
+                cancel.set()
+                raise
+        return check_reach(cluster, nodes, unreachable, options.timeout_s, options.parallel,
+                           cancel)
+    finally:
+        for transport in opened:
+            transport.close()
