@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from fleet.model.network import NetworkDevice, NetworkFingerprint
@@ -94,6 +94,8 @@ class NodeNetwork:
     provider: str
     variant: str
     network: NetworkFingerprint
+    # What the inventory's `expect` said of its fabric when it was probed.
+    sold: NetworkExpectation = field(default_factory=NetworkExpectation)
 
 
 def _rate(value: float) -> str:

@@ -15,12 +15,20 @@ sold without one, GPUDirect RDMA unverified) stays in this section.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Dataset
-from fleet.analysis.network import NetworkFinding, NodeNetwork, compare_siblings, judge_network
+from fleet.analysis.network import (
+    NetworkExpectation,
+    NetworkFinding,
+    NodeNetwork,
+    compare_siblings,
+    judge_network,
+)
 from fleet.model.network import NetworkDevice, NetworkFingerprint
 from fleet.store.network import LEVEL_ORDER, read_networks
 from fleet.words import counted
@@ -136,6 +144,14 @@ def _summary(network: NetworkFingerprint) -> str:
     return f"no fabric NIC: {said}{more} only"
 
 
+def _sold(expect: Mapping[str, Any] | None) -> NetworkExpectation:
+    """What the inventory's `expect` said of the host's fabric when it was probed."""
+    expect = expect or {}
+    nics, rate = expect.get("fabric_nics"), expect.get("fabric_rate_gbps")
+    return NetworkExpectation(int(nics) if nics is not None else None,
+                              float(rate) if rate is not None else None)
+
+
 def _variants(data: Dataset) -> dict[int, str]:
     gpus = data.gpus
     if gpus.empty:
@@ -153,7 +169,7 @@ def network_section(engine: Engine, data: Dataset) -> NetworkSection:
     networks = read_networks(engine, documents=[h.document_id for h in data.hosts])
     variants = _variants(data)
     nodes = [NodeNetwork(h.host, h.provider, variants.get(h.document_id, "no GPU"),
-                         networks[h.document_id])
+                         networks[h.document_id], _sold(h.listing.expect))
              for h in data.hosts if h.document_id in networks]
     # Siblings are one provider's (a host's name is unique within its provider only).
     siblings: dict[tuple[str, str], list[NetworkFinding]] = {}
@@ -163,7 +179,8 @@ def network_section(engine: Engine, data: Dataset) -> NetworkSection:
     hosts = []
     for node in sorted(nodes, key=lambda n: (n.provider, n.host)):
         network = node.network
-        found = judge_network(node.host, network) + siblings.get((node.provider, node.host), [])
+        found = (judge_network(node.host, network, node.sold)
+                 + siblings.get((node.provider, node.host), []))
         hosts.append(HostNetwork(
             node.provider, node.host, node.variant, _summary(network), _gdr(network),
             network.gdr.basis, tuple(_nic(d) for d in network.fabric),

@@ -108,3 +108,25 @@ def test_an_anonymized_report_names_the_host_by_its_alias(engine: Engine) -> Non
     assert host.host != "node-a" and host.provider != "lent"
     text = render(report, "md") + render(report, "html") + render(report, "json")
     assert "node-a" not in text
+
+
+def test_a_node_sold_with_a_fabric_is_judged_against_its_listing(engine: Engine) -> None:
+    from fleet.store.ingest import Listing
+
+    sold = Listing(expect={"fabric_nics": 8, "fabric_rate_gbps": 400})
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        # The lent 1x H100 VM (virtio eth0 only) listed as a training node with 8 x NDR.
+        ingest.store(parse_document(network_factory.document("lent-h100-1x", "vm"), "vm"),
+                     Origin("lent", "vm", sold))
+        # The published 8x H100 NDR node with one port at HDR 200, listed the same.
+        ingest.store(parse_document(network_factory.document("h100-8x-ib-hdr-port", "ndr"),
+                                    "ndr"), Origin("lent", "ndr", sold))
+        # The healthy 8x NDR node, listed the same: nothing.
+        ingest.store(parse_document(network_factory.document("h100-8x-ib-ndr", "ok"), "ok"),
+                     Origin("lent", "ok", sold))
+    report = build_report(engine, ReportOptions(), "test")
+    disputed = {(f.title.split(":")[0], f.kind) for f in report.dispute if f.kind == "network"}
+    assert ("vm", "network") in disputed and ("ndr", "network") in disputed
+    assert not any(f.title.startswith("ok:") for f in report.dispute if f.kind == "network")
+    vm = next(h for h in report.network.hosts if h.host == "vm")
+    assert ("fewer-than-sold", "fault") in [(f.rule, f.severity) for f in vm.findings]
