@@ -109,20 +109,11 @@ def _matmul_rerun(cfg: HarnessConfig, results: List[Dict[str, Any]],
             raise harness.HarnessError("; ".join(str(f["message"]) for f in failed)[:600])
         return found
 
-    try:
-        variants = {int(g["index"]): str((g.get("variant") or {}).get("label"))
-                    for g in gpus if "index" in g}
-        failed = rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
-                              variants, again, lambda message: progress("benchmark", message))
-    except Exception as exc:  # the figures stand, unsettled
-        failed = f"did not run ({type(exc).__name__}: {str(exc)[:300]})"
-    if failed is None:
-        return []
-    for result in results:
-        result.pop("rerun", None)
-    return [{"stage": "benchmark",
-             "message": f"matmul again without the run's settings: {failed}; the original "
-                        "figures stand"}]
+    return _measured_again(
+        "benchmark", "matmul again without the run's settings", results,
+        lambda: rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
+                             _variants(gpus), again,
+                             lambda message: progress("benchmark", message)))
 
 
 def _node_suite(cfg: NodeConfig, gpus: List[Dict[str, Any]], nvml: Optional[Nvml],
@@ -162,19 +153,33 @@ def _job_rerun(cfg: JobConfig, results: List[Dict[str, Any]], gpus: List[Dict[st
     (agent/job/rerun.py); the errors, where it could not be (the figures then stand)."""
     from agent.job import rerun
 
-    what = "job again without the run's settings"
+    return _measured_again(
+        "job", "job again without the run's settings", results,
+        lambda: rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
+                             lambda message: progress("job", message),
+                             variants=_variants(gpus)))
+
+
+def _variants(gpus: List[Dict[str, Any]]) -> Dict[int, str]:
+    """Each GPU index's variant label, as the reruns' floors are keyed."""
+    return {int(g["index"]): str((g.get("variant") or {}).get("label"))
+            for g in gpus if "index" in g}
+
+
+def _measured_again(stage: str, what: str, results: List[Dict[str, Any]],
+                    settle: Callable[[], Optional[str]]) -> List[Dict[str, Any]]:
+    """Run a rerun's `settle`; the errors where it could not be done, every `rerun` it
+    left taken off: the original figures then stand, and the controller calls them
+    unsettled."""
     try:
-        variants = {int(g["index"]): str((g.get("variant") or {}).get("label"))
-                    for g in gpus if "index" in g}
-        failed = rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
-                              lambda message: progress("job", message), variants=variants)
+        failed = settle()
     except Exception as exc:  # the figures stand, unsettled
         failed = f"did not run ({type(exc).__name__}: {str(exc)[:300]})"
     if failed is None:
         return []
     for result in results:
         result.pop("rerun", None)
-    return [{"stage": "job", "message": f"{what}: {failed}; the original figures stand"}]
+    return [{"stage": stage, "message": f"{what}: {failed}; the original figures stand"}]
 
 
 def _health_after_load(gpus: List[Dict[str, Any]], nvml: Nvml,

@@ -153,3 +153,20 @@ def test_runs_cut_short_with_the_settings_on_are_theirs_not_another_tenants() ->
     assert rerun._seen_others(cut, settings_on=False)
     assert rerun._seen_others(seen, settings_on=True)
     assert not rerun._seen_others({"contention": []}, settings_on=False)
+
+
+def test_a_rerun_that_raises_leaves_the_figures_and_says_so() -> None:
+    from agent.collect import _measured_again
+
+    results = [{"gpu_index": 0, "rerun": {"half": "written"}}]
+
+    def broken() -> str | None:
+        raise KeyError("floor_tflops")
+
+    [error] = _measured_again("benchmark", "matmul again without the run's settings",
+                              results, broken)
+    assert error["stage"] == "benchmark"
+    assert error["message"] == ("matmul again without the run's settings: did not run "
+                                "(KeyError: 'floor_tflops'); the original figures stand")
+    assert results == [{"gpu_index": 0}]  # nothing half-written stands
+    assert _measured_again("benchmark", "x", results, lambda: None) == []
