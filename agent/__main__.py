@@ -1,6 +1,7 @@
 """`python -m agent` (or the zipapp): run the agent and print JSON lines on stdout.
 
-Each line is an event: `progress` while it works, then one `document` (fleet-agent/1).
+Each line is an event: `progress` while it works, then one `document` (fleet-agent/1), or,
+for `cluster`, one `cluster` event (fleet-cluster/1, agent/cluster/step.py).
 Logs and tracebacks go to stderr, so stdout stays machine-readable.
 """
 
@@ -12,6 +13,8 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from agent import __version__
+from agent.cluster import options as cluster_options
+from agent.cluster import step as cluster_step
 from agent.collect import SourceError, collect
 from agent.job.suite import Config as JobConfig
 from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
@@ -102,7 +105,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "(changes a GPU setting; reset after)")
     bench.add_argument("--cpu", action="store_true",
                        help="run the harness on the CPU with torch (for tests; use small sizes)")
+    cluster_options.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        return cluster_step.main(cluster_options.config(args), _emit)
     config: Optional[HarnessConfig] = None
     node: Optional[NodeConfig] = None
     if args.command == "bench" and args.suite in ("all", "node"):

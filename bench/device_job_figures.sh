@@ -10,6 +10,8 @@
 #
 #   bash bench/device_job_figures.sh [runs] [reference: 1|0]
 #   START=3 bash bench/device_job_figures.sh 3 0   # runs 3-5, job suite only, no reference
+#   FIRST_SUITE=job COPY=1 REF_TRAIN= bash bench/device_job_figures.sh 5 1
+#       # five job-suite runs, then the node suite for the copies, then the script's decode
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -58,12 +60,12 @@ PY
 reference() {
   # Training with GQA native (enable_gqa, as the agent now runs it), each backend; decode
   # at both points, each backend; all GPUs at once.
-  for backend in ${REF_TRAIN:-flash cudnn}; do
+  for backend in ${REF_TRAIN-flash cudnn}; do
     python3 bench/job_reference.py --workload train --attention "$backend" --gqa native \
       --warmup-s 10 --seconds 6 >> "$work/reference.jsonl" 2>> "$work/reference.err"
     echo "reference train $backend rc=$?"
   done
-  for point in ${REF_DECODE:-128:4096:flash 128:4096:cudnn 1:4096:flash}; do
+  for point in ${REF_DECODE-128:8192:cudnn 128:8192:flash 1:4096:flash}; do
     IFS=: read -r batch context backend <<< "$point"
     python3 bench/job_reference.py --workload decode --attention "$backend" --gqa auto \
       --decode-batch "$batch" --context "$context" --warmup-s 3 --seconds 4 \
@@ -91,6 +93,13 @@ for i in $(seq "$start" $((start + runs - 1))); do
   pack
   [ $rc -eq 0 ] || { tail -20 "$work/run-$i.err"; }
 done
+if [ "${COPY:-0}" = 1 ]; then
+  # The GPUs' own memory copies, for the decode figures' share when the runs were --suite job.
+  python3 -m agent bench --suite node > "$work/node.jsonl" 2> "$work/node.err"
+  echo "node suite rc=$?"
+  summary "$work/node.jsonl"
+  pack
+fi
 [ "$ref" = 1 ] && reference
 nvidia-smi --query-gpu=index,temperature.gpu,power.draw,clocks.sm --format=csv
 pack

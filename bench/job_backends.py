@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 DEFAULT = ROOT / "records/2026-11-27-h100x4-job-backends"
 # The plain script's decode shapes, by the agent's point names.
-POINTS = {(128, 4096): "bandwidth", (1, 4096): "latency"}
+POINTS = {(128, 4096): "bandwidth", (128, 8192): "bandwidth", (1, 4096): "latency"}
 
 
 def _events(path: Path) -> list[dict[str, Any]]:

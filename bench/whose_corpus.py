@@ -16,7 +16,10 @@ bench script or the issue put it (never a new kind of fault invented here):
 - the lent H100's own settings runs (bench/records/2026-11-28-h100-*-whose): a soaked
   matmul and its pair at 94% under a setting that moves nothing (the provider's), a
   memory copy at 90% whose rerun without CUDA_LAUNCH_BLOCKING=1 clears (the renter's)
-  and at 92% with its rerun too (the provider's);
+  and at 92% with its rerun too (the provider's); on the lent 2x H100's healthy-1 run
+  under the same setting, pair 0-1 at 90% whose rerun clears (the renter's) and whose
+  rerun reads 92% (the provider's), and GPU 1's pinned copy to the device at 85% whose
+  rerun clears (the renter's), as agent/node/links_rerun.py measures them again;
 - issue 44's own cases: `NCCL_ALGO=Tree` (all-reduce at 71%, the renter's), and a suite
   1.0.0 run whose GPU 3 matmul ran beside another user's pid while its pairs with GPU 3
   read 55% and its all-reduce 38% (the renter's), with its 1.1.0 twin whose pair with
@@ -228,6 +231,66 @@ def memory_short_without_it_too() -> Document:
     return _memory(read(MEMORY_WHOSE / "run-1-raised.jsonl.gz"), 0.92, 0.92)
 
 
+# The setting the memory copy's record ran under, as the agent records it.
+LAUNCH_BLOCKING = {"name": "CUDA_LAUNCH_BLOCKING", "value": "1", "withheld": None,
+                   "source": "environment", "family": "cuda", "applies": True}
+
+
+def _rerun_of(figure: dict[str, Any], share: float, floor_gbs: float) -> dict[str, Any]:
+    """`figure` measured again without CUDA_LAUNCH_BLOCKING at `share` of its healthy
+    repeats, with the floor the agent called it short under (agent/node/floors.json)."""
+    stats = figure["stats"]
+    samples = [round(v * share, 3) for v in stats["samples_gbs"]]
+    return {"without": ["CUDA_LAUNCH_BLOCKING"], "kept": [], "floor_gbs": floor_gbs,
+            "floor_basis": "records (agent/node/floors.json)",
+            "gbs": round(stats["median_gbs"] * share, 3),
+            "min_gbs": round(stats["min_gbs"] * share, 3),
+            "max_gbs": round(stats["max_gbs"] * share, 3), "samples_gbs": samples,
+            "algbw_gbs": None, "transports": None, "ran_with": [], "wall_s": 3.0}
+
+
+def _pair_under_launch_blocking(host: str, rerun_share: float) -> Document:
+    """Healthy-1 of the lent 2x H100 under CUDA_LAUNCH_BLOCKING=1, pair 0-1 at 90% both
+    ways (356.8 and 701.8 GB/s, under the 380.5 and 746.5 agent/node/links_rerun.py and
+    the report call short) and measured again without it at `rerun_share`."""
+    data = copy.deepcopy(_healthy_h100x2())
+    data["host"]["hostname"] = host
+    data["settings"] = [dict(LAUNCH_BLOCKING)]
+    floors = {"one_way": 380.544, "both_ways": 746.496}
+    for figure in data["node"]:
+        if _pair(0, 1)(figure):
+            figure["rerun"] = _rerun_of(figure, rerun_share, floors[figure["direction"]])
+            _scale_figure(figure, 0.90)
+    return data
+
+
+def pair_short_under_launch_blocking() -> Document:
+    """The renter's: pair 0-1 at 90% under CUDA_LAUNCH_BLOCKING=1, its healthy figures
+    without it in the same run."""
+    return _pair_under_launch_blocking("h100x2-pair-launch-blocking", 1.0)
+
+
+def pair_short_without_it_too() -> Document:
+    """The provider's, under the renter's setting: pair 0-1 at 90%, and at 92% without
+    the setting too (a lost link's 17/18 is 94%)."""
+    return _pair_under_launch_blocking("h100x2-pair-without-it-too", 0.92)
+
+
+def host_copy_short_under_launch_blocking() -> Document:
+    """The renter's: GPU 1's pinned copy to the device at 85% (46.9 GB/s, under the 49.6
+    floor and over the 44.1 fleet/analysis/hostlink.py calls slow for Gen5 x16) under
+    CUDA_LAUNCH_BLOCKING=1, its healthy figure without it."""
+    data = copy.deepcopy(_healthy_h100x2())
+    data["host"]["hostname"] = "h100x2-host-copy-launch-blocking"
+    data["settings"] = [dict(LAUNCH_BLOCKING)]
+    for figure in data["node"]:
+        if (figure["kind"], figure.get("gpu_index"), figure.get("memory")) == (
+                "host_to_device", 1, "pinned"):
+            figure["rerun"] = _rerun_of(figure, 1.0, 49.59)
+            _scale_figure(figure, 0.85)
+    return data
+
+
 def _job_flags() -> Any:
     sys.path.insert(0, str(REPO / "bench"))
     import job_flags  # a bench script, loaded by name
@@ -262,6 +325,9 @@ CONSTRUCTIONS: dict[str, Callable[[], Document]] = {
     "matmul-short-harmless-setting.json.gz": matmul_short_under_harmless_setting,
     "memory-short-launch-blocking.json.gz": memory_short_under_launch_blocking,
     "memory-short-without-it-too.json.gz": memory_short_without_it_too,
+    "pair-short-launch-blocking.json.gz": pair_short_under_launch_blocking,
+    "pair-short-without-it-too.json.gz": pair_short_without_it_too,
+    "host-copy-short-launch-blocking.json.gz": host_copy_short_under_launch_blocking,
 }
 # The shared-GPU runs are test fixtures too (tests/report/test_taint.py).
 FIXTURES: dict[str, Callable[[], Document]] = {

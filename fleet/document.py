@@ -758,9 +758,10 @@ class NodeResult(Strict):
     settings: dict[Annotated[str, StringConstraints(max_length=64)],
                    Annotated[str, StringConstraints(max_length=128)]] | None = Field(
         default=None, max_length=32)
-    # allreduce and memory_copy: the same figure measured again in the same run without
-    # the settings that could move it, where the agent found it short
-    # (agent/node/rerun.py, agent/node/memory_rerun.py).
+    # The same figure measured again in the same run without the settings that could
+    # move it, where the agent found it short: the all-reduce (agent/node/rerun.py), a
+    # memory copy (agent/node/memory_rerun.py), a pair's or a host copy
+    # (agent/node/links_rerun.py).
     rerun: SettingsRerun | None = None
 
     @model_validator(mode="after")
@@ -777,8 +778,6 @@ class NodeResult(Strict):
         if self.kind != "peer_copy" and (self.peer_index is not None
                                          or self.direction is not None):
             raise ValueError(f"a {self.kind} figure has no peer or direction")
-        if self.rerun is not None and self.kind not in ("allreduce", "memory_copy"):
-            raise ValueError(f"a {self.kind} figure is not measured again (rerun)")
         if self.kind == "allreduce" and (self.gpu_index is not None or self.gpus_in_run < 2):
             raise ValueError("an allreduce figure is the node's: no gpu_index, and at least "
                              "two ranks in gpus_in_run")

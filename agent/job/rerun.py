@@ -3,10 +3,11 @@ node"; issue 44), as agent/node/rerun.py settles the all-reduce.
 
 A GPU's headline training step, or its headline decode at the bandwidth point, is short:
 
-- where the records hold its variant and backend (`RECORDS`: suite 1.1.0 on lent H100
-  SXM5s), under that figure by more than `RECORDS_MARGIN` (5%: healthy lent H100s stood
-  within 0.5% of each other on a node and 1.3% across nodes), which catches a setting
-  that costs a few percent (CUDA_LAUNCH_BLOCKING=1 between a training step's kernels);
+- where the records hold its variant and backend (`RECORDS_BY_SUITE`: suites 1.1.0 and
+  1.2.0 on lent H100 SXM5s), under that figure by more than `RECORDS_MARGIN` (5%: healthy
+  lent H100s stood within 0.5% of each other on a node and 1.3% across nodes), which
+  catches a setting that costs a few percent (CUDA_LAUNCH_BLOCKING=1 between a training
+  step's kernels);
 - elsewhere, under `TRAIN_MFU_FLOOR` of its datasheet's dense bf16 peak (healthy lent
   H100s: MFU 0.46-0.49 with cuDNN, 0.44-0.47 with flash) or, for decode, under
   `DECODE_HBM_FLOOR` of its datasheet's HBM bandwidth (0.57-0.75): only what is gross
@@ -47,19 +48,36 @@ FLOORS: Floors = {
     ("train", None): ("mfu", TRAIN_MFU_FLOOR, "its datasheet's dense bf16 peak"),
     ("decode", "bandwidth"): ("hbm_share", DECODE_HBM_FLOOR, "its datasheet's HBM bandwidth"),
 }
-# What healthy lent cards gave, suite 1.1.0 (medians of five runs on a 4x H100 SXM5, torch
-# 2.11.0+cu130, cuDNN 9.19: bench/records/2026-11-27-h100x4-job-backends, `python
-# bench/job_backends.py`), by (variant, workload, decode point, backend): tokens/s.
+# What healthy lent cards gave, by suite and (variant, workload, decode point, backend):
+# tokens/s. Suite 1.1.0: medians of five runs on a 4x H100 SXM5 (torch 2.11.0+cu130,
+# cuDNN 9.19: bench/records/2026-11-27-h100x4-job-backends, `python bench/job_backends.py`).
+# Suite 1.2.0 moved only decode's bandwidth point (128 x 8,192): its training is 1.1.0's,
+# its bandwidth point five runs on a 2x H100 (bench/records/2026-11-28-h100x2-decode-8192).
 RECORDS_SOURCE = "2026-11-27-h100x4-job-backends"
-RECORDS: Dict[Tuple[str, str, Optional[str], str], float] = {
+RECORDS_SOURCES = {"1.1.0": RECORDS_SOURCE,
+                   "1.2.0": RECORDS_SOURCE + "; decode 2026-11-28-h100x2-decode-8192"}
+_TRAIN_1_1: Dict[Tuple[str, str, Optional[str], str], float] = {
     ("H100-SXM5-80GB", "train", None, "cudnn"): 79_893.0,
     ("H100-SXM5-80GB", "train", None, "flash"): 75_837.0,
     ("H100-SXM5-80GB", "train", None, "efficient"): 66_499.0,
-    ("H100-SXM5-80GB", "decode", "bandwidth", "cudnn"): 30_978.0,
-    ("H100-SXM5-80GB", "decode", "bandwidth", "flash"): 26_511.0,
-    ("H100-SXM5-80GB", "decode", "bandwidth", "efficient"): 27_864.0,
 }
-RECORDS_SUITE = "1.1.0"
+RECORDS_BY_SUITE: Dict[str, Dict[Tuple[str, str, Optional[str], str], float]] = {
+    "1.1.0": {
+        **_TRAIN_1_1,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "cudnn"): 30_978.0,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "flash"): 26_511.0,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "efficient"): 27_864.0,
+    },
+    "1.2.0": {
+        **_TRAIN_1_1,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "cudnn"): 18_234.0,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "flash"): 15_071.0,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "efficient"): 16_052.0,
+    },
+}
+# The suite the agent runs, whose records judge its figures.
+RECORDS_SUITE = "1.2.0"
+RECORDS = RECORDS_BY_SUITE[RECORDS_SUITE]
 
 
 def short(result: Dict[str, Any], floors: Optional[Floors] = None,
@@ -67,19 +85,20 @@ def short(result: Dict[str, Any], floors: Optional[Floors] = None,
     """(floor in tokens/s, what it rests on) where `result` is a headline figure under
     its floor; None where it is not, or nothing judges it (another decode point, no
     record and no datasheet figure). The records' figure of its variant and backend
-    judges it where there is one (`variant`, suite 1.1.0), else its datasheet share."""
+    judges it where there is one (`variant`, its suite), else its datasheet share."""
     if not result.get("headline"):
         return None
     workload, point = str(result.get("workload")), result.get("point")
     tokens = float(result.get("tokens_per_s") or 0.0)
-    expected = RECORDS.get((str(variant), workload, point, str(result.get("attention"))))
-    if floors is None and expected is not None and result.get("suite_version") == RECORDS_SUITE:
+    expected = RECORDS_BY_SUITE.get(str(result.get("suite_version")), {}).get(
+        (str(variant), workload, point, str(result.get("attention"))))
+    if floors is None and expected is not None:
         floor = expected * (1.0 - RECORDS_MARGIN)
         if tokens >= floor:
             return None
+        source = RECORDS_SOURCES[str(result.get("suite_version"))]
         return floor, (f"records: {expected:,.0f} tokens/s expected of a healthy {variant} "
-                       f"({result.get('attention')}, {RECORDS_SOURCE}), called under "
-                       f"{floor:,.0f}")
+                       f"({result.get('attention')}, {source}), called under {floor:,.0f}")
     rule = (floors or FLOORS).get((workload, point))
     if rule is None:
         return None

@@ -35,9 +35,11 @@ Imported only once torch is known to import (agent/job/suite.py imports it insid
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -116,14 +118,18 @@ class Shape:
 # step (~12 GiB with the optimizer's state).
 TRAIN = Shape(layers=4, width=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336,
               batch=2, seq=4096)
-# Decode at two points. The bandwidth point: 128 sequences over 4,096 cached positions,
-# 8.6 GB of cache and 1.7 GB of weights a step, so the step's few dozen small kernels
-# (norms, RoPE, the cache write) are a sliver of its time and the memory system sets it:
-# on a lent H100 such a step read 85% of the GPU's own memory copy, where the suite's
-# earlier 64 x 2,048 read 65% pinned to flash (issue 45). The latency point: one
-# sequence over the same context, whose step is the weights' read and the launch of every
-# kernel: what an interactive user waits for a token.
-DECODE = replace(TRAIN, batch=128, seq=1, context=4096)
+# Decode at two points. The bandwidth point: 128 sequences over 8,192 cached positions,
+# 17.2 GB of cache and 1.7 GB of weights a step, so the step's few dozen small kernels
+# (norms, RoPE, the cache write) are a sliver of its time and the memory system sets it.
+# Measured on a lent H100 (2026-11-28, bench/device_decode_shapes.sh, cuDNN, the plain
+# script against the GPU's own copy of 3,006 GB/s): 128 x 8,192 read 91.5%, 256 x 4,096
+# 88.8%, 32 x 16,384 87.0%, 64 x 8,192 86.4%, 128 x 4,096 83.8%; suite 1.1.0's 128 x
+# 4,096 read 79.8% on an H200, whose faster memory leaves the fixed kernels a larger
+# share of a step and which sat at its 700-W cap there. The earlier 64 x 2,048 read 65%
+# pinned to flash (issue 45). The latency point: one sequence over 4,096 positions, whose
+# step is the weights' read and the launch of every kernel: what an interactive user
+# waits for a token.
+DECODE = replace(TRAIN, batch=128, seq=1, context=8192)
 DECODE_LATENCY = replace(TRAIN, batch=1, seq=1, context=4096)
 DECODE_POINTS = {"bandwidth": DECODE, "latency": DECODE_LATENCY}
 # The correctness gate's: the same code at a size whose float32 run takes milliseconds.
@@ -182,12 +188,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         return explicit_attention(q, k, v, causal)
     if k.shape[1] != q.shape[1]:
         if gqa == GQA_NATIVE:
-            native: torch.Tensor = F.scaled_dot_product_attention(
-                q, k, v, is_causal=causal, enable_gqa=True)
-            return native
+            return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
         k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
-    out: torch.Tensor = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return out
+    return sdpa(q, k, v, is_causal=causal)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -347,9 +350,20 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 BACKENDS = ("flash", "cudnn", "efficient", "math")
 
 
-def attention_backend(name: str) -> Any:
-    """A context that lets scaled_dot_product_attention use `name` alone: a shape or
-    torch the backend cannot serve raises instead of falling back silently."""
+# scaled_dot_product_attention's backend switch is process-wide (torch.backends.cuda's
+# flags, read when a call dispatches), and the node's GPUs run in threads of one process.
+# Switched around each step, one thread restoring the flags it found could leave them set
+# for another thread's backend: on a lent 2x H100 (2026-11-28) a cuDNN step on GPU 1 found
+# them set for a backend that refuses its shape ("No available kernel"). So the backend a
+# thread wants is its own (thread-local), and each call sets the switch, dispatches and
+# restores it under one lock: microseconds of the host's time a call, and the backward
+# pass runs the kernel its forward chose without reading the switch again.
+_WANTED = threading.local()
+_SWITCH = threading.Lock()
+
+
+def _switch(name: str) -> Any:
+    """torch's context that lets scaled_dot_product_attention use `name` alone."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:  # torch before 2.3: the older switch, without cuDNN
@@ -363,3 +377,34 @@ def attention_backend(name: str) -> Any:
     if not hasattr(SDPBackend, member):
         raise RuntimeError(f"this torch ({torch.__version__}) has no {name} attention backend")
     return sdpa_kernel([getattr(SDPBackend, member)])
+
+
+@contextlib.contextmanager
+def attention_backend(name: str) -> Iterator[None]:
+    """Within it, this thread's scaled_dot_product_attention uses `name` alone: a shape
+    or torch the backend cannot serve raises instead of falling back silently. Other
+    threads keep their own."""
+    _switch(name)  # a backend this torch lacks raises here, before anything runs
+    previous = getattr(_WANTED, "name", None)
+    _WANTED.name = name
+    try:
+        yield
+    finally:
+        _WANTED.name = previous
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: Any) -> torch.Tensor:
+    """scaled_dot_product_attention with this thread's backend (`attention_backend`)."""
+    name = getattr(_WANTED, "name", None)
+    if name is None:
+        out: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
+        return out
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if compiling is not None and compiling():
+        # torch.compile traces the switch into its graph; a lock is not traceable.
+        with _switch(name):
+            traced: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
+        return traced
+    with _SWITCH, _switch(name):
+        chosen: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
+    return chosen

@@ -39,7 +39,9 @@ RESULT_PREFIX = "fleet-allreduce "
 # environment to 1."). INIT and ENV are the subsystems that print both; the rest (graph
 # search, tuning tables) would be hundreds of lines a rank.
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
-_VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS|PXN)(/[\w./-]*)?")
+# The path runs to the line's end: a network's name may hold a space ("via NET/AWS
+# Libfabric/0/GDRDMA", NVIDIA/nccl src/transport/net.cc prints the net's own name).
+_VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS|PXN)(/[^\r\n]*)?")
 _SET_BY_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to ([^\s]{1,128})")
 # NVLS shows as channels of its own ("24 coll channels, ..., 0 nvls channels, ..."), not
 # as a "via": counted where NCCL built some.
@@ -49,16 +51,19 @@ _NVLS = re.compile(r"\b[1-9][0-9]* nvls channels\b|\bConnected NVLS\b")
 MAX_SETTINGS = 32
 
 
-def settings(environ: "Dict[str, str] | os._Environ[str]") -> Dict[str, str]:
-    """The NCCL_* and CUDA_VISIBLE_DEVICES variables of `environ`, values cut at 128."""
-    named = sorted(k for k in environ if k.startswith("NCCL_") or k == "CUDA_VISIBLE_DEVICES")
+def settings(environ: "Dict[str, str] | os._Environ[str]",
+             prefixes: Tuple[str, ...] = ("NCCL_",)) -> Dict[str, str]:
+    """The variables of `environ` named with one of `prefixes` (NCCL_* by default, GLOO_*
+    too for the cluster's ranks) and CUDA_VISIBLE_DEVICES, values cut at 128."""
+    named = sorted(k for k in environ
+                   if k.startswith(prefixes) or k == "CUDA_VISIBLE_DEVICES")
     return {k[:64]: str(environ[k])[:128] for k in named[:MAX_SETTINGS]}
 
 
-def transports(logs: Sequence[str]) -> Dict[str, Any]:
+def transports(logs: Sequence[str], max_paths: int = 8) -> Dict[str, Any]:
     """What NCCL's INFO lines of every rank say it used: {"transports": {"P2P": 24, ...}
-    (connections per transport), "paths": the distinct "P2P/CUMEM/read" forms,
-    "set_by_environment": ["NCCL_P2P_DISABLE=1", ...]}."""
+    (connections per transport), "paths": the distinct "P2P/CUMEM/read" forms (the first
+    `max_paths`), "set_by_environment": ["NCCL_P2P_DISABLE=1", ...]}."""
     counts: Dict[str, int] = {}
     paths: List[str] = []
     said: List[str] = []
@@ -69,8 +74,8 @@ def transports(logs: Sequence[str]) -> Dict[str, Any]:
             via = _VIA.search(line)
             if via:
                 counts[via.group(1)] = counts.get(via.group(1), 0) + 1
-                path = (via.group(1) + (via.group(2) or ""))[:64]
-                if path not in paths and len(paths) < 8:
+                path = (via.group(1) + (via.group(2) or "")).rstrip()[:64]
+                if path not in paths and len(paths) < max_paths:
                     paths.append(path)
             elif _NVLS.search(line):
                 counts["NVLS"] = counts.get("NVLS", 0) + 1

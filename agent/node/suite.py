@@ -29,6 +29,7 @@ from agent.node import (
     collective,
     floors,
     hostlink,
+    links_rerun,
     memory,
     memory_rerun,
     peers,
@@ -67,9 +68,10 @@ class Config:
     allreduce_timeout_s: float = 120.0
     cpu_ranks: int = 2
     skip: Tuple[str, ...] = field(default_factory=tuple)
-    # What the all-reduce is called short under (agent/node/floors.py); None: the table
-    # packed with the agent. A short all-reduce under settings that can move it runs
-    # again without them (agent/node/rerun.py) unless `rerun` is off.
+    # What each figure is called short under (agent/node/floors.py); None: the table
+    # packed with the agent. A short figure under settings that can move it runs again
+    # without them (agent/node/rerun.py, memory_rerun.py, links_rerun.py) unless `rerun`
+    # is off.
     floors: Optional[Dict[str, Any]] = None
     rerun: bool = True
 
@@ -246,6 +248,8 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
                                  f"{_why(exc)}", ga.get("index"))
                 finally:
                     torch.cuda.empty_cache()
+    if cfg.rerun:
+        _links_rerun(cfg, outcome, targets if cuda else [], busy, prints, progress)
     ranks: List[Optional[int]] = ([t.index for t in targets] if cuda
                                   else [None] * cfg.cpu_ranks)
     if len(ranks) >= 2:
@@ -306,30 +310,58 @@ def _memory_rerun(cfg: Config, outcome: Outcome, targets: Sequence[GpuTarget],
                   busy: Dict[int, Optional[int]], prints: Sequence[Dict[str, Any]],
                   progress: Progress) -> None:
     """Each short memory copy again without the run's settings (agent/node/memory_rerun.py),
-    on its figure; watched as the first was, since someone arriving in between would make
-    it short and the finding the provider's."""
-    what = "memory copy again without the run's settings"
+    on its figure."""
     recorded = run_settings.collect(os.environ, limit=None)
     if not any(run_settings.removable(s)
                for s in run_settings.suspects(recorded, "memory_copy")):
         return  # nothing could be taken out: no floor read, nothing measured again
     copies = [f for f in outcome.results if f.get("kind") == "memory_copy"]
-    variants = {int(p["index"]): str((p.get("variant") or {}).get("label"))
-                for p in prints if p.get("index") is not None}
+    _again("memory copy again without the run's settings", copies, targets, busy,
+           lambda: memory_rerun.settle(
+               copies, recorded, cfg.floors if cfg.floors is not None else floors.load(),
+               _variants(prints), cfg.device, cfg.copy_bytes, cfg.repeats, progress),
+           progress, outcome)
+
+
+def _links_rerun(cfg: Config, outcome: Outcome, targets: Sequence[GpuTarget],
+                 busy: Dict[int, Optional[int]], prints: Sequence[Dict[str, Any]],
+                 progress: Progress) -> None:
+    """Each short pair's copy and short host copy again without the run's settings
+    (agent/node/links_rerun.py), on its figure."""
+    recorded = run_settings.collect(os.environ, limit=None)
+    if not any(run_settings.removable(s) for kind in links_rerun.KINDS
+               for s in run_settings.suspects(recorded, kind)):
+        return  # nothing could be taken out: no floor read, nothing measured again
+    copies = [f for f in outcome.results if f.get("kind") in links_rerun.KINDS]
+    _again("link copies again without the run's settings", copies, targets, busy,
+           lambda: links_rerun.settle(
+               copies, recorded, cfg.floors if cfg.floors is not None else floors.load(),
+               _variants(prints), cfg.device, cfg.repeats, progress),
+           progress, outcome)
+
+
+def _variants(prints: Sequence[Dict[str, Any]]) -> Dict[int, str]:
+    return {int(p["index"]): str((p.get("variant") or {}).get("label"))
+            for p in prints if p.get("index") is not None}
+
+
+def _again(what: str, figures: List[Dict[str, Any]], targets: Sequence[GpuTarget],
+           busy: Dict[int, Optional[int]], settle: Callable[[], Optional[str]],
+           progress: Progress, outcome: Outcome) -> None:
+    """Run `settle` (a rerun that puts its figures on `figures`' `rerun`) watched as the
+    first figures were: someone arriving in between would make them short, and the
+    finding the provider's. A rerun that fails leaves the original figures, said so."""
     try:
         with _Watch(targets, busy) as watch:
-            failed = memory_rerun.settle(
-                copies, recorded,
-                cfg.floors if cfg.floors is not None else floors.load(), variants,
-                cfg.device, cfg.copy_bytes, cfg.repeats, progress)
+            failed = settle()
     except Exception as exc:  # a corrupt floors.json, a child that cannot start
         failed = f"did not run ({_why(exc)})"
     if failed:
-        for figure in copies:
+        for figure in figures:
             figure.pop("rerun", None)
         outcome.fail(f"{what}: {failed}; the original figures stand")
         return
-    _drop_if_seen(watch, copies, what, progress, outcome)
+    _drop_if_seen(watch, figures, what, progress, outcome)
 
 
 def _drop_if_seen(watch: _Watch, figures: List[Dict[str, Any]], what: str,

@@ -89,6 +89,10 @@ JOB_SOURCE = ("seven H100 SXM5s of three nodes (4x, 2x, 1x): 3-5 job-suite runs 
 # 1.0's (GQA native and expanded run at one speed on flash: bench/RESULTS.md, "The job
 # figure is the card's"); decode's points are new shapes, keyed "decode/<point>", and
 # suite 1.0's decode (64 x 2,048) keeps its own.
+# Suite 1.2.0 moved the bandwidth point to 128 x 8,192; its five runs on a 2x H100
+# (2026-11-28-h100x2-decode-8192) moved less run to run (cuDNN 0.03%, flash 0.21%,
+# efficient 0.31%) than 1.1.0's at 128 x 4,096, so 1.1.0's spreads, the wider, stand for
+# both shapes' "decode/bandwidth".
 BACKENDS_RECORDS = ("2026-11-27-h100x4-job-backends",)
 BACKENDS_SOURCE = "four H100 SXM5s of a 4x node: five job-suite 1.1.0 runs each, dof 16"
 POOLED_SOURCE = JOB_SOURCE + "; pooled with " + BACKENDS_SOURCE + ", dof 37"

@@ -1,5 +1,5 @@
-"""The floors the agent judges its own all-reduce by, made from the catalog
-(fleet/expected.py) and the shortfall rule's thresholds (fleet/analysis/shortfall.py), so
+"""The floors the agent judges its own node figures and soaked matmul by, made from the
+catalog (fleet/expected.py) and the shortfall rule's thresholds (fleet/analysis/shortfall.py), so
 that the agent and the report call the same figure short (DESIGN.md, "Judging one node":
 a short figure under settings that can move it is measured again in the same run).
 
@@ -17,6 +17,14 @@ agent calls it under `allreduce_share` of its datasheet figure.
 Per memory copy entry (agent/node/memory_rerun.py): the expected GB/s of the variant at
 the size and expected x (1 - max(memory_floor, sigmas x sd)); without one, the agent
 calls it under `memory_share` of its datasheet figure, as the report does.
+
+Per pair entry (agent/node/links_rerun.py): the expected GB/s of the variant, direction
+and size at its NVLink fabric and links, and expected x (1 - max(pair_floor, sigmas x
+sd)); without one, the agent calls a pair over an NVLink path under `pair_share` of its
+datasheet figure, as the report does. Per host copy entry: the expected GB/s at the PCIe
+generation and width it ran at, and expected x (1 - max(host_link_floor, sigmas x sd));
+no datasheet share, and a copy fleet/analysis/hostlink.py calls (its link below its
+maximum, or under `host_link_min_share` of what the link carries) is left to it.
 
 Per soaked matmul entry (agent/matmul/rerun.py): the expected TFLOP/s and expected x
 (1 - max(floor, z x sd)). The report's margin also holds the GPU's own repeat spread
@@ -40,8 +48,8 @@ PATH = Path(__file__).resolve().parents[2] / "agent" / "node" / "floors.json"
 
 def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = None,
            matmul_options: MatmulShortfallOptions | None = None) -> dict[str, Any]:
-    """The all-reduce's, the memory copy's and the soaked matmul's floors as the agent
-    reads them."""
+    """The all-reduce's, the memory copy's, the pairs', the host copies' and the soaked
+    matmul's floors as the agent reads them."""
     catalog = catalog or CATALOG
     options = options or ShortfallOptions()
     matmul_options = matmul_options or MatmulShortfallOptions()
@@ -66,6 +74,29 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
             "variant": entry.key.variant, "size_bytes": entry.key.size_bytes,
             "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
             "records": list(entry.records)})
+    pairs = []
+    for entry in catalog.figures:
+        key = entry.key
+        if key.kind != "peer_copy":
+            continue
+        margin = options.margin("peer_copy", entry)
+        pairs.append({
+            "variant": key.variant, "direction": key.direction, "size_bytes": key.size_bytes,
+            "nvlink_fabric": key.nvlink_fabric, "nvlink_links": key.nvlink_links,
+            "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
+            "records": list(entry.records)})
+    hosts = []
+    for entry in catalog.figures:
+        key = entry.key
+        if key.kind not in ("host_to_device", "device_to_host"):
+            continue
+        margin = options.margin(key.kind, entry)
+        hosts.append({
+            "variant": key.variant, "kind": key.kind, "memory": key.memory,
+            "size_bytes": key.size_bytes, "link_gen": key.link_gen,
+            "link_width": key.link_width, "expected_gbs": entry.gbs,
+            "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
+            "records": list(entry.records)})
     matmul = []
     for soaked in catalog.matmul:
         k = soaked.key
@@ -81,13 +112,16 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
                          "ShortfallOptions, MatmulShortfallOptions "
                          "(python -m fleet.analysis.floors)",
             "allreduce_share": options.allreduce_share, "allreduce": entries,
-            "memory_share": options.memory_share, "memory_copy": memory, "matmul": matmul}
+            "memory_share": options.memory_share, "memory_copy": memory,
+            "pair_share": options.pair_share, "peer_copy": pairs,
+            "host_link_min_share": options.host_link.min_share, "host_copy": hosts,
+            "matmul": matmul}
 
 
 def text(data: dict[str, Any] | None = None) -> str:
     """The file's text: sorted keys, one entry a line, so a change reads in a diff."""
     data = data if data is not None else floors()
-    lists = ("allreduce", "memory_copy", "matmul")
+    lists = ("allreduce", "memory_copy", "peer_copy", "host_copy", "matmul")
     head = {k: v for k, v in data.items() if k not in lists}
     body = json.dumps(head, sort_keys=True, indent=1)[:-2]
     for name in lists:

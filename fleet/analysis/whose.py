@@ -9,17 +9,18 @@ what, with its vendor's documentation), less what fleet keeps as found (NVLink m
 switches: never removed, so never a suspect). Then:
 
 - **renter**: the agent measured the figure again in the same run without its suspects
-  (agent/node/rerun.py) and it was no longer short against the same threshold: the
-  settings cost the difference, and they are the run's to unset. Said with what each
-  cost and where it came from; never disputed.
+  (agent/node/rerun.py, memory_rerun.py, links_rerun.py) and it was no longer short
+  against the same threshold: the settings cost the difference, and they are the run's
+  to unset. Said with what each cost and where it came from; never disputed.
 - **provider**: no suspect was in the run, or the rerun without all of them was still
   short (every suspect named as taken out; one named in neither list, or kept because
   /etc/nccl.conf sets it too, leaves it unsettled): the node's own. It stays in "What
   to dispute", saying it was measured again.
 - **unsettled**: suspects were in the run and no rerun took them all away (an older
-  agent, a figure the agent does not rerun yet, a rerun that failed, a setting of
-  /etc/nccl.conf NCCL reads whatever the environment says): named with its suspects,
-  kept out of "What to dispute" and shown apart, so that the next run can settle it.
+  agent, a rerun that failed or was dropped for another process on the GPUs, a setting
+  of /etc/nccl.conf NCCL reads whatever the environment says; a node apart from its
+  crowd is never measured again): named with its suspects, kept out of "What to
+  dispute" and shown apart, so that the next run can settle it.
 
 A short soaked matmul is measured again as a pair (agent/matmul/rerun.py): quick on the
 card still hot from the soak, without the settings and then with them, so that the pair
@@ -146,8 +147,7 @@ def unsettled_words(what: str, found: tuple[RunSetting, ...]) -> Whose:
     return Whose("unsettled",
                  f"{what} was measured under settings that can move it and not measured "
                  f"again without them: {_listed(found)}; run the agent again (it measures "
-                 "a short all-reduce or matmul again without them) or unset them, before "
-                 "disputing it",
+                 "a short figure again without them) or unset them, before disputing it",
                  tuple(s.text for s in found))
 
 
@@ -157,7 +157,7 @@ def _gbs(value: float) -> str:
 
 def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
                     settings: Mapping[int, tuple[RunSetting, ...]]) -> Whose:
-    """Whose `shortfall` is, from its node's run settings and the all-reduce's rerun
+    """Whose `shortfall` is, from its node's run settings and its figures' reruns
     (`figures`: fleet.analysis.node.prepare's frame, with the `rerun_*` columns)."""
     kind = KINDS[shortfall.figure]
     node = figures[(figures["provider"] == shortfall.provider)
@@ -177,8 +177,8 @@ def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
             # The rerun's own run: its settings, not another document's of the node.
             own = settings.get(int(row["document_id"]), ran)
             return _settled(shortfall, row, own, _kept(own, kind), suspects(own, kind))
-    if kind == "memory_copy":
-        pairs = _memory_reruns(shortfall, node)
+    if kind != "allreduce":
+        pairs = _unit_reruns(shortfall, node)
         if pairs is not None:
             judged = []
             for unit, again in pairs:
@@ -194,15 +194,23 @@ def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
     return unsettled_words(what, found)
 
 
-def _memory_reruns(shortfall: Shortfall, node: pd.DataFrame
-                   ) -> list[tuple[ShortUnit, pd.Series]] | None:
-    """Each short GPU's memory copy with its rerun; None unless every one has one."""
+def _unit_reruns(shortfall: Shortfall, node: pd.DataFrame
+                 ) -> list[tuple[ShortUnit, pd.Series]] | None:
+    """Each short unit's figure with its rerun (a GPU's memory or host copy, a pair's copy
+    one way or both ways: agent/node/memory_rerun.py, links_rerun.py); None unless every
+    one has one."""
     if "rerun_gbs" not in node:
         return None
-    rows = node[(node["kind"] == "memory_copy") & node["rerun_gbs"].notna()]
+    rows = node[node["rerun_gbs"].notna()]
     found = []
     for unit in shortfall.units:
-        mine = rows[rows["gpu_index"] == unit.gpu_index]
+        config = unit.config
+        mine = rows[(rows["kind"] == config.kind) & (rows["gpu_index"] == unit.gpu_index)]
+        if config.kind == "peer_copy":
+            mine = mine[(mine["peer_index"] == unit.peer_index)
+                        & (mine["direction"] == config.direction)]
+        elif config.memory:
+            mine = mine[mine["memory"] == config.memory]
         if mine.empty:
             return None
         found.append((unit, mine.iloc[0]))
@@ -214,7 +222,7 @@ def _settled(shortfall: Shortfall, row: pd.Series, ran: tuple[RunSetting, ...],
              unit: ShortUnit | None = None) -> Whose:
     worst = shortfall.units[0] if unit is None else unit
     what = ("all-reduce" if shortfall.figure == "all-reduce"
-            else f"GPU {worst.gpu_index} memory copy")
+            else f"{worst.name} {worst.what}")
     lead = "" if shortfall.figure == "all-reduce" else f"{what} "
     limit = worst.expected_gbs * shortfall.threshold
     rerun = float(row["rerun_gbs"])

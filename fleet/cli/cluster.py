@@ -5,14 +5,18 @@ from __future__ import annotations
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fleet.cli.options import err_console, reports_errors
+from fleet.cli.options import db_option, err_console, reports_errors
+from fleet.cluster.between import STEP_TIMEOUT_S, BetweenOptions, BetweenRun
+from fleet.cluster.measure import Connecting, measure_cluster
 from fleet.cluster.reach import (
     DEFAULT_TIMEOUT_S,
     ReachCheck,
@@ -21,9 +25,12 @@ from fleet.cluster.reach import (
     clusters_to_check,
 )
 from fleet.inventory import load_inventory
+from fleet.payload import build_payload
 from fleet.sanitize import safe
+from fleet.store.schema import open_store
 from fleet.words import counted
 
+F = TypeVar("F", bound=Callable[..., Any])
 EXIT_NO_GO = 3  # as `fleet probe` when a host failed
 EXIT_INTERRUPTED = 130
 
@@ -72,6 +79,22 @@ def _wrapped(line: str, width: int) -> str:
                          break_on_hyphens=False)
 
 
+def _ssh_options(func: F) -> F:
+    """How fleet connects to the nodes over SSH, as `fleet probe` asks it."""
+    for option in reversed((
+        click.option("--connect-timeout", type=click.FloatRange(0.5, 600), default=10.0,
+                     show_default=True, metavar="S",
+                     help="Give up connecting over SSH after S seconds."),
+        click.option("--connect-retries", type=click.IntRange(0, 10), default=2,
+                     show_default=True, help="Tries again when connecting over SSH fails "
+                                             "(never for a refused key)."),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Trust the key of a host seen for the first time and record it "
+                          "in fleet's known_hosts (a changed key is still refused)."))):
+        func = option(func)
+    return func
+
+
 @click.group("cluster")
 def cluster_group() -> None:
     """Check a cluster's nodes before testing between them.
@@ -90,14 +113,7 @@ def cluster_group() -> None:
 @click.option("--timeout", type=click.FloatRange(0.1, 600), default=DEFAULT_TIMEOUT_S,
               show_default=True, metavar="S",
               help="How long each node tries to connect to the rendezvous.")
-@click.option("--connect-timeout", type=click.FloatRange(0.5, 600), default=10.0,
-              show_default=True, metavar="S", help="Give up connecting over SSH after S "
-                                                   "seconds.")
-@click.option("--connect-retries", type=click.IntRange(0, 10), default=2, show_default=True,
-              help="Tries again when connecting over SSH fails (never for a refused key).")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust the key of a host seen for the first time and record it in "
-                   "fleet's known_hosts (a changed key is still refused).")
+@_ssh_options
 @reports_errors
 def check_command(inventory_file: Path, name: str | None, timeout: float,
                   connect_timeout: float, connect_retries: int,
@@ -152,6 +168,170 @@ def check_command(inventory_file: Path, name: str | None, timeout: float,
                            + (f"; no-go: {', '.join(failed)}" if failed else "")),
                       highlight=False)
     if failed:
+        sys.exit(EXIT_NO_GO)
+
+
+def _verdict(passed: bool | None) -> Text:
+    if passed is None:
+        return Text("-")
+    return Text("pass", style="green") if passed else Text("short", style="red")
+
+
+def steps_table(run: BetweenRun) -> Table:
+    """A step a row, short cells only: the nodes, NCCL's network, the all-reduce's bus
+    bandwidth at its largest size, its share of what the fabric should give, and the
+    verdict. Transports' detail, errors and findings go in lines under it."""
+    table = Table()
+    table.add_column("step", overflow="fold")
+    table.add_column("nodes", overflow="fold")
+    table.add_column("net")
+    table.add_column("busbw", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("verdict")
+    verdicts = {v.step_id: v for v in run.judgement.pairs} if run.judgement else {}
+    for step in run.steps:
+        result = step.result()
+        reduce = [f for f in result.figures if f.op == "all_reduce"]
+        largest = max(reduce, key=lambda f: f.size_bytes) if reduce else None
+        nets = sorted({t.network or result.backend for t in result.transports})
+        verdict = verdicts.get(result.step_id)
+        share = ("-" if verdict is None or verdict.share is None
+                 else f"{100 * verdict.share:.0f}%")
+        table.add_row(
+            Text(safe(result.step_id.split("-", 1)[-1])),
+            Text(safe(" ".join(result.hosts) if len(result.hosts) <= 2
+                      else f"{len(result.hosts)} nodes")),
+            Text(safe(",".join(nets) or "-")),
+            "-" if largest is None else f"{largest.busbw_gbs:.2f}",
+            share,
+            Text("failed", style="red") if result.error else
+            _verdict(None if verdict is None else verdict.passed))
+    return table
+
+
+def print_run(console: Console, run: BetweenRun, stored: int) -> None:
+    """The reach check's line, the steps, then errors and findings, a line each."""
+    if run.reach is not None and not run.reach.go:
+        print_check(console, run.reach)
+        return
+    schedule = run.schedule
+    if schedule is not None:
+        console.print(Text(_wrapped(
+            f"cluster {run.cluster.name}: {counted(len(schedule.nodes), 'node')}, "
+            f"{schedule.mode}, {counted(schedule.rounds, 'pair round')} (seed "
+            f"{schedule.seed}), run {run.run_id[:8]}", console.width)), highlight=False)
+    console.print(steps_table(run))
+    for step in run.steps:
+        if step.error:
+            console.print(Text(_wrapped(f"{step.spec.step_id.split('-', 1)[-1]} failed: "
+                                        f"{step.error}", console.width), style="red"),
+                          highlight=False, soft_wrap=True)
+    if run.judgement is not None:
+        for finding in run.judgement.findings:
+            whose = f" [{finding.whose}]" if finding.whose else ""
+            style = "bold red" if finding.severity == "fault" else "bold"
+            console.print(Text(_wrapped(f"{finding.title}{whose}", console.width), style=style),
+                          highlight=False, soft_wrap=True)
+            for line in (finding.evidence, f"do: {finding.action}"):
+                if line:
+                    console.print(Text(_wrapped(f"  {line}", console.width)),
+                                  highlight=False, soft_wrap=True)
+    if run.error:
+        console.print(Text(_wrapped(run.error, console.width), style="red"), highlight=False)
+    console.print(Text(f"stored {counted(stored, 'step')}" if stored else "nothing stored"),
+                  highlight=False)
+
+
+def faulty(run: BetweenRun) -> bool:
+    """Whether the run failed, a step failed, or a finding is a fault."""
+    if run.error or any(s.error for s in run.steps):
+        return True
+    return run.judgement is not None and any(
+        f.severity == "fault" for f in run.judgement.findings)
+
+
+@cluster_group.command("run")
+@click.argument("inventory_file", metavar="INVENTORY",
+                type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--cluster", "name", metavar="NAME",
+              help="Run this cluster only (default: every cluster of INVENTORY).")
+@db_option
+@click.option("--ranks-per-node", type=click.IntRange(1, 64), metavar="G",
+              help="Ranks (GPUs) each node runs. Default: the fewest GPUs among the nodes' "
+                   "latest stored documents, else 1.")
+@click.option("--sizes", metavar="LIST",
+              help="Sizes for each collective, as 16M,256M,1G. Default: the agent's "
+                   "(16M,256M,1G through NCCL; smaller through gloo on the CPU).")
+@click.option("--seed", type=click.IntRange(0), help="Replay a run's halves-against-halves "
+                                                      "shuffle (printed with every run).")
+@click.option("--step-timeout", type=click.FloatRange(5, 3600), default=STEP_TIMEOUT_S,
+              show_default=True, metavar="S",
+              help="The agent's timeout for a step: joining the rendezvous, and each "
+                   "collective. A node that does not arrive fails the step after it; a "
+                   "peer that dies, once the ranks have said nothing for it and 30 s "
+                   "more.")
+@click.option("--cpu", is_flag=True,
+              help="The nodes have no GPU: gloo on the CPU, one rank a node (a rehearsal "
+                   "of the orchestration; its figures are not the fabric's).")
+@click.option("--no-suspects", is_flag=True,
+              help="Stop after the pair rounds, without testing suspects again.")
+@_ssh_options
+@reports_errors
+def run_command(inventory_file: Path, name: str | None, db: str | None,
+                ranks_per_node: int | None, sizes: str | None, seed: int | None,
+                step_timeout: float, cpu: bool, no_suspects: bool, connect_timeout: float,
+                connect_retries: int, accept_new_host_keys: bool) -> None:
+    """Measure a cluster between its nodes: all-reduce and all-gather through NCCL.
+
+    Every node first reaches the rendezvous (as `fleet cluster check`); then the whole
+    cluster runs at once (NCCL chooses its algorithm, as a job's would), then pairs of
+    nodes in rounds with the ring forced (every pair up to 16 nodes, else halves against
+    halves), then each suspect against a known-good node. Each pair is judged against
+    what its fabric should give: the lesser node's Active fabric ports x rate, passing at
+    90% (NVIDIA's multinode test), with the cause named where the fingerprint or NCCL's
+    log shows it (socket fallback, GPUDirect RDMA off, a port below rate, a far NIC).
+
+    Run `fleet probe` first: the nodes' stored documents give their GPU count and their
+    network fingerprint, which the pairs are judged by. The ranks run with fleet's
+    runtime (torch) on each node. A step is all or nothing: a node that cannot join or
+    dies mid-collective fails the step with its reason and the others are stopped. The
+    run is stored once every step has run, in one transaction; Ctrl-C stores nothing.
+    Exit status: 0 every pair passed, 3 a step failed, a pair was short or a node could
+    not reach the rendezvous, 2 bad input, 130 interrupted.
+
+    \b
+    Example:
+      fleet probe inventory.yaml
+      fleet cluster run inventory.yaml --cluster a100-pod
+    """
+    inventory = load_inventory(inventory_file)
+    clusters = clusters_to_check(inventory, name)
+    options = BetweenOptions(step_timeout_s=step_timeout, ranks_per_node=ranks_per_node,
+                             sizes=sizes, seed=seed, suspects=not no_suspects,
+                             backend="gloo" if cpu else "auto")
+    connecting = Connecting(connect_timeout, connect_retries, accept_new_host_keys, cpu)
+    console = Console()
+    cancel = threading.Event()
+    payload = build_payload()
+    found = False
+
+    def observe(what: str, message: str) -> None:
+        err_console.print(Text(f"{safe(what)}: {safe(message)}"[:400]), highlight=False,
+                          soft_wrap=True)
+
+    with open_store(db) as store:
+        for cluster in clusters:
+            try:
+                run, stored = measure_cluster(inventory, cluster, store.engine, payload,
+                                              options, connecting, cancel, observe)
+            except KeyboardInterrupt:
+                cancel.set()
+                err_console.print("Interrupted: every node's ranks were stopped; nothing "
+                                  "was stored.", markup=False, highlight=False)
+                sys.exit(EXIT_INTERRUPTED)
+            print_run(console, run, stored)
+            found = found or faulty(run)
+    if found:
         sys.exit(EXIT_NO_GO)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from fleet.cli.probe_display import (
     inventory_warnings,
     print_summary,
 )
-from fleet.inventory import inventory_schema, load_inventory
+from fleet.inventory import LoadedInventory, inventory_schema, load_inventory
 from fleet.payload import build_payload, write_payload
 from fleet.probe.run import ProbeOptions, ProbeReport, plan_targets
 from fleet.report.render import FORMATS, write_report
@@ -50,6 +51,7 @@ class ProbeArgs:
     sweep: str | None
     as_json: bool
     report_path: str | None
+    no_between: bool
     harness: HarnessArgs
 
 
@@ -92,6 +94,9 @@ def after_probe_report(console: Console, store: Store, report: ProbeReport,
 @click.option("--report", "report_path", metavar="PATH",
               help="Also write this run's procurement report (as `fleet report` does) to "
                    "PATH: .html, .md or .json.")
+@click.option("--no-between", is_flag=True,
+              help="Skip the steps between a cluster's nodes (all-reduce and all-gather "
+                   "across the cluster and its node pairs, as `fleet cluster run`).")
 @harness_options
 @reports_errors
 @gathered(ProbeArgs)
@@ -106,10 +111,15 @@ def probe_command(args: ProbeArgs) -> None:
     GPUs as ...": one machine listed twice, measured on contended cards; the report keeps
     their results out of its statistics until you remove one from the inventory.
 
+    Hosts with `cluster: NAME` are then measured between each other, once their own
+    suites are in: the whole cluster at once, then pairs of nodes, each pair judged
+    against its fabric (`fleet cluster run`; --no-between skips it; not with
+    --fingerprint-only). Nodes whose own probe failed are left out of it.
+
     Host keys are checked strictly: a new host is refused until you accept it with
     --accept-new-host-keys, and a changed key is always refused. Ctrl-C stops every
     remote agent and keeps what has arrived. Exit status: 0 every host probed, 3 some
-    failed, 2 bad input, 130 interrupted.
+    failed (or a cluster step failed or a pair was short), 2 bad input, 130 interrupted.
 
     \b
     Examples:
@@ -133,12 +143,70 @@ def probe_command(args: ProbeArgs) -> None:
     else:
         console = Console()
         print_summary(console, report)
+    between_faulty = False
+    if (inventory.clusters and not args.no_between and not args.fingerprint_only
+            and not report.interrupted):
+        between_faulty = _between(inventory, report, args, err_console if args.as_json
+                                  else Console())
     after_probe_report(err_console if args.as_json else Console(), store, report,
                        args.report_path)
     if report.interrupted:
         sys.exit(EXIT_INTERRUPTED)
-    if report.failed:
+    if report.failed or between_faulty:
         sys.exit(EXIT_SOME_FAILED)
+
+
+def _between(inventory: LoadedInventory, report: ProbeReport, args: ProbeArgs,
+             console: Console) -> bool:
+    """Each cluster measured between the nodes whose own probe passed; whether any
+    step failed or any pair fell short."""
+    from fleet.cli.cluster import faulty, print_run
+    from fleet.cluster.between import BetweenOptions
+    from fleet.cluster.measure import Connecting, measure_cluster
+    from fleet.errors import ClusterError
+    from fleet.sanitize import safe
+    from fleet.store.schema import open_store
+
+    cpu = args.harness.cpu
+    options = BetweenOptions(backend="gloo" if cpu else "auto")
+    connecting = Connecting(args.connect_timeout, args.connect_retries,
+                            args.accept_new_host_keys, cpu)
+    cancel = threading.Event()
+    payload = report.payload
+
+    def observe(what: str, message: str) -> None:
+        err_console.print(safe(f"{what}: {message}"[:400]), highlight=False, markup=False,
+                          soft_wrap=True)
+
+    found = False
+    with open_store(args.db) as store:
+        for cluster in inventory.clusters:
+            healthy = {o.target.name for o in report.hosts
+                       if o.ok and o.target.provider == cluster.provider
+                       and o.target.name in cluster.hosts}
+            if len(healthy) < 2:
+                console.print(f"cluster {cluster.name}: {len(healthy)} of "
+                              f"{len(cluster.hosts)} nodes passed their own probe, too few "
+                              "to measure between nodes", highlight=False, markup=False)
+                found = True
+                continue
+            try:
+                run, stored = measure_cluster(inventory, cluster, store.engine, payload,
+                                              options, connecting, cancel, observe, healthy)
+            except KeyboardInterrupt:
+                cancel.set()
+                err_console.print("Interrupted between nodes: every rank was stopped; the "
+                                  "nodes' own results are kept, nothing of the cluster was "
+                                  "stored.", markup=False, highlight=False)
+                sys.exit(EXIT_INTERRUPTED)
+            except ClusterError as exc:
+                console.print(f"cluster {cluster.name}: {exc}", highlight=False,
+                              markup=False)
+                found = True
+                continue
+            print_run(console, run, stored)
+            found = found or faulty(run)
+    return found
 
 
 @click.group("inventory")

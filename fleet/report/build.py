@@ -52,6 +52,7 @@ from fleet.analysis.stragglers import Straggler, StragglerOptions, find_straggle
 from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
 from fleet.analysis.whose import anonymized as anonymized_settings
 from fleet.report.charts import Chart, provider_charts
+from fleet.report.cluster import ClusterSection, cluster_section
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
@@ -179,6 +180,10 @@ class Report:
     # Each host's network (fabric NICs, GPUDirect RDMA) and its findings; the faults are
     # also in `dispute` (fleet/report/network.py).
     network: NetworkSection = field(default_factory=NetworkSection)
+    # Each cluster's newest run between its nodes, judged (fleet/report/cluster.py): the
+    # provider's faults also in `dispute` (kind "network"), the renter's in `renter`,
+    # the unsettled in `unsettled`.
+    cluster: ClusterSection = field(default_factory=ClusterSection)
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -207,7 +212,8 @@ class Report:
                 "health": self.health.findings, "hostlink": node["hostlink"],
                 "peer": node["peer"], "shortfall": node["shortfall"],
                 "contention": node["contention"], "corruption": len(self.corruption),
-                "job_shortfall": job["job_shortfall"], "network": self.network.count()}
+                "job_shortfall": job["job_shortfall"],
+                "network": self.network.count() + self.cluster.count()}
 
     def findings_line(self) -> str:
         """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
@@ -477,6 +483,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     corruption = [Finding.of(c.finding()) for c in find_corruption(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     network = network_section(engine, data)
+    cluster = cluster_section(engine, scope, options.anonymize)
     health = told_elsewhere(fleet_health(data.gpus), {
         (issue.provider, issue.host, gpu) for issue in node.host_links
         if issue.problem == "below maximum" for gpu in issue.gpus})
@@ -498,8 +505,10 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                                  [c for c in cooling if c.called], stragglers, drift)
                       + _node_findings(node)
                       + [Finding.of(item) for item in job.findings()]
-                      + [Finding.of(item) for item in network.findings()]),
-        renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter()]),
+                      + [Finding.of(item) for item in network.findings()]
+                      + [Finding.of(item) for item in cluster.findings()]),
+        renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter(),
+                                                   *cluster.renter()]),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
@@ -508,7 +517,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
         health=health, node=node, corruption=tuple(corruption), job=job,
-        gaps_unsettled=tuple(gaps_unsettled), network=network,
+        gaps_unsettled=tuple(gaps_unsettled), network=network, cluster=cluster,
         unsettled=tuple(Finding.of(item) for item in [
             *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
-            *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled()]))
+            *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled(),
+            *cluster.unsettled()]))

@@ -31,6 +31,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Dialect,
     Float,
@@ -772,3 +773,82 @@ class NetworkDevice(Base):
     gpu_distance: Mapped[dict[str, Any]]
     distance_source: Mapped[str | None] = mapped_column(String(32))
     sources: Mapped[list[str]] = mapped_column(Json)
+
+
+class ClusterStep(Base):
+    """One step between a cluster's nodes as it ran (fleet/cluster/results.py's
+    StepResult, docs/cluster.md): the whole cluster, a pair of a round, or a suspect
+    against a known-good node (0022). `run_id` is the controller's for one cluster run:
+    the steps of the newest run are a cluster's figures now. A failed step keeps its
+    error and has no figures."""
+
+    __tablename__ = "cluster_step"
+    __table_args__ = (
+        Index(None, "cluster", "run_id"),
+        UniqueConstraint("run_id", "step_id"),
+        CheckConstraint("kind IN ('cluster', 'pair', 'suspect')", name="kind"),
+        CheckConstraint("ranks_per_node > 0", name="ranks_per_node"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    cluster: Mapped[str] = mapped_column(String(128))
+    provider: Mapped[str | None] = mapped_column(String(128))
+    step_id: Mapped[str] = mapped_column(String(128))
+    position: Mapped[int] = mapped_column(Integer)  # the step's place in the run
+    kind: Mapped[str] = mapped_column(String(16))
+    round: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime]
+    wall_s: Mapped[float | None] = mapped_column(Float)
+    ranks_per_node: Mapped[int] = mapped_column(Integer)
+    backend: Mapped[str] = mapped_column(String(16))
+    algo: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(String(4096))
+
+
+class ClusterStepNode(Base):
+    """One node of a cluster step, in node-rank order: its agent document of the same
+    probe (NULL where none was stored), what NCCL said it used, and the NCCL_*, GLOO_*
+    and CUDA_VISIBLE_DEVICES settings its ranks ran under (NULL: not recorded; a value
+    that may be a secret is withheld, fleet/store/cluster.py) (0022)."""
+
+    __tablename__ = "cluster_step_node"
+    __table_args__ = (UniqueConstraint("cluster_step_id", "node_rank"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_step_id: Mapped[int] = mapped_column(ForeignKey("cluster_step.id"), index=True)
+    node_rank: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255))
+    document_id: Mapped[int | None] = mapped_column(ForeignKey("document.id"), index=True)
+    # False where the node sent no event: no transport (the columns below are empty).
+    reported: Mapped[bool] = mapped_column(Boolean)
+    network: Mapped[str | None] = mapped_column(String(64))
+    plugin: Mapped[str | None] = mapped_column(String(128))
+    gdrdma: Mapped[bool | None] = mapped_column(Boolean)
+    paths: Mapped[list[str]] = mapped_column(Json)
+    interfaces: Mapped[list[str]] = mapped_column(Json)
+    set_by_environment: Mapped[list[str]] = mapped_column(Json)
+    settings: Mapped[dict[str, Any] | None]
+
+
+class ClusterFigure(Base):
+    """One collective at one size of a cluster step, in nccl-tests' definitions, GB/s and
+    microseconds (fleet/cluster/results.py's StepFigure) (0022)."""
+
+    __tablename__ = "cluster_figure"
+    __table_args__ = (
+        CheckConstraint("op IN ('all_reduce', 'all_gather')", name="op"),
+        CheckConstraint("size_bytes > 0", name="size_bytes"),
+        CheckConstraint("busbw_gbs >= 0 AND algbw_gbs >= 0 AND time_us >= 0",
+                        name="figures"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_step_id: Mapped[int] = mapped_column(ForeignKey("cluster_step.id"), index=True)
+    op: Mapped[str] = mapped_column(String(16))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    busbw_gbs: Mapped[float] = mapped_column(Float)
+    algbw_gbs: Mapped[float] = mapped_column(Float)
+    time_us: Mapped[float] = mapped_column(Float)
+    busbw_min_gbs: Mapped[float | None] = mapped_column(Float)
+    busbw_max_gbs: Mapped[float | None] = mapped_column(Float)

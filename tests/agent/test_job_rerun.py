@@ -167,3 +167,17 @@ def test_only_what_was_short_is_run_again() -> None:
     assert rerun.decide(results, [dict(recorded[0], name="NCCL_ALGO")],
                         variants=variants) is None
     assert rerun.decide(results[3:], recorded, variants=variants) is None
+
+
+def test_the_records_of_the_figures_own_suite_judge_it() -> None:
+    # Suite 1.2.0 moved the bandwidth point to 128 x 8,192: its 18,234 tokens/s is
+    # healthy there, and 1.1.0's record (30,978 at 128 x 4,096) must not call it short.
+    decode = {"workload": "decode", "point": "bandwidth", "headline": True,
+              "attention": "cudnn", "tokens_per_s": 18_200.0, "hbm_share": 0.80}
+    assert rerun.short(dict(decode, suite_version="1.2.0"), variant="H100-SXM5-80GB") is None
+    floor, basis = rerun.short(dict(decode, suite_version="1.2.0", tokens_per_s=16_000.0),
+                               variant="H100-SXM5-80GB") or (0.0, "")
+    assert floor == pytest.approx(18_234.0 * 0.95)
+    assert "2026-11-28-h100x2-decode-8192" in basis
+    short_then = rerun.short(dict(decode, suite_version="1.1.0"), variant="H100-SXM5-80GB")
+    assert short_then is not None and short_then[0] == pytest.approx(30_978.0 * 0.95)

@@ -32,9 +32,9 @@ def test_llama3_8b_layer_counts() -> None:
     assert causal == 6 * 872_452_096 + 6 * 4 * 4096 * 4096
     # The 79,160 tokens/s on a lent H100 is 478 TFLOP/s by this count.
     assert round(79_160 * dense / 1e12) == 478
-    # Decode's bandwidth point: every bf16 weight and the 2 x 4 layers x 128 x 4096 x 8 x
-    # 128 cache, once: 10.3 GB a step, the cache five times the weights.
-    cache = 2 * 4 * 128 * 4096 * 8 * 128
+    # Decode's bandwidth point: every bf16 weight and the 2 x 4 layers x 128 x 8192 x 8 x
+    # 128 cache, once: 18.9 GB a step, the cache ten times the weights.
+    cache = 2 * 4 * 128 * 8192 * 8 * 128
     assert transformer.DECODE.decode_bytes_per_step(2) == 2 * (872_452_096 + cache)
     assert transformer.DECODE_POINTS["bandwidth"] is transformer.DECODE
     latency = transformer.DECODE_POINTS["latency"]
@@ -345,3 +345,52 @@ def test_a_decode_point_that_fails_leaves_training_and_the_other_point(
     assert "decode at the latency point failed (RuntimeError: operation not permitted " \
            "when stream is capturing); its training figure and the other decode point " \
            "stand" in error["message"]
+
+
+def test_a_threads_backend_is_its_own() -> None:
+    # The node's GPUs run in threads of one process, and torch's backend switch is
+    # process-wide: a thread entering and leaving a backend must never leave another
+    # thread's calls under it (on a lent 2x H100 a cuDNN step once found the switch set
+    # for a backend that refused its shape). Here one thread keeps asking for the
+    # efficient backend, which has no CPU kernel, while another attends with math.
+    import threading
+
+    import torch.nn.functional as F
+
+    q = torch.randn(1, 2, 8, 16)
+    k = torch.randn(1, 2, 8, 16)
+    flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
+             torch.backends.cuda.mem_efficient_sdp_enabled())
+    with transformer.attention_backend("efficient"), pytest.raises(RuntimeError):
+        transformer.sdpa(q, k, k)  # the efficient backend truly refuses on the CPU
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def switcher() -> None:
+        while not stop.is_set():
+            with transformer.attention_backend("efficient"):
+                pass
+
+    def attender() -> None:
+        want = F.scaled_dot_product_attention(q, k, k)
+        for _ in range(3000):
+            with transformer.attention_backend("math"):
+                try:
+                    got = transformer.sdpa(q, k, k)
+                except RuntimeError as exc:
+                    failures.append(str(exc))
+                    return
+            if not torch.allclose(got, want, atol=1e-5):
+                failures.append("a wrong result")
+                return
+
+    threads = [threading.Thread(target=switcher), threading.Thread(target=attender)]
+    for thread in threads:
+        thread.start()
+    threads[1].join()
+    stop.set()
+    threads[0].join()
+    assert failures == []
+    # And the process-wide switch is as it was.
+    assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
+            torch.backends.cuda.mem_efficient_sdp_enabled()) == flags

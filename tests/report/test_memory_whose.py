@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.document import parse_document
-from fleet.errors import AgentError
 from fleet.report import ReportOptions, build_report
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo
@@ -85,11 +84,3 @@ def test_without_a_rerun_it_is_unsettled_under_suspects_and_disputed_without(
     else:
         assert len(_memory(report.dispute)) == 1
 
-
-def test_a_host_copy_is_never_measured_again() -> None:
-    data = _document(None)
-    pinned = next(r for r in data["node"] if r["kind"] == "host_to_device")
-    pinned["rerun"] = _document(1.0)["node"][0].get("rerun") or next(
-        r["rerun"] for r in _document(1.0)["node"] if r.get("rerun"))
-    with pytest.raises(AgentError, match="a host_to_device figure is not measured again"):
-        parse_document(data, "edited")

@@ -55,7 +55,8 @@ def test_stores_every_part_of_a_document(engine: Engine, counts: Counts) -> None
                               "document": 1, "fingerprint": 2, "benchmark_result": 2,
                               "host_error": 1, "run_host": 1, "result_series": 2,
                               "node_result": 0, "job_result": 0, "run_setting": 0,
-                              "network": 0, "network_device": 0}
+                              "network": 0, "network_device": 0,
+                              "cluster_step": 0, "cluster_step_node": 0, "cluster_figure": 0}
     with engine.connect() as conn:
         run = conn.execute(select(ProbeRun)).one()
         result = conn.execute(select(BenchmarkResult).order_by(BenchmarkResult.gpu_index)

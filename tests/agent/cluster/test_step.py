@@ -1,0 +1,309 @@
+"""`python -m agent cluster` end to end: "nodes" are real agent processes on 127.0.0.1, each
+starting its real gloo ranks, meeting at a real TCPStore; nothing is mocked. Failures are
+made as they happen on a cluster: a node that never comes, a node killed mid-collective,
+a controller closing the channel."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from agent.__main__ import main as agent_main
+from agent.cluster import step
+from tests.conftest import ROOT
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _node(port: int, nodes: int, node_rank: int, ranks: int, *extra: str,
+          stdin: int | IO[bytes] = subprocess.DEVNULL) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent", "cluster", "--address", "127.0.0.1", "--port",
+         str(port), "--nodes", str(nodes), "--node-rank", str(node_rank),
+         "--ranks-per-node", str(ranks), *extra],
+        cwd=ROOT, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, start_new_session=True)
+
+
+def _events(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    events = [json.loads(line) for line in text.splitlines()]
+    assert all(e["event"] == "progress" for e in events[:-1])
+    assert events[-1]["event"] == "cluster"
+    body: dict[str, Any] = events[-1]["cluster"]
+    return events[:-1], body
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, dict[str, Any]]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, _events(out)[1]
+
+
+def _ranks_alive(port: int) -> list[int]:
+    """The pids of live rank processes of the step at `port`, read from /proc."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if (b"agent.cluster.rank" in b" ".join(cmdline) and str(port).encode() in cmdline
+                and state != "Z"):
+            alive.append(int(entry.name))
+    return alive
+
+
+def _wait_gone(port: int, within_s: float) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while _ranks_alive(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _ranks_alive(port)
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str, within_s: float) -> list[str]:
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"no {needle!r} in {lines}")
+
+
+def _check_figures(body: dict[str, Any], world: int, sizes: list[int]) -> None:
+    figures = body["figures"]
+    assert [(f["op"], f["size_bytes"]) for f in figures] == (
+        [("all_reduce", s) for s in sizes] + [("all_gather", s) for s in sizes])
+    for f in figures:
+        assert f["ranks"] == world and f["checked"] is True and f["dtype"] == "float32"
+        assert (f["warmup"], f["iterations"]) == (5, 20)
+        assert len(f["samples_busbw_gbs"]) == 20
+        # nccl-tests' definitions, recomputed from the figure's own time and size.
+        factor = 2 * (world - 1) / world if f["op"] == "all_reduce" else (world - 1) / world
+        algbw = f["size_bytes"] / (f["time_us"] / 1e6) / 1e9
+        assert f["algbw_gbs"] == pytest.approx(algbw, rel=1e-5)
+        assert f["busbw_gbs"] == pytest.approx(algbw * factor, rel=1e-5)
+        # The median iteration's: half the samples at or above it.
+        assert f["busbw_gbs"] == pytest.approx(
+            statistics.median_low(f["samples_busbw_gbs"]), rel=1e-5)
+        assert f["busbw_min_gbs"] == min(f["samples_busbw_gbs"]) > 0
+        assert f["busbw_max_gbs"] == max(f["samples_busbw_gbs"])
+
+
+@pytest.mark.parametrize(("ranks", "sizes"), [(1, "64K,256K"), (2, "16K,64K")])
+def test_two_nodes_report_the_same_checked_figures(ranks: int, sizes: str) -> None:
+    port = _free_port()
+    extra = ("--sizes", sizes, "--timeout-s", "30", "--step", "pair-1-0", "--algo", "ring",
+             "--interface", "lo")
+    started = time.monotonic()
+    nodes = [_node(port, 2, i, ranks, *extra) for i in (0, 1)]
+    results = [_finish(node, 60) for node in nodes]
+    wall = time.monotonic() - started
+    assert [code for code, _ in results] == [0, 0], results
+    bodies = [body for _, body in results]
+    world = 2 * ranks
+    for i, body in enumerate(bodies):
+        assert body["schema"] == "fleet-cluster/1" and body["errors"] == []
+        assert body["step"] == {"id": "pair-1-0", "nodes": 2, "node_rank": i,
+                                "ranks_per_node": ranks, "world": world,
+                                "address": "127.0.0.1", "port": port}
+        assert body["backend"] == "gloo" and body["gpus"] == [] and body["algo"] == "Ring"
+        # What the ranks ran under: NCCL's log asked for, the step's own settings.
+        assert body["settings"]["NCCL_DEBUG"] == "INFO"
+        assert body["settings"]["NCCL_DEBUG_SUBSYS"] == "INIT,NET,ENV"
+        assert body["settings"]["NCCL_ALGO"] == "Ring"
+        assert body["settings"]["NCCL_SOCKET_IFNAME"] == "lo"
+        assert body["settings"]["GLOO_SOCKET_IFNAME"] == "lo"
+        assert body["transport"]["network"] is None and body["transport"]["gdrdma"] is None
+        assert 0 < body["wall_s"] < wall
+        _check_figures(body, world, [16 << 10, 64 << 10] if ranks == 2 else
+                       [64 << 10, 256 << 10])
+    # Each iteration's time is max-reduced over the world: both nodes hold the same.
+    assert bodies[0]["figures"] == bodies[1]["figures"]
+
+
+def test_a_node_that_never_arrives_fails_the_other_within_the_timeout() -> None:
+    # Node 0 hosts the store and waits for node 1; node 1 of another step waits for a
+    # store nobody hosts. Both at once: the two sides of the rendezvous.
+    ports = [_free_port(), _free_port()]
+    started = time.monotonic()
+    alone = [_node(ports[0], 2, 0, 1, "--timeout-s", "3"),
+             _node(ports[1], 2, 1, 1, "--timeout-s", "3")]
+    results = [_finish(node, 30) for node in alone]
+    # The ranks' own timeout, not the command's backstop (3 + GRACE_S): torch's reason said.
+    assert time.monotonic() - started < 3 + 15 < 3 + step.GRACE_S
+    for port, (code, body) in zip(ports, results, strict=True):
+        assert code == 3
+        assert body["figures"] == []
+        [error] = body["errors"]
+        assert error["stage"] == "rendezvous"
+        assert error["message"].startswith(
+            f"could not join the rendezvous 127.0.0.1:{port} within 3 s: "), error
+    assert "waiting for clients" in results[0][1]["errors"][0]["message"]
+    assert "trying to connect" in results[1][1]["errors"][0]["message"]
+    assert _wait_gone(ports[0], 2) == [] and _wait_gone(ports[1], 2) == []
+
+
+def test_a_node_killed_mid_collective_fails_the_other_and_leaves_no_rank() -> None:
+    port = _free_port()
+    # gloo's default sizes (1M, 16M): seconds of work left once the first is timed.
+    survivor = _node(port, 2, 0, 1, "--timeout-s", "20")
+    victim = _node(port, 2, 1, 1, "--timeout-s", "20")
+    _read_until(victim, "all_reduce of 1 MiB over 2 ranks: checked", 30)
+    victims_ranks = _ranks_alive(port)
+    assert len(victims_ranks) == 2  # one a node
+    # The node's command alone, SIGKILL: its ranks must see it gone and follow.
+    os.kill(victim.pid, signal.SIGKILL)
+    started = time.monotonic()
+    code, body = _finish(survivor, 40)
+    assert time.monotonic() - started < 20
+    assert code == 3 and body["figures"] == []
+    [error] = body["errors"]
+    assert error["stage"] in ("all_reduce", "all_gather")
+    assert error["message"].startswith(f"{error['stage']} of "), error
+    assert " failed on rank 0: " in error["message"]
+    victim.communicate(timeout=10)
+    assert _wait_gone(port, 5) == []
+
+
+@pytest.mark.parametrize(("how", "said"), [("eof", "stopped by the controller"),
+                                           ("sigterm", "stopped by signal SIGTERM")])
+def test_a_stopped_step_kills_its_ranks_and_says_so(how: str, said: str) -> None:
+    port = _free_port()
+    node = _node(port, 2, 0, 2, "--timeout-s", "60", "--stop-on-eof",
+                 stdin=subprocess.PIPE)
+    _read_until(node, "joining 127.0.0.1", 30)
+    assert len(_ranks_alive(port)) == 2
+    assert node.stdin is not None
+    if how == "eof":
+        node.stdin.close()  # the controller closing the SSH channel
+    else:
+        node.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    out = node.stdout.read() if node.stdout else ""
+    node.wait(timeout=10)
+    assert time.monotonic() - started < 3
+    assert node.returncode == 3
+    _, body = _events(out)
+    assert body["errors"] == [{"stage": "stopped", "message": said}]
+    assert body["figures"] == []
+    assert _ranks_alive(port) == []
+
+
+def test_fewer_gpus_than_ranks_asked_is_said() -> None:
+    # This machine has no CUDA: NCCL asked for one GPU a rank finds none.
+    code, body = _finish(_node(_free_port(), 1, 0, 1, "--backend", "nccl",
+                               "--timeout-s", "5"), 30)
+    assert code == 3 and body["backend"] == "nccl"
+    [error] = body["errors"]
+    assert error["stage"] == "ranks"
+    assert error["message"].startswith("--ranks-per-node 1 needs 1 GPUs, and CUDA sees 0 "
+                                       "here (CUDA_VISIBLE_DEVICES=")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--nodes", "2", "--node-rank", "2"], "argument --node-rank: 2 is not below --nodes 2"),
+    (["--nodes", "2", "--node-rank", "0", "--port", "80"],
+     "argument --port: 80 is out of range: 1024-65535"),
+    (["--nodes", "2", "--node-rank", "0", "--port", "70000"],
+     "argument --port: 70000 is out of range"),
+    (["--nodes", "2", "--node-rank", "0", "--algo", "Spiral"],
+     "argument --algo: 'Spiral' is not one of NCCL's algorithms: Tree, Ring"),
+    (["--nodes", "2", "--node-rank", "0", "--sizes", "16Q"],
+     "argument --sizes: '16Q' is not a size"),
+    (["--nodes", "2", "--node-rank", "0", "--sizes", "4"],
+     "argument --sizes: 4 bytes do not hold one float32 for each of the 2 ranks"),
+    (["--nodes", "0", "--node-rank", "0"], "argument --nodes: 0 is below 1"),
+    (["--nodes", "2", "--node-rank", "0", "--interface", "eth0;rm"],
+     "argument --interface: 'eth0;rm' is not in NCCL_SOCKET_IFNAME's form"),
+])
+def test_bad_options_are_refused_naming_the_option(
+        args: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    base = {"--address": "127.0.0.1", "--port": "29550", "--ranks-per-node": "1"}
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    argv = ["cluster"] + [x for k, v in {**base, **given}.items() for x in (k, v)]
+    with pytest.raises(SystemExit) as exited:
+        agent_main(argv)
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_gloo_is_given_the_interface_nccls_form_picks() -> None:
+    names = ["lo", "eth0", "eth1", "docker0", "ib0"]
+    assert step.gloo_interface("eth", names) == "eth0"
+    assert step.gloo_interface("=eth1", names) == "eth1"
+    assert step.gloo_interface("^docker,lo", names) == "eth0"
+    assert step.gloo_interface("^=eth0,lo,docker0", names) == "eth1"
+    assert step.gloo_interface("bond", names) is None
+
+
+PY38_CHECK = """
+import json, sys
+from agent.cluster import nccl_log, options, rank, step
+log = open(sys.argv[1]).read()
+print(json.dumps(nccl_log.transport([log]), sort_keys=True))
+"""
+
+
+def test_the_step_imports_and_parses_on_python_3_8(python38: str) -> None:
+    # torch is not there: only the ranks import it.
+    log = Path(__file__).parent / "nccl_logs" / "ib-gdrdma.log"
+    done = subprocess.run([python38, "-c", PY38_CHECK, str(log)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["gdrdma"] is True
+    helped = subprocess.run([python38, "-m", "agent", "cluster", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert helped.returncode == 0, helped.stderr
+    assert "python -m agent cluster --address 10.0.4.21" in helped.stdout
+
+
+def test_a_rank_that_stalls_is_killed_by_the_command_past_the_timeout() -> None:
+    # A hung CUDA call or an NCCL bootstrap that never returns looks like this: a rank
+    # alive that says nothing. The command's own backstop, past the ranks' timeout.
+    port = _free_port()
+    peer = _node(port, 2, 1, 1, "--timeout-s", "3")
+    said: list[dict[str, Any]] = []
+    cfg = step.Config(address="127.0.0.1", port=port, nodes=2, node_rank=0,
+                      ranks_per_node=1, backend="gloo", timeout_s=3.0, grace_s=1.0)
+    done: list[tuple[dict[str, Any], int]] = []
+    worker = threading.Thread(target=lambda: done.append(step.run(cfg, said.append)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not any("checked" in e["message"] for e in said) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [mine] = [pid for pid in _ranks_alive(port)
+              if b"--rank\0000\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(mine, signal.SIGSTOP)
+    worker.join(timeout=30)
+    [(body, code)] = done
+    assert code == 3 and body["figures"] == []
+    [error] = body["errors"]
+    assert error["stage"] == "timeout"
+    assert re.match(r"the ranks said nothing for 4 s after: all_(reduce|gather) of \d+ MiB "
+                    r"over 2 ranks: checked; 5 warm-up, 20 timed; killed$", error["message"])
+    peer.communicate(timeout=20)
+    assert peer.returncode == 3
+    assert _wait_gone(port, 5) == []

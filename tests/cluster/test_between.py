@@ -1,0 +1,196 @@
+"""`fleet cluster run` as a user runs it: real sshd servers on loopback as the nodes, the
+agent uploaded and started on each over SSH, its ranks joining across the "nodes" through
+torch.distributed's gloo on the CPU, the run judged and stored in SQLite.
+
+What a GPU node adds (NCCL, its transport, the fabric's figures) ran for real on a lent
+2x H100 split in two by NCCL_HOSTID (bench/device_cluster_split.sh); here it is the
+orchestration: the rendezvous check before anything starts, the steps in order, a node
+that dies mid-collective failing its step while the others are stopped, nothing
+half-measured stored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from fleet.store.cluster import read_cluster_runs
+from fleet.store.database import open_engine, resolve
+from fleet.store.models import ClusterFigure, ClusterStep
+from tests.cluster.test_reach import (  # noqa: F401 (fixtures)
+    USER,
+    assert_80_columns,
+    client_key,
+    fleet,
+    isolated_python,
+    servers,
+    ssh,
+)
+from tests.probe.sshd import SshServer, free_port
+
+PYTHON = sys.executable  # torch (CPU) is installed beside fleet for the tests
+
+
+def write_inventory(root: Path, key: Path, hosts: dict[str, dict[str, Any]], port: int
+                    ) -> Path:
+    document = {
+        "defaults": {"user": USER, "identity_file": str(key), "ssh_config": "none",
+                     "python": PYTHON, "runtime": {"use": "host"},
+                     "cache_dir": str(root / "cache")},
+        "providers": {"lab": {"cluster": "pod", "hosts": hosts}},
+        "clusters": {"pod": {"rendezvous_port": port}},
+    }
+    path = root / "inventory.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def table(stdout: str) -> dict[str, list[str]]:
+    return {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in stdout.splitlines() if line.startswith("│")}
+
+
+def agent_processes() -> list[str]:
+    """Command lines of the agent's cluster steps and ranks still running on this machine."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "agent.cluster" in line or " cluster --address" in line:
+            found.append(line)
+    return found
+
+
+def test_two_nodes_measured_judged_and_stored(tmp_path: Path, client_key: Path,  # noqa: F811
+                                             servers: list[SshServer]) -> None:  # noqa: F811
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {"h1": ssh(servers[0]),
+                                                  "h2": ssh(servers[1])}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    done = fleet(tmp_path, "cluster", "run", str(path), "--cpu", "--db", db,
+                 "--accept-new-host-keys", "--connect-retries", "0", "--sizes", "64K,1M",
+                 timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_80_columns(done.stdout)
+    rows = table(done.stdout)
+    assert set(rows) == {"cluster", "pair-r1-0"}
+    assert rows["cluster"][:2] == ["h1 h2", "gloo"]
+    assert rows["pair-r1-0"][:2] == ["h1 h2", "gloo"]
+    assert float(rows["pair-r1-0"][2]) > 0  # the all-reduce's bus bandwidth, GB/s
+    assert "stored 2 steps" in done.stdout
+    # Judged: gloo over TCP is not the fabric's figure, said as information, not a fault.
+    assert "fault" not in done.stdout.lower()
+    location = resolve(db)
+    engine = open_engine(location)
+    try:
+        [run] = read_cluster_runs(engine, "pod")
+        assert [r.kind for r in run.results] == ["cluster", "pair"]
+        for result in run.results:
+            assert result.error is None and result.backend == "gloo"
+            assert result.hosts == ("h1", "h2") and result.ranks_per_node == 1
+            sizes = sorted({(f.op, f.size_bytes) for f in result.figures})
+            assert [op for op, _ in sizes] == ["all_gather", "all_gather", "all_reduce",
+                                               "all_reduce"]
+            reduce = max((f for f in result.figures if f.op == "all_reduce"),
+                         key=lambda f: f.size_bytes)
+            # nccl-tests' busbw for two ranks: algbw x 2(n-1)/n = algbw.
+            assert reduce.busbw_gbs == pytest.approx(reduce.algbw_gbs, rel=1e-3)
+        assert run.results[1].algo == "Ring"  # a pair forces the ring; the cluster does not
+        assert run.results[0].algo is None
+    finally:
+        engine.dispose()
+    assert agent_processes() == []
+
+
+def test_a_node_that_cannot_reach_the_rendezvous_starts_nothing(
+        tmp_path: Path, client_key: Path, servers: list[SshServer],  # noqa: F811
+        isolated_python: Path) -> None:  # noqa: F811
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {
+        "h1": ssh(servers[0]), "h2": ssh(servers[1], python=str(isolated_python))}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    done = fleet(tmp_path, "cluster", "run", str(path), "--cpu", "--db", db,
+                 "--accept-new-host-keys", "--connect-retries", "0", timeout=240)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert_80_columns(done.stdout)
+    assert "no-go, nothing was started" in done.stdout
+    assert "h2:" in done.stdout and "nothing stored" not in done.stderr
+    engine = open_engine(resolve(db))
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(ClusterStep)).scalar() == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_node_dying_mid_collective_fails_its_steps_and_stops_the_others(
+        tmp_path: Path, client_key: Path, servers: list[SshServer]) -> None:  # noqa: F811
+    # h2's python kills its own process group (the agent and its ranks) six seconds into
+    # each cluster step: after the rendezvous, during the collectives.
+    dying = tmp_path / "dying-python"
+    dying.write_text("#!/bin/sh\n"
+                     'case " $* " in *" cluster "*) ( sleep 6; kill -KILL 0 ) & ;; esac\n'
+                     f'exec {PYTHON} "$@"\n')
+    dying.chmod(0o755)
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {
+        "h1": ssh(servers[0]), "h2": ssh(servers[1], python=str(dying))}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    done = fleet(tmp_path, "cluster", "run", str(path), "--cpu", "--db", db,
+                 "--accept-new-host-keys", "--connect-retries", "0",
+                 "--sizes", "64M,256M", "--step-timeout", "20", "--no-suspects",
+                 timeout=300)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert_80_columns(done.stdout)
+    rows = table(done.stdout)
+    assert rows["cluster"][-1] == "failed" and rows["pair-r1-0"][-1] == "failed"
+    said = " ".join(done.stdout.split())
+    assert "cluster failed: h2" in said or "cluster failed: h1" in said
+    engine = open_engine(resolve(db))
+    try:
+        [run] = read_cluster_runs(engine, "pod")
+        assert all(r.error for r in run.results)
+        with engine.connect() as conn:
+            # Failed steps are stored with their reason and never with figures.
+            assert conn.execute(select(func.count()).select_from(ClusterFigure)).scalar() == 0
+    finally:
+        engine.dispose()
+    assert agent_processes() == []
+
+
+def test_probe_measures_the_cluster_after_its_nodes(tmp_path: Path, client_key: Path,  # noqa: F811
+                                                    servers: list[SshServer]) -> None:  # noqa: F811
+    # `fleet probe` runs each node's own suite, then the cluster between the nodes whose
+    # suite passed; the steps are stored beside the nodes' documents, each node's step
+    # row pointing at the document its fingerprint was judged by.
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {"h1": ssh(servers[0]),
+                                                  "h2": ssh(servers[1])}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    done = fleet(tmp_path, "probe", str(path), "--cpu", "--size", "128", "--quick",
+                 "--measure-s", "0.3", "--db", db, "--accept-new-host-keys",
+                 "--connect-retries", "0", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cluster pod: 2 nodes" in done.stdout
+    assert set(table(done.stdout)) >= {"cluster", "pair-r1-0"}
+    engine = open_engine(resolve(db))
+    try:
+        [run] = read_cluster_runs(engine, "pod")
+        assert [r.kind for r in run.results] == ["cluster", "pair"]
+        assert set(run.documents) == {"h1", "h2"} and all(run.documents.values())
+    finally:
+        engine.dispose()
+    skipped = fleet(tmp_path, "probe", str(path), "--fingerprint-only", "--db", db,
+                    "--connect-retries", "0", timeout=300)
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert "cluster pod" not in skipped.stdout

@@ -1,0 +1,176 @@
+"""The report's "Between the nodes" section end to end, on SQLite and PostgreSQL: three
+nodes' agent documents stored through the real ingest path with real network
+fingerprints (a and b 8 x NDR; the third, whose name is markup, the same with one port
+at HDR), a cluster run stored beside them (fleet/store/cluster.py), the report built and
+rendered. The pairs, nodes, whole figure and findings are in the section; the provider's
+fault is in "What to dispute", the renter's in "Yours to fix", the unsettled apart; a
+host's strings reach the page as text, in Chromium too."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from fleet.cluster.results import NodeTransport, StepKind, StepResult
+from fleet.document import parse_document
+from fleet.report import ReportOptions, build_report, render
+from fleet.report.build import Report
+from fleet.store.cluster import record_cluster_run
+from fleet.store.ingest import Ingest, Origin, RunInfo
+from tests.report.browser import open_page
+from tests.store import network_factory
+from tests.store.test_cluster_store import figures, ib
+
+EVIL = "<script>console.log('pwned')</script>"
+START = dt.datetime(2026, 11, 28, 9, 0, tzinfo=dt.UTC)
+CASES = {"a": "h100-8x-ib-ndr", "b": "h100-8x-ib-ndr", EVIL: "h100-8x-ib-hdr-port"}
+
+
+def _step(step_id: str, kind: StepKind, hosts: tuple[str, ...], reduce: float | None,
+          round_: int | None = None, error: str | None = None,
+          transports: tuple[NodeTransport, ...] | None = None) -> StepResult:
+    return StepResult("pod", step_id, kind, round_, hosts, 8, "nccl", "Ring",
+                      () if reduce is None else figures(reduce, reduce + 10),
+                      tuple(ib(h) for h in hosts) if transports is None else transports,
+                      error)
+
+
+def _store(engine: Engine, run_id: str = "run-1", start: dt.datetime = START,
+           steps: list[StepResult] | None = None,
+           settings: dict[str, dict[str, str]] | None = None) -> Report:
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        documents: dict[str, int | None] = {
+            h: ingest.store(parse_document(network_factory.document(case, f"node-{i}"), h),
+                            Origin("lent", h)).document_id
+            for i, (h, case) in enumerate(CASES.items())}
+    steps = steps if steps is not None else [
+        _step("whole", "cluster", ("a", "b", EVIL), 330.0),
+        _step("r1-ab", "pair", ("a", "b"), 370.0, 1),
+        _step("r2-ae", "pair", ("a", EVIL), 185.0, 2),
+        _step("r3-be", "pair", ("b", EVIL), None, 3, error=f"rank 9 of {EVIL} died",
+              transports=(ib("b"),))]
+    record_cluster_run(engine, run_id, steps, documents,
+                       settings if settings is not None else {h: {} for h in CASES},
+                       started_at={s.step_id: start for s in steps}, provider="lent")
+    return build_report(engine, ReportOptions(), "test")
+
+
+def _section(page: str) -> str:
+    found = re.search(r'<section id="cluster">(.*?)</section>', page, re.S)
+    assert found is not None
+    return found.group(1)
+
+
+def _cells(part: str) -> list[list[str]]:
+    rows = []
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", part, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        if cells:
+            rows.append([html.unescape(" ".join(re.sub(r"<[^>]+>", " ", c).split()))
+                         for c in cells])
+    return rows
+
+
+def test_the_newest_run_is_shown_with_its_pairs_nodes_and_findings(engine: Engine) -> None:
+    report = _store(engine)
+    (view,) = report.cluster.clusters
+    assert (view.cluster, view.provider, view.run_id, view.steps, view.failed) == (
+        "pod", "lent", "run-1", 4, 1)
+    assert view.whole.startswith("all_reduce busbw 330 GB/s at 1 GiB over 3 nodes x 8 ranks")
+    page = render(report, "html")
+    rows = _cells(_section(page))
+    # Round, nodes, transport, all-reduce, all-gather, expected, share, verdict.
+    assert rows[:3] == [
+        ["1", "a and b", "NET/IB GDRDMA", "370 GB/s", "380 GB/s", "400 GB/s", "92%",
+         "passed"],
+        ["2", f"a and {EVIL}", "NET/IB GDRDMA", "185 GB/s", "195 GB/s", "400 GB/s", "46%",
+         f"short below rate on {EVIL} (the provider's)"],
+        ["3", f"b and {EVIL}", f"b: NET/IB GDRDMA; {EVIL}: not said", "-", "-", "400 GB/s",
+         "-", f"failed the step failed: rank 9 of {EVIL} died (unsettled)"]]
+    # Node, pairs, passed, ratio, slow / suspect.
+    assert rows[3:] == [["a", "2", "1", "50%", ""], ["b", "2", "1", "50%", ""],
+                        [EVIL, "2", "0", "0%", "slow"]]
+    # The provider's short pair is disputed; the failed step is not settled.
+    (disputed,) = [f for f in report.dispute
+                   if f.kind == "network" and f.title.startswith("a and ")]
+    assert disputed.title == (f"a and {EVIL}: all_reduce 185 GB/s, 46% of the 400 GB/s "
+                              f"their fabric should give (below rate on {EVIL})")
+    assert disputed.provider == "lent"
+    assert disputed.details[0].startswith("action: ")
+    assert disputed.details[2] == "cluster pod, run run-1, steps r2-ae"
+    assert any(f.title == "step r3-be (pair b and " + EVIL + ") failed"
+               for f in report.unsettled)
+    assert not any("r3-be" in f.title for f in report.dispute)
+    # The network's own fault on the HDR node (below rate), and the pair's.
+    assert report.counts()["network"] == 2
+    md = render(report, "md")
+    assert "## Between the nodes" in md
+    assert "| 1 | a and b | NET/IB GDRDMA | 370 GB/s | 380 GB/s | 400 GB/s | 92% | passed |" in md
+
+
+def test_a_hosts_strings_are_text_on_the_page(engine: Engine) -> None:
+    report = _store(engine)
+    page, md = render(report, "html"), render(report, "md")
+    assert "<script>console.log" not in page
+    assert "&lt;script&gt;console.log(&#39;pwned&#39;)&lt;/script&gt;" in _section(page)
+    assert "<script>" not in md and "&lt;script&gt;console.log" in md
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_section_renders_in_chromium(engine: Engine, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    out.write_text(render(_store(engine), "html"), encoding="utf-8")
+    page = open_page(out.as_uri(), tmp_path)
+    assert not [line for line in page.console if "pwned" in line]
+    section = _section(page.dom)
+    assert "<script>" not in section and "&lt;script&gt;" in section
+    assert section.count("<tr") == 2 + 3 + 3  # two heads, three pairs, three nodes
+
+
+def test_only_the_newest_run_is_shown(engine: Engine) -> None:
+    _store(engine, "old", START, [_step("r1-ab", "pair", ("a", "b"), 100.0, 1)])
+    report = _store(engine, "new", START + dt.timedelta(hours=2),
+                    [_step("r1-ab", "pair", ("a", "b"), 371.0, 1)])
+    (view,) = report.cluster.clusters
+    assert view.run_id == "new"
+    assert [(p.all_reduce, p.verdict) for p in view.pairs] == [("371 GB/s", "passed")]
+
+
+def test_a_socket_fallback_the_run_asked_for_is_the_renters(engine: Engine) -> None:
+    socket = tuple(NodeTransport(h, "Socket", None, None, ("NET/Socket/0",),
+                                 ("eth0:10.0.0.5<0>",)) for h in ("a", "b"))
+    asked = {"NCCL_NET": "Socket"}
+    report = _store(engine, steps=[_step("r1-ab", "pair", ("a", "b"), 20.0, 1,
+                                         transports=socket)],
+                    settings={"a": asked, "b": asked, EVIL: {}})
+    (view,) = report.cluster.clusters
+    (pair,) = view.pairs
+    assert (pair.transport, pair.verdict, pair.whose) == ("NET/Socket", "short",
+                                                          "the renter's")
+    renters = [f for f in report.renter if f.kind == "network"]
+    assert renters and all("a and b" in f.title for f in renters)
+    assert not any(f.title.startswith("a and b") for f in report.dispute)
+
+
+def test_no_cluster_steps_no_section(engine: Engine) -> None:
+    with Ingest(engine, RunInfo(kind="probe")) as ingest:
+        ingest.store(parse_document(network_factory.document("h100-8x-ib-ndr", "a"), "a"),
+                     Origin("lent", "a"))
+    report = build_report(engine, ReportOptions(), "test")
+    assert not report.cluster.shown
+    assert 'id="cluster"' not in render(report, "html")
+    assert "Between the nodes" not in render(report, "md")
+
+
+def test_an_anonymized_report_leaves_the_section_out(engine: Engine) -> None:
+    _store(engine)
+    report = build_report(engine, ReportOptions(anonymize=True), "test")
+    assert report.cluster.shown and report.cluster.clusters == ()
+    text = render(report, "html") + render(report, "md") + render(report, "json")
+    assert "Left out of an anonymized report" in text
+    assert "console.log" not in text and "r2-ae" not in text
