@@ -81,9 +81,9 @@ if TYPE_CHECKING:
     from fleet.store.intake import Item
     from fleet.store.prune import Pruned
 
-__all__ = ["FINDING_COLUMNS", "FINGERPRINT_COLUMNS", "NIGHT_COLUMNS", "NODE_COLUMNS",
-           "RESULT_COLUMNS",
-           "RUN_COLUMNS", "BenchOptions", "Column", "ProbeOptions", "ProbeReport", "Store"]
+__all__ = ["CLUSTER_COLUMNS", "FINDING_COLUMNS", "FINGERPRINT_COLUMNS", "NIGHT_COLUMNS",
+           "NODE_COLUMNS", "RESULT_COLUMNS", "RUN_COLUMNS", "BenchOptions", "Column",
+           "ProbeOptions", "ProbeReport", "Store"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -256,6 +256,30 @@ FINDING_COLUMNS = _columns(
     ("evidence", "string", "what it rests on: GPUs, hosts, intervals, the rule"),
     ("details", "object", "the evidence's items, a list, one per line (each outlying "
                           "figure, each difference); empty for none"),
+)
+
+CLUSTER_COLUMNS = _columns(
+    ("cluster", "string", "the cluster (the inventory's `cluster:`)"),
+    ("provider", "category", "its provider"),
+    ("run_id", "string", "the cluster run the step belongs to (one `fleet cluster run` or "
+                         "probe)"),
+    ("started_at", "datetime", "when the step started"),
+    ("step", "string", "the step's id"),
+    ("kind", "string", '"cluster" (every node at once), "pair" or "suspect"'),
+    ("round", "Int64", "the pair round; missing for the whole-cluster step"),
+    ("hosts", "string", "the step's nodes, the rendezvous node first, space-separated"),
+    ("ranks_per_node", "int64", "ranks (GPUs) each node ran"),
+    ("backend", "string", '"nccl" or "gloo"'),
+    ("transport", "string", "NCCL's network as its log said: \"IB GDRDMA\", \"Socket\""),
+    ("all_reduce_gbs", "float64", "the all-reduce's bus bandwidth at its largest size, GB/s"),
+    ("all_gather_gbs", "float64", "the all-gather's, GB/s"),
+    ("expected_gbs", "float64", "what the pair's fabric should give (the lesser node's "
+                                "Active ports x rate), GB/s; missing where nothing says"),
+    ("share", "float64", "the judged figure over expected_gbs"),
+    ("passed", "boolean", "at least 90% of expected_gbs; missing where not judged"),
+    ("cause", "string", "why it is short, or the step's error"),
+    ("whose", "string", '"provider", "renter" or "unsettled" for a pair that did not pass'),
+    ("error", "string", "why the step failed; missing where it ran"),
 )
 
 
@@ -701,6 +725,44 @@ class Store:
         return _frame(RUN_COLUMNS, records)
 
     @_guarded
+    def cluster_pairs(self, *, cluster: str | None = None, provider: str | None = None,
+                      latest: bool = True) -> pd.DataFrame:
+        """The steps between a cluster's nodes, a row a step, judged against the fabric
+        (docs/cluster.md): each cluster's newest run, or every run with `latest=False`.
+
+        Example (the pairs that fell short, and whose they are):
+
+            pairs = fleet.Store().cluster_pairs()
+            pairs[pairs.passed == False][["cluster", "hosts", "all_reduce_gbs",
+                                          "expected_gbs", "cause", "whose"]]
+
+        Columns:
+        """
+        from fleet.store.cluster import judge_run, read_cluster_runs
+
+        records = []
+        for run in read_cluster_runs(self.engine, cluster, latest,
+                                     providers=_names(provider)):
+            verdicts = {v.step_id: v for v in judge_run(self.engine, run).pairs}
+            for result in run.results:
+                verdict = verdicts.get(result.step_id)
+                largest = {op: max((f for f in result.figures if f.op == op),
+                                   key=lambda f: f.size_bytes, default=None)
+                           for op in ("all_reduce", "all_gather")}
+                transport = "; ".join(sorted({t.network or "not said"
+                                              for t in result.transports}))
+                records.append((
+                    run.cluster, run.provider, run.run_id, run.started_at, result.step_id,
+                    result.kind, result.round, " ".join(result.hosts),
+                    result.ranks_per_node, result.backend,
+                    transport if result.backend == "nccl" else f"{result.backend} (TCP)",
+                    *(None if f is None else f.busbw_gbs for f in largest.values()),
+                    *((verdict.expected_gbs, verdict.share, verdict.passed, verdict.cause,
+                       verdict.whose) if verdict else (None, None, None, None, None)),
+                    result.error))
+        return _frame(CLUSTER_COLUMNS, records)
+
+    @_guarded
     def nights(self, sweep: str, limit: int = HISTORY_NIGHTS) -> pd.DataFrame:
         """The sweep's newest `limit` nights that ended, oldest first: one row per GPU and
         benchmark series a night (a host with no GPUs that night, one row).
@@ -874,5 +936,6 @@ for _method, _spec in ((Store.results, RESULT_COLUMNS), (Store.fingerprints,
                                                          FINGERPRINT_COLUMNS),
                        (Store.runs, RUN_COLUMNS), (Store.nights, NIGHT_COLUMNS),
                        (Store.findings, FINDING_COLUMNS),
-                       (Store.node_results, NODE_COLUMNS), (Store.jobs, JOB_COLUMNS)):
+                       (Store.node_results, NODE_COLUMNS), (Store.jobs, JOB_COLUMNS),
+                       (Store.cluster_pairs, CLUSTER_COLUMNS)):
     _method.__doc__ = (_method.__doc__ or "").rstrip() + "\n" + _describe(_spec) + "\n"

@@ -78,16 +78,26 @@ finding says all there is). A short pair beside the slow node says so in its evi
 (fault) instead where no step ran. **cluster-figure** (info): the whole-cluster step
 against the slowest pair.
 
-Pure: data in, findings out; nothing prints. Every text is plain, with its units.
+Pure: data in, findings out; nothing prints. Every text is plain, with its units. What
+a node's fabric carries is fleet/analysis/fabric.py; the slow node, found by its pairs,
+fleet/analysis/slow_node.py; the verdicts' types fleet/analysis/cluster_verdicts.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from agent.source import settings as families
+from fleet.analysis.cluster_verdicts import (
+    ClusterFinding,
+    ClusterJudgement,
+    NodeVerdict,
+    PairVerdict,
+    Rule,
+    Severity,
+)
+from fleet.analysis.fabric import NodeFabric, gbs, node_fabric
 from fleet.analysis.network import (
     SOURCE_DISTANCE,
     SOURCE_GDR,
@@ -95,23 +105,17 @@ from fleet.analysis.network import (
     SOURCE_RATE,
     judge_network,
 )
+from fleet.analysis.slow_node import SOURCE_PAIRS, beside, judge_nodes, one_party
 from fleet.analysis.whose import Party
 from fleet.cluster.results import NodeTransport, StepFigure, StepResult
-from fleet.cluster.schedule import (
-    DEFAULT_THRESHOLD,
-    PairResult,
-    Standing,
-    sort_out,
-    standings,
-)
 from fleet.errors import ClusterError
-from fleet.model.network import NetworkDevice, NetworkFingerprint
+from fleet.model.network import NetworkFingerprint
 from fleet.words import counted
 
-Severity = Literal["fault", "info"]
-Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",
-               "socket-fallback", "slow-node", "suspect", "shared-fault", "step-failed",
-               "node-steps-failed", "every-step-failed", "cluster-figure"]
+# The judgement's data and the fabric's arithmetic live beside it; named here too, as the
+# report, the store and the orchestration import them.
+__all__ = ["SOURCE_PAIRS", "ClusterFinding", "ClusterJudgement", "NodeFabric", "NodeVerdict",
+           "PairVerdict", "Rule", "Severity", "judge_cluster", "node_fabric"]
 
 PASS_SHARE = 0.90  # ngc_multinode_perf's pass criterion: 90% of the port link speed
 ABOVE_SHARE = 1.05  # above this share of the ports' total the figure is not the network's
@@ -131,8 +135,6 @@ SOURCE_GDR_LEVEL = ("NCCL user guide, Environment Variables: NCCL_NET_GDR_LEVEL 
                     "GPUDirect RDMA)")
 SOURCE_SETTINGS = ("agent/source/settings.py: the settings that can move an all-reduce "
                    "(NCCL's, CUDA's, torch.distributed's), as fleet/analysis/whose.py")
-SOURCE_PAIRS = ("fleet/cluster/schedule.py: Imbue's pass ratio per host, Google's Cluster "
-                "Health Scanner's suspects against known-good nodes")
 SOURCE_NONE = ("the node's network fingerprint: no InfiniBand, RoCE or EFA port, so NCCL "
                "can only use TCP sockets between the nodes")
 SOURCE_STEP = "the step's own errors (fleet-cluster/1 `errors`, or the controller's)"
@@ -145,154 +147,7 @@ _GDR_MAY = ("NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ", "NCCL_DMABUF_ENABLE")
 _FLEETS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
-@dataclass(frozen=True)
-class ClusterFinding:
-    """One finding on a cluster's steps between nodes.
-
-    whose: "provider", "renter" or "unsettled" for a fault (fleet/analysis/whose.py's
-    parties); None for information.
-    hosts: the nodes it is about (a pair's two, the slow node alone).
-    steps: the step ids it rests on.
-    """
-
-    cluster: str
-    rule: Rule
-    severity: Severity
-    whose: Party | None
-    hosts: tuple[str, ...]
-    title: str
-    evidence: str
-    action: str
-    source: str
-    steps: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PairVerdict:
-    """One pair step against what its fabric should give.
-
-    op, busbw_gbs: the collective the verdict rests on (the one with the lower share) and
-    its busbw at its largest size; None where the step gave no figure.
-    expected_gbs: the lesser node's Active fabric ports x rate, in GB/s; None where there
-    is nothing to judge by (no fabric, gloo, a rate unknown, no fingerprint).
-    share: busbw_gbs / expected_gbs. passed: share >= 90%; None where not judged (no
-    expectation, or a figure above the fabric); False for a step that failed.
-    cause: why it is short, "; "-joined ("below rate on b; far NIC on b"), or "cause not
-    shown by the fingerprint"; the error for a failed step; None for a pass.
-    transport: NCCL's network on each node, "IB GDRDMA", "a: IB GDRDMA; b: Socket".
-    whose: as a finding's, for a pair that did not pass; None otherwise.
-    """
-
-    step_id: str
-    kind: str
-    round: int | None
-    hosts: tuple[str, ...]
-    op: str | None
-    busbw_gbs: float | None
-    expected_gbs: float | None
-    share: float | None
-    passed: bool | None
-    cause: str | None
-    transport: str
-    all_reduce_gbs: float | None = None
-    all_gather_gbs: float | None = None
-    whose: Party | None = None
-
-
-@dataclass(frozen=True)
-class NodeVerdict:
-    """A node's pair steps: judged (pairs), passed, the ratio (None: none judged); slow:
-    it failed most of its pairs beside partners known good; suspect: schedule.py's
-    `sort_out` would test it again against a known-good node."""
-
-    host: str
-    pairs: int
-    passed: int
-    ratio: float | None
-    slow: bool
-    suspect: bool
-
-
-@dataclass(frozen=True)
-class ClusterJudgement:
-    """The pair verdicts, the node verdicts and the findings, faults first."""
-
-    cluster: str
-    pairs: tuple[PairVerdict, ...]
-    nodes: tuple[NodeVerdict, ...]
-    findings: tuple[ClusterFinding, ...]
-
-
-@dataclass(frozen=True)
-class NodeFabric:
-    """What a node's fabric can carry for a step of `ranks` ranks a node.
-
-    active: its Active fabric ports; counted: those the expectation counts (at most one a
-    rank, fastest first); rate_gbps: per counted port, the rate it should run at (the
-    fastest Active port of its kind), None where a port's rate is unknown (EFA); down:
-    fabric ports not Active.
-    """
-
-    host: str
-    active: tuple[NetworkDevice, ...]
-    counted: tuple[str, ...]
-    rates_gbps: tuple[float | None, ...]
-    down: tuple[str, ...]
-
-    @property
-    def total_gbps(self) -> float | None:
-        """The counted ports at their rates, Gb/s; None where a rate is unknown."""
-        if not self.counted or any(r is None for r in self.rates_gbps):
-            return None
-        return sum(r for r in self.rates_gbps if r is not None)
-
-    @property
-    def words(self) -> str:
-        """"8 x 400 Gb/s infiniband = 400 GB/s"."""
-        if not self.counted:
-            return f"{self.host}: no Active fabric port"
-        kinds = sorted({d.kind for d in self.active if d.name in self.counted})
-        rates = sorted({r for r in self.rates_gbps if r is not None})
-        rate = ("rate unknown" if None in self.rates_gbps or not rates
-                else "/".join(_rate(r) for r in rates))
-        total = self.total_gbps
-        said = f"{self.host}: {len(self.counted)} x {rate} {'/'.join(kinds)}"
-        if total is not None:
-            said += f" = {_gbs(total / 8)}"
-        if len(self.counted) < len(self.active):
-            said += f" ({len(self.counted)} of {len(self.active)} Active ports, one a rank)"
-        if self.down:
-            said += f"; not Active, not counted: {', '.join(self.down)}"
-        return said
-
-
-def node_fabric(host: str, network: NetworkFingerprint, ranks: int) -> NodeFabric | None:
-    """The node's fabric for a step of `ranks` ranks a node; None where it has no fabric
-    NIC at all."""
-    fabric = network.fabric
-    if not fabric:
-        return None
-    active = [d for d in fabric if d.up is True]
-    down = tuple(d.name for d in fabric if d.up is not True)
-    should: dict[str, float | None] = {}
-    for kind in {d.kind for d in active}:
-        rates = [d.rate_gbps for d in active if d.kind == kind]
-        should[kind] = None if any(r is None for r in rates) else max(
-            r for r in rates if r is not None)
-    ranked = sorted(active, key=lambda d: -(should[d.kind] or 0.0))[:max(ranks, 0)]
-    return NodeFabric(host, tuple(active), tuple(d.name for d in ranked),
-                      tuple(should[d.kind] for d in ranked), down)
-
-
 # --- words -----------------------------------------------------------------------------
-
-def _gbs(value: float) -> str:
-    return f"{value:,.1f} GB/s" if value < 100 else f"{value:,.0f} GB/s"
-
-
-def _rate(value: float) -> str:
-    return f"{value:g} Gb/s"
-
 
 def _size(size: int) -> str:
     for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
@@ -303,11 +158,6 @@ def _size(size: int) -> str:
 
 def _pair(hosts: Sequence[str]) -> str:
     return " and ".join(hosts) if len(hosts) <= 2 else ", ".join(hosts)
-
-
-def _one(parties: Iterable[Party]) -> Party:
-    found = set(parties)
-    return found.pop() if len(found) == 1 else "unsettled"
 
 
 def _names(interfaces: Iterable[str]) -> list[str]:
@@ -488,7 +338,7 @@ def _node_causes(step: StepResult, host: str, network: NetworkFingerprint,
         rates = [d.rate_gbps for d in fabric.active if d.name in fabric.counted
                  and d.rate_gbps is not None]
         pace = (f"; the {len(rates)} ports at the slowest one's pace carry "
-                f"{_gbs(len(rates) * min(rates) / 8)} (NCCL splits the traffic evenly over "
+                f"{gbs(len(rates) * min(rates) / 8)} (NCCL splits the traffic evenly over "
                 "its channels, so the slowest port sets the pace of all)" if rates else "")
         causes.append(_Cause("below rate", host, f"{slow.evidence}{pace}", "provider",
                              slow.action, SOURCE_RATE))
@@ -574,7 +424,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
     if shown is None:
         return _Judged(replace(base, cause="the step gave no figure"), ())
     base = replace(base, op=shown.op, busbw_gbs=shown.busbw_gbs)
-    figure_words = "; ".join(f"{f.op} busbw {_gbs(f.busbw_gbs)} at {_size(f.size_bytes)}"
+    figure_words = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {_size(f.size_bytes)}"
                              for f in (reduce, gather) if f is not None)
     if expected is None:
         sockets = _socket_causes(step, fabrics, settings)
@@ -584,7 +434,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
         else:
             unjudged.append(ClusterFinding(
                 cluster, "pair-unjudged", "info", None, hosts,
-                f"{_pair(hosts)}: {_gbs(shown.busbw_gbs)}, not judged", f"{figure_words}; "
+                f"{_pair(hosts)}: {gbs(shown.busbw_gbs)}, not judged", f"{figure_words}; "
                 f"{why_not}", "Nothing to do: the figure is shown, not judged.", SOURCE_PASS,
                 steps))
         return _Judged(base, tuple(unjudged))
@@ -614,7 +464,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
 def _short_whose(step: StepResult, causes: Sequence[_Cause],
                  settings: Mapping[str, Mapping[str, str]] | None) -> tuple[Party, str | None]:
     if causes:
-        return _one(c.whose for c in causes), None
+        return one_party(c.whose for c in causes), None
     found = _suspects((_ran_under(h, step, settings) for h in step.hosts), step)
     if found is None:
         return "unsettled", ("the run's settings were not recorded for every node, so "
@@ -630,12 +480,12 @@ def _short(step: StepResult, verdict: PairVerdict, fabric_words: str, figure_wor
            causes: Sequence[_Cause], why: str | None) -> ClusterFinding:
     expected = verdict.expected_gbs or 0.0
     share = verdict.share or 0.0
-    title = (f"{_pair(step.hosts)}: {verdict.op} {_gbs(verdict.busbw_gbs or 0.0)}, "
-             f"{share:.0%} of the {_gbs(expected)} their fabric should give"
+    title = (f"{_pair(step.hosts)}: {verdict.op} {gbs(verdict.busbw_gbs or 0.0)}, "
+             f"{share:.0%} of the {gbs(expected)} their fabric should give"
              f" ({verdict.cause})")
-    evidence = (f"{figure_words}; expected {_gbs(expected)}, the lesser node's fabric "
+    evidence = (f"{figure_words}; expected {gbs(expected)}, the lesser node's fabric "
                 f"({fabric_words}); a pair passes at {PASS_SHARE:.0%}, "
-                f"{_gbs(expected * PASS_SHARE)}; NCCL: {verdict.transport}")
+                f"{gbs(expected * PASS_SHARE)}; NCCL: {verdict.transport}")
     if causes:
         evidence += "; " + "; ".join(f"{c.name} on {c.host}: {c.words}" for c in causes)
         action = " ".join(dict.fromkeys(c.action.rstrip(".") + "." for c in causes))
@@ -655,8 +505,8 @@ def _short(step: StepResult, verdict: PairVerdict, fabric_words: str, figure_wor
 
 def _above(step: StepResult, above: Sequence[tuple[StepFigure, float]], expected: float,
            fabric_words: str) -> ClusterFinding:
-    said = "; ".join(f"{f.op} busbw {_gbs(f.busbw_gbs)} at {_size(f.size_bytes)}, "
-                     f"{s:.0%} of {_gbs(expected)}" for f, s in above)
+    said = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {_size(f.size_bytes)}, "
+                     f"{s:.0%} of {gbs(expected)}" for f, s in above)
     why = ("NCCL chose its algorithm (no NCCL_ALGO=Ring): on two nodes its tree algorithms "
            "report a bus bandwidth above the network's" if step.algo is None
            or step.algo.lower() != "ring" else
@@ -694,115 +544,13 @@ def _no_fabric(step: StepResult, fabrics: Mapping[str, NodeFabric],
 
 
 def _socket_finding(step: StepResult, causes: Sequence[_Cause]) -> ClusterFinding:
-    whose = _one(c.whose for c in causes)
+    whose = one_party(c.whose for c in causes)
     return ClusterFinding(
         step.cluster, "socket-fallback", "fault", whose, tuple(c.host for c in causes),
         f"{', '.join(c.host for c in causes)}: NCCL left the fabric for TCP sockets "
         f"(step {step.step_id})", "; ".join(c.words for c in causes),
         " ".join(dict.fromkeys(c.action.rstrip(".") + "." for c in causes)), SOURCE_SOCKET,
         (step.step_id,))
-
-
-# --- nodes -----------------------------------------------------------------------------
-
-def _nodes(order: Sequence[str], verdicts: Sequence[PairVerdict], cluster: str
-           ) -> tuple[list[NodeVerdict], list[ClusterFinding]]:
-    results = [PairResult(v.hosts[0], v.hosts[1], bool(v.passed)) for v in verdicts
-               if v.passed is not None and len(v.hosts) == 2]
-    if len(order) < 2 or not results:
-        return [NodeVerdict(h, 0, 0, None, False, False) for h in order], []
-    table = standings(order, results)
-    sorted_out = sort_out(order, results, threshold=DEFAULT_THRESHOLD)
-    good = set(sorted_out.known_good)
-    failed = [v for v in verdicts if v.passed is False and len(v.hosts) == 2]
-    partners = {h: [v for v in failed if h in v.hosts] for h in order}
-    slow = {h for h in sorted_out.suspects if table[h].tested
-            and table[h].ratio < DEFAULT_THRESHOLD
-            and any(p in good for v in partners[h] for p in v.hosts if p != h)}
-    nodes = [NodeVerdict(h, table[h].tested, table[h].passed,
-                         table[h].ratio if table[h].tested else None, h in slow,
-                         h in sorted_out.suspects and table[h].tested > 0) for h in order]
-    findings: list[ClusterFinding] = []
-    tested = [h for h in order if table[h].tested]
-    if failed and not good:
-        # Two nodes' one pair cannot say whose node failed: its own finding says all.
-        if len(tested) > 2:
-            findings.append(_shared(cluster, results, failed, tested))
-        return nodes, findings
-    for host in order:
-        mine = partners[host]
-        if host in slow:
-            findings.append(_slow(cluster, host, table[host].passed, table[host].tested,
-                                  mine, table))
-        elif host in sorted_out.suspects and table[host].tested:
-            findings.append(_suspect(cluster, host, mine, table))
-    return nodes, findings
-
-
-def _ratio(standing: Standing) -> str:
-    return f"{standing.passed} of {standing.tested}"
-
-
-def _slow(cluster: str, host: str, passed: int, tested: int, failed: Sequence[PairVerdict],
-          table: Mapping[str, Standing]) -> ClusterFinding:
-    lines = []
-    for v in failed:
-        partner = next(p for p in v.hosts if p != host)
-        figure = "failed" if v.busbw_gbs is None else f"{_gbs(v.busbw_gbs)}"
-        lines.append(f"with {partner} ({partner} passed {_ratio(table[partner])}): "
-                     f"{figure}, {v.cause}")
-    causes = {c for v in failed for c in (v.cause or "").split("; ") if host in c
-              and "cause not shown" not in c}
-    return ClusterFinding(
-        cluster, "slow-node", "fault", _one(v.whose or "unsettled" for v in failed), (host,),
-        f"{host}: the slow node, passed {passed} of {tested} pair tests while its "
-        "partners pass with others", "; ".join(lines)
-        + (f"; named on {host}: {', '.join(sorted(causes))}" if causes else ""),
-        f"Take {host} out of the cluster's jobs and ask the provider to check its fabric "
-        "ports, cables and switch ports; test it again against a known-good node.",
-        SOURCE_PAIRS, tuple(v.step_id for v in failed))
-
-
-def _suspect(cluster: str, host: str, failed: Sequence[PairVerdict],
-             table: Mapping[str, Standing]) -> ClusterFinding:
-    lines = []
-    for v in failed:
-        partner = next(p for p in v.hosts if p != host)
-        lines.append(f"failed with {partner}, which passed {_ratio(table[partner])} "
-                     "pair tests")
-    return ClusterFinding(
-        cluster, "suspect", "info", None, (host,),
-        f"{host}: a failure no bad partner explains, passed {_ratio(table[host])} pair tests",
-        "; ".join(lines) or "never judged in a pair test",
-        f"Test {host} again against a known-good node (the suspects' round): a flaky link "
-        "fails one pair and not the next.", SOURCE_PAIRS, tuple(v.step_id for v in failed))
-
-
-def _shared(cluster: str, results: Sequence[PairResult], failed: Sequence[PairVerdict],
-            order: Sequence[str]) -> ClusterFinding:
-    every = len(failed) == len(results)
-    said = (f"every pair test failed ({len(failed)} of {len(results)})" if every else
-            f"{len(failed)} of {len(results)} pair tests failed and no node passed "
-            f"{DEFAULT_THRESHOLD:.0%} of its own")
-    named = sorted({v.cause for v in failed if v.cause})
-    return ClusterFinding(
-        cluster, "shared-fault", "fault", _one(v.whose or "unsettled" for v in failed),
-        tuple(order), f"{cluster}: the fault is likely shared, no node is known good",
-        f"{said}; the failed pairs' causes: {', '.join(named) or 'none shown'}",
-        "Look at what every node shares before testing nodes one by one: the fabric and "
-        "its switches (the provider's), the rendezvous, and NCCL's settings of the run.",
-        SOURCE_PAIRS, tuple(v.step_id for v in failed))
-
-
-def _beside(finding: ClusterFinding, nodes: Mapping[str, NodeVerdict]) -> ClusterFinding:
-    """A short pair's finding, saying which of its nodes is the slow one where one is."""
-    named = [h for h in finding.hosts if h in nodes and nodes[h].slow]
-    if finding.rule != "pair-short" or len(named) != 1:
-        return finding
-    others = "; ".join(f"{h} passed {nodes[h].passed} of {nodes[h].pairs}"
-                       for h in finding.hosts if h != named[0] and h in nodes)
-    return replace(finding, evidence=f"{finding.evidence}; {named[0]} is the slow node by "
-                   f"its pairs ({others})")
 
 
 # --- failed steps and the whole cluster -------------------------------------------------
@@ -844,20 +592,20 @@ def _whole(step: StepResult, pairs: Sequence[PairVerdict]) -> ClusterFinding | N
     figure = _largest(step.figures, "all_reduce") or _largest(step.figures, "all_gather")
     if figure is None:
         return None
-    said = (f"{figure.op} busbw {_gbs(figure.busbw_gbs)} at {_size(figure.size_bytes)} over "
+    said = (f"{figure.op} busbw {gbs(figure.busbw_gbs)} at {_size(figure.size_bytes)} over "
             f"{counted(len(step.hosts), 'node')} x {counted(step.ranks_per_node, 'rank')}; "
             f"NCCL: {_transports(step)}")
     key = "all_reduce_gbs" if figure.op == "all_reduce" else "all_gather_gbs"
     measured = [(v, getattr(v, key)) for v in pairs if getattr(v, key) is not None]
     if measured:
-        slowest, gbs = min(measured, key=lambda vg: float(vg[1]))
-        said += (f"; the slowest pair, {_pair(slowest.hosts)}: {_gbs(gbs)}; the whole "
-                 f"cluster gives {figure.busbw_gbs / gbs:.0%} of it")
+        slowest, least = min(measured, key=lambda vg: float(vg[1]))
+        said += (f"; the slowest pair, {_pair(slowest.hosts)}: {gbs(least)}; the whole "
+                 f"cluster gives {figure.busbw_gbs / least:.0%} of it")
     else:
         said += "; no pair figure to compare it with"
     return ClusterFinding(
         step.cluster, "cluster-figure", "info", None, step.hosts,
-        f"{step.cluster}: the whole cluster's {figure.op} {_gbs(figure.busbw_gbs)}", said,
+        f"{step.cluster}: the whole cluster's {figure.op} {gbs(figure.busbw_gbs)}", said,
         "Nothing to do: the figure a renter's job across every node sees.", SOURCE_WHOLE,
         (step.step_id,))
 
@@ -887,9 +635,9 @@ def judge_cluster(results: Sequence[StepResult], networks: Mapping[str, NetworkF
     judged = [_judge_pair(r, networks, settings) for r in results
               if r.kind in ("pair", "suspect") and len(r.hosts) == 2]
     pairs = [j.verdict for j in judged]
-    nodes, node_findings = _nodes(order, pairs, cluster)
+    nodes, node_findings = judge_nodes(order, pairs, cluster)
     by_host = {n.host: n for n in nodes}
-    findings = [*node_findings, *(_beside(f, by_host) for j in judged for f in j.findings),
+    findings = [*node_findings, *(beside(f, by_host) for j in judged for f in j.findings),
                 *_failed_steps(results, order, cluster)]
     for step in results:
         if step.kind != "cluster" or step.error is not None:

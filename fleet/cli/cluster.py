@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +16,7 @@ from rich.text import Text
 
 from fleet.cli.options import db_option, err_console, reports_errors
 from fleet.cluster.between import STEP_TIMEOUT_S, BetweenOptions, BetweenRun
-from fleet.cluster.measure import Connecting, measure_cluster
+from fleet.cluster.measure import ClusterOutcome, Connecting, measure_cluster
 from fleet.cluster.reach import (
     DEFAULT_TIMEOUT_S,
     ReachCheck,
@@ -240,6 +240,20 @@ def print_run(console: Console, run: BetweenRun, stored: int) -> None:
         console.print(Text(_wrapped(run.error, console.width), style="red"), highlight=False)
     console.print(Text(f"stored {counted(stored, 'step')}" if stored else "nothing stored"),
                   highlight=False)
+
+
+def print_outcomes(console: Console, outcomes: Sequence[ClusterOutcome]) -> bool:
+    """Each cluster's run, or why it did not run; whether any is a fault."""
+    found = False
+    for outcome in outcomes:
+        if outcome.run is None:
+            console.print(Text(_wrapped(f"cluster {outcome.cluster.name}: {outcome.skipped}",
+                                        console.width)), highlight=False)
+            found = True
+            continue
+        print_run(console, outcome.run, outcome.stored)
+        found = found or faulty(outcome.run)
+    return found
 
 
 def faulty(run: BetweenRun) -> bool:

@@ -159,54 +159,34 @@ def probe_command(args: ProbeArgs) -> None:
 def _between(inventory: LoadedInventory, report: ProbeReport, args: ProbeArgs,
              console: Console) -> bool:
     """Each cluster measured between the nodes whose own probe passed; whether any
-    step failed or any pair fell short."""
-    from fleet.cli.cluster import faulty, print_run
+    cluster could not be, a step failed or a pair fell short."""
+    from fleet.cli.cluster import print_outcomes
     from fleet.cluster.between import BetweenOptions
-    from fleet.cluster.measure import Connecting, measure_cluster
-    from fleet.errors import ClusterError
+    from fleet.cluster.measure import Connecting, measure_clusters
     from fleet.sanitize import safe
     from fleet.store.schema import open_store
 
     cpu = args.harness.cpu
-    options = BetweenOptions(backend="gloo" if cpu else "auto")
-    connecting = Connecting(args.connect_timeout, args.connect_retries,
-                            args.accept_new_host_keys, cpu)
     cancel = threading.Event()
-    payload = report.payload
 
     def observe(what: str, message: str) -> None:
         err_console.print(safe(f"{what}: {message}"[:400]), highlight=False, markup=False,
                           soft_wrap=True)
 
-    found = False
     with open_store(args.db) as store:
-        for cluster in inventory.clusters:
-            healthy = {o.target.name for o in report.hosts
-                       if o.ok and o.target.provider == cluster.provider
-                       and o.target.name in cluster.hosts}
-            if len(healthy) < 2:
-                console.print(f"cluster {cluster.name}: {len(healthy)} of "
-                              f"{len(cluster.hosts)} nodes passed their own probe, too few "
-                              "to measure between nodes", highlight=False, markup=False)
-                found = True
-                continue
-            try:
-                run, stored = measure_cluster(inventory, cluster, store.engine, payload,
-                                              options, connecting, cancel, observe, healthy)
-            except KeyboardInterrupt:
-                cancel.set()
-                err_console.print("Interrupted between nodes: every rank was stopped; the "
-                                  "nodes' own results are kept, nothing of the cluster was "
-                                  "stored.", markup=False, highlight=False)
-                sys.exit(EXIT_INTERRUPTED)
-            except ClusterError as exc:
-                console.print(f"cluster {cluster.name}: {exc}", highlight=False,
-                              markup=False)
-                found = True
-                continue
-            print_run(console, run, stored)
-            found = found or faulty(run)
-    return found
+        try:
+            outcomes = measure_clusters(
+                inventory, {o.target.key for o in report.hosts if o.ok}, store.engine,
+                report.payload, BetweenOptions(backend="gloo" if cpu else "auto"),
+                Connecting(args.connect_timeout, args.connect_retries,
+                           args.accept_new_host_keys, cpu), cancel, observe)
+        except KeyboardInterrupt:
+            cancel.set()
+            err_console.print("Interrupted between nodes: every rank was stopped; the "
+                              "nodes' own results are kept, nothing of the cluster was "
+                              "stored.", markup=False, highlight=False)
+            sys.exit(EXIT_INTERRUPTED)
+    return print_outcomes(console, outcomes)
 
 
 @click.group("inventory")

@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from fleet.cli.cluster import print_outcomes
 from fleet.cli.options import (
     HarnessArgs,
     db_option,
@@ -81,6 +82,7 @@ class SweepArgs:
     as_json: bool
     report_path: str | None
     no_report: bool
+    no_between: bool
     textfile: str | None
     harness: HarnessArgs
 
@@ -119,6 +121,9 @@ class SweepArgs:
               help="Where to write the night's report (as `fleet report --sweep NAME`, with "
                    "the sweep's history): .html, .md or .json. Default: fleet-sweep-NAME.html.")
 @click.option("--no-report", is_flag=True, help="Write no report.")
+@click.option("--no-between", is_flag=True,
+              help="Skip the steps between a cluster's nodes (run after the nodes' own "
+                   "probes, --via local only: `fleet cluster run`).")
 @click.option("--textfile", metavar="DIR/NAME.prom",
               help="Also write the sweep's metrics (as `fleet metrics --sweep NAME --format "
                    "text`) there for node_exporter's textfile collector, atomically.")
@@ -131,7 +136,9 @@ def sweep_command(args: SweepArgs) -> None:
     Reports, against the sweep's earlier nights: GPUs slower than their own past beyond
     their own noise (regressions), configuration changes (driver, power limit, variant,
     ...), health news (a verdict changed, ECC errors or remapped rows rose), new
-    mismatches with the listing, hosts gone and new. One sweep of a name into a
+    mismatches with the listing, hosts gone and new. Each `cluster:` is measured between
+    its nodes after their probes (--via local; --no-between skips it), and tonight's run
+    is in the night's report. One sweep of a name into a
     store runs at a time; a killed one, or one whose hosts no Celery worker took, is
     continued with --resume. --via celery needs a PostgreSQL --db. Exit status: 0, 3 some
     hosts failed, 5 another sweep holds the lock, 6 a --fail-on kind was found, 130
@@ -163,7 +170,8 @@ def sweep_command(args: SweepArgs) -> None:
                            broker=args.broker, probe=probe,
                            queue_timeout_s=args.queue_timeout,
                            visibility_timeout_s=args.visibility_timeout,
-                           report=None if args.no_report else report_path)
+                           report=None if args.no_report else report_path,
+                           between=not args.no_between)
     with ProbeProgress(err_console, len(inventory.targets)) as progress:
         report = sweep(inventory, options, args.db, progress)
     if args.as_json:
@@ -171,6 +179,8 @@ def sweep_command(args: SweepArgs) -> None:
     else:
         console = Console()
         print_summary(console, report.probe)
+        if report.clusters:
+            print_outcomes(console, report.clusters)
         print_findings(console, report.findings, report.nights)
         if report.report_path is not None:
             console.print(f"Report: {report.report_path}", markup=False)

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select
 from fleet.cluster.between import BetweenOptions, BetweenRun, Observe, run_between
 from fleet.cluster.members import Cluster
 from fleet.cluster.step import StepNode
-from fleet.errors import FleetError
+from fleet.errors import ClusterError, FleetError
 from fleet.inventory import LoadedInventory, Target
 from fleet.model.network import NetworkFingerprint
 from fleet.payload import Payload
@@ -136,6 +136,41 @@ def measure_cluster(inventory: LoadedInventory, cluster: Cluster, engine: Engine
             wall_s={s.spec.step_id: s.wall_s for s in run.steps},
             provider=cluster.provider)
     return run, stored
+
+
+@dataclass(frozen=True)
+class ClusterOutcome:
+    """One cluster after its nodes' own probes: its run and the steps stored, or why
+    nothing ran (too few nodes passed their own probe, a rendezvous that cannot be)."""
+
+    cluster: Cluster
+    run: BetweenRun | None
+    stored: int
+    skipped: str | None = None
+
+
+def measure_clusters(inventory: LoadedInventory, passed: Collection[str], engine: Engine,
+                     payload: Payload, options: BetweenOptions, connecting: Connecting,
+                     cancel: threading.Event, observe: Observe) -> list[ClusterOutcome]:
+    """Every cluster of `inventory` between its nodes whose own probe passed (`passed`:
+    their keys, provider/host), one after another."""
+    outcomes = []
+    for cluster in inventory.clusters:
+        healthy = {h for h, key in zip(cluster.hosts, cluster.keys, strict=True)
+                   if key in passed}
+        if len(healthy) < 2:
+            outcomes.append(ClusterOutcome(
+                cluster, None, 0, f"{len(healthy)} of {len(cluster.hosts)} nodes passed "
+                                  "their own probe, too few to measure between nodes"))
+            continue
+        try:
+            run, stored = measure_cluster(inventory, cluster, engine, payload, options,
+                                          connecting, cancel, observe, healthy)
+        except ClusterError as exc:
+            outcomes.append(ClusterOutcome(cluster, None, 0, str(exc)))
+            continue
+        outcomes.append(ClusterOutcome(cluster, run, stored))
+    return outcomes
 
 
 def _only(cluster: Cluster, hosts: list[str]) -> Cluster:

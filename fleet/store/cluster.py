@@ -182,13 +182,10 @@ def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | Non
 
 
 def _figure_row(step_pk: int, figure: StepFigure) -> dict[str, Any]:
-    # StepFigure carries the median; a figure that also carries the spread of its
-    # timed iterations (the step event's busbw_min_gbs, busbw_max_gbs) keeps it.
     return {"cluster_step_id": step_pk, "op": figure.op, "size_bytes": figure.size_bytes,
             "busbw_gbs": figure.busbw_gbs, "algbw_gbs": figure.algbw_gbs,
-            "time_us": figure.time_us,
-            "busbw_min_gbs": getattr(figure, "busbw_min_gbs", None),
-            "busbw_max_gbs": getattr(figure, "busbw_max_gbs", None)}
+            "time_us": figure.time_us, "busbw_min_gbs": figure.busbw_min_gbs,
+            "busbw_max_gbs": figure.busbw_max_gbs}
 
 
 def record_cluster_run(engine: Engine, run_id: str, results: Sequence[StepResult],
@@ -323,7 +320,8 @@ def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool =
                 round=step.round, hosts=tuple(node.host for node in mine),
                 ranks_per_node=step.ranks_per_node, backend=step.backend, algo=step.algo,
                 figures=tuple(StepFigure(fig.op, int(fig.size_bytes), fig.busbw_gbs,
-                                         fig.algbw_gbs, fig.time_us)
+                                         fig.algbw_gbs, fig.time_us, fig.busbw_min_gbs,
+                                         fig.busbw_max_gbs)
                               for fig in figures.get(step.id, [])),
                 transports=tuple(NodeTransport(
                     node.host, node.network, node.plugin, node.gdrdma, tuple(node.paths),

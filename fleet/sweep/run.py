@@ -13,8 +13,9 @@ night is compared with the sweep's earlier nights (`fleet.sweep.history`).
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from sqlalchemy import Engine
 
 from agent import __version__ as agent_version
 from fleet.analysis.expectation import check_expectation
+from fleet.cluster.between import BetweenOptions
+from fleet.cluster.measure import ClusterOutcome, Connecting, measure_clusters
 from fleet.errors import FleetError, InputError
 from fleet.inventory import LoadedInventory, Target
 from fleet.payload import build_payload
@@ -75,6 +78,9 @@ class SweepOptions:
     history_nights: int = HISTORY_NIGHTS
     rule: RegressionRule = field(default_factory=RegressionRule)
     report: str | None = None  # where to write the night's report (.html, .md, .json)
+    # Each `cluster:` measured between its nodes after their own probes (docs/cluster.md),
+    # from this controller, so only --via local: a Celery worker holds one host at a time.
+    between: bool = True
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class SweepReport:
     report_path: Path | None = None
     report_findings: dict[str, int] = field(default_factory=dict)  # the report's counts
     report_error: str | None = None  # the report could not be written: the night stands
+    clusters: tuple[ClusterOutcome, ...] = ()  # each cluster between its nodes, tonight
 
     @property
     def interrupted(self) -> bool:
@@ -180,17 +187,35 @@ def sweep(inventory: LoadedInventory, options: SweepOptions, db: str | None = No
         elif not interrupted:
             end_run(store.engine, run_id)
         outcomes = _outcomes(store.engine, inventory, run_id, live, remote)
+        clusters: tuple[ClusterOutcome, ...] = ()
+        if (options.between and options.via == "local" and not interrupted
+                and inventory.clusters and probe_options.bench is not None):
+            clusters = _between(inventory, outcomes, store.engine, probe_options)
         nights = read_nights(store.engine, options.name, run_id, options.history_nights)
         findings = compare_night(nights, rule=options.rule)
         report = ProbeReport(inventory.path, store.location, build_payload(), outcomes,
                              time.monotonic() - started, interrupted, store.created)
     workers = {key: o.worker for key, o in sorted(remote.items()) if o.worker}
     result = SweepReport(options.name, run_id, options.resume, options.via, report,
-                         tuple(sorted(todo)), findings, len(nights), finished, workers)
+                         tuple(sorted(todo)), findings, len(nights), finished, workers,
+                         clusters=clusters)
     if options.report is None:
         return result
     path, counts, error = write_report(options.name, run_id, db, options.report)
     return replace(result, report_path=path, report_findings=counts, report_error=error)
+
+
+def _between(inventory: LoadedInventory, outcomes: Sequence[HostOutcome], engine: Engine,
+             probe: ProbeOptions) -> tuple[ClusterOutcome, ...]:
+    """Tonight's run of each cluster between its nodes whose probe passed, stored before
+    the night's report is written, so that the report shows it."""
+    cpu = probe.bench is not None and probe.bench.cpu
+    return tuple(measure_clusters(
+        inventory, {o.target.key for o in outcomes if o.ok}, engine, build_payload(),
+        BetweenOptions(backend="gloo" if cpu else "auto"),
+        Connecting(probe.connect_timeout_s, probe.connect_retries,
+                   probe.accept_new_host_keys, cpu),
+        threading.Event(), lambda what, message: None))
 
 
 def check_report_path(path: str) -> None:

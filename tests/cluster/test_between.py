@@ -194,3 +194,25 @@ def test_probe_measures_the_cluster_after_its_nodes(tmp_path: Path, client_key: 
                     "--connect-retries", "0", timeout=300)
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
     assert "cluster pod" not in skipped.stdout
+
+
+def test_a_nightly_sweep_measures_the_cluster_into_its_report(
+        tmp_path: Path, client_key: Path, servers: list[SshServer]) -> None:  # noqa: F811
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {"h1": ssh(servers[0]),
+                                                  "h2": ssh(servers[1])}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    report = tmp_path / "night.html"
+    done = fleet(tmp_path, "sweep", str(path), "--name", "nightly", "--cpu", "--size", "128",
+                 "--quick", "--measure-s", "0.3", "--db", db, "--accept-new-host-keys",
+                 "--report", str(report), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cluster pod: 2 nodes" in done.stdout
+    engine = open_engine(resolve(db))
+    try:
+        [run] = read_cluster_runs(engine, "pod")
+        assert [r.kind for r in run.results] == ["cluster", "pair"]
+    finally:
+        engine.dispose()
+    page = report.read_text()
+    assert '<section id="cluster">' in page and run.run_id in page

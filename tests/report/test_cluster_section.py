@@ -13,6 +13,7 @@ import html
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from sqlalchemy import Engine
 
@@ -174,3 +175,28 @@ def test_an_anonymized_report_leaves_the_section_out(engine: Engine) -> None:
     text = render(report, "html") + render(report, "md") + render(report, "json")
     assert "Left out of an anonymized report" in text
     assert "console.log" not in text and "r2-ae" not in text
+
+
+def test_the_library_gives_the_judged_steps_as_a_frame(engine: Engine) -> None:
+    # fleet.Store.cluster_pairs: the same judgement as the report's, a row a step.
+    import fleet
+    from fleet.api import CLUSTER_COLUMNS
+
+    _store(engine)
+    store = fleet.Store(engine.url.render_as_string(hide_password=False))
+    try:
+        frame = store.cluster_pairs()
+    finally:
+        store.close()
+    assert list(frame.columns) == [c.name for c in CLUSTER_COLUMNS]
+    rows = {r.step: r for r in frame.itertuples()}
+    assert set(rows) == {"whole", "r1-ab", "r2-ae", "r3-be"}
+    assert (rows["r1-ab"].all_reduce_gbs, rows["r1-ab"].expected_gbs,
+            bool(rows["r1-ab"].passed)) == (370.0, 400.0, True)
+    short = rows["r2-ae"]
+    assert (bool(short.passed), short.whose, short.hosts) == (False, "provider", f"a {EVIL}")
+    assert "below rate" in short.cause
+    failed = rows["r3-be"]
+    assert failed.error == f"rank 9 of {EVIL} died" and failed.whose == "unsettled"
+    assert rows["whole"].kind == "cluster" and rows["whole"].round is pd.NA
+    assert str(frame.provider.dtype) == "category" and str(frame.started_at.dt.tz) == "UTC"
