@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fleet.analysis.cluster import ClusterJudgement, judge_cluster
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
-from fleet.cluster.results import StepResult
+from fleet.cluster.results import StepKind, StepResult
 from fleet.cluster.schedule import (
     DEFAULT_ROUNDS,
     PairResult,
@@ -91,11 +91,10 @@ def _address(cluster: Cluster, host: str, nodes: Mapping[str, StepNode]) -> str:
     return cluster.addresses.get(host) or nodes[host].target.address
 
 
-def _spec(cluster: Cluster, run_id: str, step_id: str, kind: str, round_: int | None,
+def _spec(cluster: Cluster, run_id: str, step_id: str, kind: StepKind, round_: int | None,
           hosts: Sequence[str], address: str, port: int, ranks: int,
           options: BetweenOptions, algo: str | None) -> StepSpec:
-    return StepSpec(cluster=cluster.name, step_id=f"{run_id[:8]}-{step_id}",
-                    kind=kind,  # type: ignore[arg-type]
+    return StepSpec(cluster=cluster.name, step_id=f"{run_id[:8]}-{step_id}", kind=kind,
                     round=round_, hosts=tuple(hosts), address=address, port=port,
                     ranks_per_node=ranks, timeout_s=options.step_timeout_s, algo=algo,
                     interface=cluster.interface, sizes=options.sizes,
@@ -104,7 +103,7 @@ def _spec(cluster: Cluster, run_id: str, step_id: str, kind: str, round_: int | 
 
 def _pair_specs(cluster: Cluster, run_id: str, step: Step, port: int, ranks: int,
                 options: BetweenOptions, nodes: Mapping[str, StepNode]) -> list[StepSpec]:
-    kind = "suspect" if step.kind == "suspects" else "pair"
+    kind: StepKind = "suspect" if step.kind == "suspects" else "pair"
     return [_spec(cluster, run_id, f"{kind}-r{step.round}-{i}", kind, step.round, pair,
                   _address(cluster, pair[0], nodes), port, ranks, options, RING)
             for i, pair in enumerate(step.pairs)]

@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from fleet.cluster.results import NodeTransport, StepFigure, StepResult
+from fleet.cluster.results import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.errors import FleetError
 from fleet.inventory import Target
 from fleet.model.cluster import ClusterReport
@@ -63,7 +63,7 @@ class StepSpec:
 
     cluster: str
     step_id: str
-    kind: Literal["cluster", "pair", "suspect"]
+    kind: StepKind
     round: int | None
     hosts: tuple[str, ...]
     address: str
