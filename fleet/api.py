@@ -738,6 +738,7 @@ class Store:
 
         Columns:
         """
+        from fleet.analysis.cluster import transport_words
         from fleet.store.cluster import judge_run, read_cluster_runs
 
         records = []
@@ -749,13 +750,11 @@ class Store:
                 largest = {op: max((f for f in result.figures if f.op == op),
                                    key=lambda f: f.size_bytes, default=None)
                            for op in ("all_reduce", "all_gather")}
-                transport = "; ".join(sorted({t.network or "not said"
-                                              for t in result.transports}))
                 records.append((
                     run.cluster, run.provider, run.run_id, run.started_at, result.step_id,
                     result.kind, result.round, " ".join(result.hosts),
                     result.ranks_per_node, result.backend,
-                    transport if result.backend == "nccl" else f"{result.backend} (TCP)",
+                    transport_words(result),
                     *(None if f is None else f.busbw_gbs for f in largest.values()),
                     *((verdict.expected_gbs, verdict.share, verdict.passed, verdict.cause,
                        verdict.whose) if verdict else (None, None, None, None, None)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 from agent.cluster.rank import DEFAULT_SIZES, ITERATIONS, WARMUP, human_size
 from agent.cluster.step import DEFAULT_TIMEOUT_S, Config
@@ -56,35 +56,25 @@ def _sizes(text: str) -> List[int]:
     return sizes
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    # The inventory's bounds: under 1024 the SSH user, who runs the ranks, may not listen.
-    if not 1024 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is out of range: 1024-65535")
-    return port
+def _whole(low: int, high: Optional[int] = None, why: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (no bound where None)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            span = f"{low}-{high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {span}{why}")
+        return value
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
-
-
-def _node_rank(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is below 0")
-    return value
+# The inventory's bounds for a port: under 1024 the SSH user, who runs the ranks, may not
+# listen.
+_port = _whole(1024, 65535, " (the SSH user may not listen under 1024)")
+_positive = _whole(1)
+_node_rank = _whole(0)
 
 
 def _algo(text: str) -> str:

@@ -115,7 +115,8 @@ from fleet.words import counted
 # The judgement's data and the fabric's arithmetic live beside it; named here too, as the
 # report, the store and the orchestration import them.
 __all__ = ["SOURCE_PAIRS", "ClusterFinding", "ClusterJudgement", "NodeFabric", "NodeVerdict",
-           "PairVerdict", "Rule", "Severity", "judge_cluster", "node_fabric"]
+           "PairVerdict", "Rule", "Severity", "judge_cluster", "node_fabric",
+           "transport_words"]
 
 PASS_SHARE = 0.90  # ngc_multinode_perf's pass criterion: 90% of the port link speed
 ABOVE_SHARE = 1.05  # above this share of the ports' total the figure is not the network's
@@ -165,18 +166,20 @@ def _names(interfaces: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(i.split(":", 1)[0] for i in interfaces if i))
 
 
-def _transport_words(transport: NodeTransport | None) -> str:
+def _transport_words(transport: NodeTransport | None, net: str = "") -> str:
     if transport is None or not transport.network:
         return "not said"
     gdr = {True: " GDRDMA", False: " no GDRDMA", None: ""}[transport.gdrdma]
-    return transport.network + ("" if transport.network.lower() == "socket" else gdr)
+    return net + transport.network + ("" if transport.network.lower() == "socket" else gdr)
 
 
-def _transports(step: StepResult) -> str:
+def transport_words(step: StepResult, net: str = "") -> str:
+    """NCCL's network on the step's nodes, as its log said: "IB GDRDMA" where every node
+    says the same, else "a: IB GDRDMA; b: Socket"; `net` before each ("NET/")."""
     if step.backend != "nccl":
         return f"{step.backend} (TCP)"
     by_host = {t.host: t for t in step.transports}
-    said = [(h, _transport_words(by_host.get(h))) for h in step.hosts]
+    said = [(h, _transport_words(by_host.get(h), net)) for h in step.hosts]
     if len({w for _, w in said}) == 1:
         return said[0][1]
     return "; ".join(f"{h}: {w}" for h, w in said)
@@ -414,7 +417,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
     fabrics, expected, why_not = _expectation(step, networks)
     base = PairVerdict(step.step_id, step.kind, step.round, hosts, op=None, busbw_gbs=None,
                        expected_gbs=expected, share=None, passed=None, cause=None,
-                       transport=_transports(step),
+                       transport=transport_words(step),
                        all_reduce_gbs=None if reduce is None else reduce.busbw_gbs,
                        all_gather_gbs=None if gather is None else gather.busbw_gbs)
     if step.error is not None:
@@ -432,11 +435,14 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
         if why_not == "no-fabric":
             unjudged.append(_no_fabric(step, fabrics, figure_words))
         else:
+            fix = ("Probe the nodes (`fleet probe`), so that their network fingerprints "
+                   "say what the pair should give, then run the cluster again."
+                   if why_not and why_not.startswith("no network fingerprint") else
+                   "Nothing to do: the figure is shown, not judged.")
             unjudged.append(ClusterFinding(
                 cluster, "pair-unjudged", "info", None, hosts,
                 f"{_pair(hosts)}: {gbs(shown.busbw_gbs)}, not judged", f"{figure_words}; "
-                f"{why_not}", "Nothing to do: the figure is shown, not judged.", SOURCE_PASS,
-                steps))
+                f"{why_not}", fix, SOURCE_PASS, steps))
         return _Judged(base, tuple(unjudged))
     shares = [(f, f.busbw_gbs / expected) for f in (reduce, gather) if f is not None]
     above = [(f, s) for f, s in shares if s > ABOVE_SHARE]
@@ -594,7 +600,7 @@ def _whole(step: StepResult, pairs: Sequence[PairVerdict]) -> ClusterFinding | N
         return None
     said = (f"{figure.op} busbw {gbs(figure.busbw_gbs)} at {_size(figure.size_bytes)} over "
             f"{counted(len(step.hosts), 'node')} x {counted(step.ranks_per_node, 'rank')}; "
-            f"NCCL: {_transports(step)}")
+            f"NCCL: {transport_words(step)}")
     key = "all_reduce_gbs" if figure.op == "all_reduce" else "all_gather_gbs"
     measured = [(v, getattr(v, key)) for v in pairs if getattr(v, key) is not None]
     if measured:

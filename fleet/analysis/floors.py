@@ -43,6 +43,18 @@ from fleet.analysis.shortfall import MatmulShortfallOptions, ShortfallOptions
 from fleet.expected import CATALOG, Catalog
 
 FORMAT = "fleet-floors/1"
+# Each list of the file: the catalog kinds it holds, and the fields of the catalog's key
+# that pick an entry (as the agent's lookups match them).
+LISTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "allreduce": (("allreduce",), ("variant", "gpus_in_run", "size_bytes", "dtype", "backend",
+                                   "nvlink_fabric", "nvlink_links")),
+    "memory_copy": (("memory_copy",), ("variant", "size_bytes")),
+    "peer_copy": (("peer_copy",), ("variant", "direction", "size_bytes", "nvlink_fabric",
+                                   "nvlink_links")),
+    "host_copy": (("host_to_device", "device_to_host"), ("variant", "kind", "memory",
+                                                         "size_bytes", "link_gen",
+                                                         "link_width")),
+}
 PATH = Path(__file__).resolve().parents[2] / "agent" / "node" / "floors.json"
 
 
@@ -53,50 +65,8 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
     catalog = catalog or CATALOG
     options = options or ShortfallOptions()
     matmul_options = matmul_options or MatmulShortfallOptions()
-    entries = []
-    for entry in catalog.figures:
-        key = entry.key
-        if key.kind != "allreduce":
-            continue
-        margin = options.margin("allreduce", entry)
-        entries.append({
-            "variant": key.variant, "gpus_in_run": key.gpus_in_run,
-            "size_bytes": key.size_bytes, "dtype": key.dtype, "backend": key.backend,
-            "nvlink_fabric": key.nvlink_fabric, "nvlink_links": key.nvlink_links,
-            "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
-            "records": list(entry.records)})
-    memory = []
-    for entry in catalog.figures:
-        if entry.key.kind != "memory_copy":
-            continue
-        margin = options.margin("memory_copy", entry)
-        memory.append({
-            "variant": entry.key.variant, "size_bytes": entry.key.size_bytes,
-            "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
-            "records": list(entry.records)})
-    pairs = []
-    for entry in catalog.figures:
-        key = entry.key
-        if key.kind != "peer_copy":
-            continue
-        margin = options.margin("peer_copy", entry)
-        pairs.append({
-            "variant": key.variant, "direction": key.direction, "size_bytes": key.size_bytes,
-            "nvlink_fabric": key.nvlink_fabric, "nvlink_links": key.nvlink_links,
-            "expected_gbs": entry.gbs, "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
-            "records": list(entry.records)})
-    hosts = []
-    for entry in catalog.figures:
-        key = entry.key
-        if key.kind not in ("host_to_device", "device_to_host"):
-            continue
-        margin = options.margin(key.kind, entry)
-        hosts.append({
-            "variant": key.variant, "kind": key.kind, "memory": key.memory,
-            "size_bytes": key.size_bytes, "link_gen": key.link_gen,
-            "link_width": key.link_width, "expected_gbs": entry.gbs,
-            "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
-            "records": list(entry.records)})
+    lists = {name: _entries(catalog, options, kinds, fields)
+             for name, (kinds, fields) in LISTS.items()}
     matmul = []
     for soaked in catalog.matmul:
         k = soaked.key
@@ -111,11 +81,26 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
             "made_from": "fleet/expected.py CATALOG and fleet/analysis/shortfall.py "
                          "ShortfallOptions, MatmulShortfallOptions "
                          "(python -m fleet.analysis.floors)",
-            "allreduce_share": options.allreduce_share, "allreduce": entries,
-            "memory_share": options.memory_share, "memory_copy": memory,
-            "pair_share": options.pair_share, "peer_copy": pairs,
-            "host_link_min_share": options.host_link.min_share, "host_copy": hosts,
-            "matmul": matmul}
+            "allreduce_share": options.allreduce_share, "memory_share": options.memory_share,
+            "pair_share": options.pair_share,
+            "host_link_min_share": options.host_link.min_share, **lists, "matmul": matmul}
+
+
+def _entries(catalog: Catalog, options: ShortfallOptions, kinds: tuple[str, ...],
+             fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The catalog's figures of `kinds`, each keyed by `fields` of its key, with its floor
+    at the report's own margin."""
+    out = []
+    for entry in catalog.figures:
+        key = entry.key
+        if key.kind not in kinds:
+            continue
+        margin = options.margin(key.kind, entry)
+        out.append({**{name: getattr(key, name) for name in fields},
+                    "expected_gbs": entry.gbs,
+                    "floor_gbs": round(entry.gbs * (1.0 - margin), 3),
+                    "records": list(entry.records)})
+    return out
 
 
 def text(data: dict[str, Any] | None = None) -> str:

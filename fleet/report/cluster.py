@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from fleet.analysis.cluster import ClusterFinding, NodeVerdict, PairVerdict
+from fleet.analysis.cluster import ClusterFinding, NodeVerdict, PairVerdict, transport_words
 from fleet.analysis.dataset import Scope
+from fleet.analysis.fabric import gbs
 from fleet.analysis.whose import Party
-from fleet.cluster.results import NodeTransport, StepResult
+from fleet.cluster.results import StepResult
 from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs
 
 KIND = "network"
@@ -121,30 +122,11 @@ class ClusterSection:
 
 
 def _gbs(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.1f} GB/s" if value < 100 else f"{value:,.0f} GB/s"
-
-
-def _net(transport: NodeTransport | None) -> str:
-    if transport is None or not transport.network:
-        return "not said"
-    if transport.network.lower() == "socket":
-        return f"NET/{transport.network}"
-    gdr = {True: " GDRDMA", False: " no GDRDMA", None: ""}[transport.gdrdma]
-    return f"NET/{transport.network}{gdr}"
+    return "-" if value is None else gbs(value)
 
 
 def _transport(step: StepResult | None) -> str:
-    if step is None:
-        return "not said"
-    if step.backend != "nccl":
-        return f"{step.backend} (TCP)"
-    by_host = {t.host: t for t in step.transports}
-    said = [(h, _net(by_host.get(h))) for h in step.hosts]
-    if len({w for _, w in said}) == 1:
-        return said[0][1]
-    return "; ".join(f"{h}: {w}" for h, w in said)
+    return "not said" if step is None else transport_words(step, "NET/")
 
 
 def _verdict(pair: PairVerdict) -> str:

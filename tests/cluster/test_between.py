@@ -88,8 +88,10 @@ def test_two_nodes_measured_judged_and_stored(tmp_path: Path, client_key: Path, 
     assert rows["pair-r1-0"][:2] == ["h1 h2", "gloo"]
     assert float(rows["pair-r1-0"][2]) > 0  # the all-reduce's bus bandwidth, GB/s
     assert "stored 2 steps" in done.stdout
-    # Judged: gloo over TCP is not the fabric's figure, said as information, not a fault.
+    # Judged: no fingerprint stored (no probe ran), so information, not a fault, and the
+    # way to a judgement said.
     assert "fault" not in done.stdout.lower()
+    assert "do: Probe the nodes (`fleet probe`)" in " ".join(done.stdout.split())
     location = resolve(db)
     engine = open_engine(location)
     try:

@@ -235,7 +235,8 @@ def test_fewer_gpus_than_ranks_asked_is_said() -> None:
      "argument --sizes: '16Q' is not a size"),
     (["--nodes", "2", "--node-rank", "0", "--sizes", "4"],
      "argument --sizes: 4 bytes do not hold one float32 for each of the 2 ranks"),
-    (["--nodes", "0", "--node-rank", "0"], "argument --nodes: 0 is below 1"),
+    (["--nodes", "0", "--node-rank", "0"], "argument --nodes: 0 is out of range: 1 or more"),
+    (["--nodes", "2", "--node-rank", "x"], "argument --node-rank: 'x' is not a whole number"),
     (["--nodes", "2", "--node-rank", "0", "--interface", "eth0;rm"],
      "argument --interface: 'eth0;rm' is not in NCCL_SOCKET_IFNAME's form"),
 ])
