@@ -7,19 +7,27 @@ after the pairs, with some nodes made bad (a pair fails when either of its nodes
 checking that the suspects' round finds exactly the bad nodes.
 
 The estimates rest on per-step durations that are parameters (schedule.Durations: where
-the defaults come from is said there); `--measure` times, on this machine, two local
-processes starting, importing torch and running gloo's all-reduce and all-gather, the
-start cost without a GPU or a network (torch on the CPU, as the venv has it).
+the defaults come from is said there); `--record DIR` replaces them with a real step's:
+the agent's cluster events of a lent GPU node's steps (bench/device_cluster_split.sh's
+tarball), whose wall less the collectives' own time (each size's warm-up and timed
+iterations at its median time) is the start, and whose collectives, at the figures'
+sizes and iterations, are timed again at a fabric's busbw (`--busbw`, GB/s a rank;
+nccl-tests' definitions: an all-reduce moves size x 2(n-1)/n a rank, an all-gather
+size x (n-1)/n). `--measure` times, on this machine, two local processes starting,
+importing torch and running gloo's all-reduce and all-gather, the start cost without a
+GPU or a network (torch on the CPU, as the venv has it).
 
 Also counts pairs met twice when each round is a fresh shuffle (Imbue's way), against the
 turns of one shuffle that halves_rounds uses.
 
     python bench/cluster_schedule.py --nodes 8 64 1024 --measure
+    python bench/cluster_schedule.py --record bench/records/2026-11-28-h100x2-cluster-split
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -27,8 +35,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -89,6 +99,63 @@ def measure_gloo(repeat: int) -> list[tuple[float, float, float]]:
     return runs
 
 
+def recorded_steps(record: Path) -> list[dict[str, Any]]:
+    """The agent's cluster events (`fleet-cluster/1`) of the record's healthy steps: every
+    *.jsonl in its tarballs whose event has figures and no error."""
+    steps = []
+    for tgz in sorted(record.glob("*.tgz")):
+        with tarfile.open(tgz) as tar:
+            for member in tar.getmembers():
+                handle = tar.extractfile(member) if member.name.endswith(".jsonl") else None
+                if handle is None:
+                    continue
+                for line in handle.read().decode().splitlines():
+                    event = json.loads(line)
+                    step = event.get("cluster")
+                    if step and step.get("figures") and not step.get("errors"):
+                        steps.append(step)
+    if not steps:
+        raise SystemExit(f"{record}: no cluster step with figures in its *.tgz")
+    return steps
+
+
+def collectives_s(figures: list[dict[str, Any]], busbw_gbs: float | None = None,
+                  ranks: int | None = None) -> float:
+    """The figures' collectives, every warm-up and timed iteration: at their own median
+    times, or at `busbw_gbs` a rank over `ranks` ranks."""
+    total = 0.0
+    for f in figures:
+        calls = int(f["warmup"]) + int(f["iterations"])
+        if busbw_gbs is None:
+            total += calls * float(f["time_us"]) / 1e6
+            continue
+        n = ranks or int(f["ranks"])
+        factor = 2 * (n - 1) / n if f["op"] == "all_reduce" else (n - 1) / n
+        total += calls * int(f["size_bytes"]) * factor / (busbw_gbs * 1e9)
+    return total
+
+
+def from_record(record: Path, busbw_gbs: float, ranks: int) -> tuple[float, float]:
+    """(start s, collectives s at `busbw_gbs` over `ranks`) from the record's steps,
+    printing each step's wall and what it is made of."""
+    starts = []
+    print(f"steps measured in {record}:")
+    for step in recorded_steps(record):
+        own = collectives_s(step["figures"])
+        start = float(step["wall_s"]) - own
+        starts.append(start)
+        busbw = max(float(f["busbw_gbs"]) for f in step["figures"])
+        print(f"  {step['step']['id']} node {step['step']['node_rank']}: wall "
+              f"{step['wall_s']:.1f} s = collectives {own:.1f} s "
+              f"(busbw up to {busbw:.2f} GB/s, {step['figures'][0]['ranks']} ranks) + "
+              f"start and teardown {start:.1f} s")
+    at = collectives_s(recorded_steps(record)[0]["figures"], busbw_gbs, ranks)
+    start = statistics.median(starts)
+    print(f"  start (median) {start:.1f} s; the same collectives at {busbw_gbs:g} GB/s a "
+          f"rank over {ranks} ranks: {at:.1f} s")
+    return start, at
+
+
 def fresh_shuffle_repeats(count: int, rounds: int, seeds: int) -> list[int]:
     """Pairs tested twice when every round is a fresh shuffle, one figure a seed."""
     found = []
@@ -135,12 +202,27 @@ def main() -> None:
     parser.add_argument("--measure", action="store_true",
                         help="time two local gloo processes (torch on the CPU)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--record", type=Path,
+                        help="a record of real cluster steps: their start, and their "
+                             "collectives at --busbw, replace --start-s and --collectives-s")
+    parser.add_argument("--busbw", type=float, default=46.0,
+                        help="GB/s a rank the fabric gives, for --record (default: NDR "
+                             "400G, 46-48 GB/s a NIC as nccl-tests' maintainers report it)")
+    parser.add_argument("--ranks", type=int, default=16,
+                        help="ranks of a pair step, for --record (default: two 8-GPU nodes)")
     args = parser.parse_args()
     durations = Durations(args.start_s, args.collectives_s, args.per_node_s)
+    where = "assumed; fleet/cluster/schedule.py Durations says where they come from"
+    if args.record is not None:
+        start, at = from_record(args.record, args.busbw, args.ranks)
+        durations = Durations(round(start, 2), round(at, 2), args.per_node_s)
+        where = (f"start measured, collectives at {args.busbw:g} GB/s a rank; the "
+                 "per-node cost assumed")
+        print()
 
     print(f"a step: {durations.start_s:g} s start + {durations.collectives_s:g} s "
           f"collectives + {durations.per_node_s:g} s a node; seed {args.seed}")
-    print("(assumed; fleet/cluster/schedule.py Durations says where they come from)")
+    print(f"({where})")
     print()
     print(f"{'nodes':>6} {'mode':<10} {'rounds':>6} {'pair tests':>10} {'distinct':>9} "
           f"{'cluster s':>9} {'pairs s':>8} {'total s':>8}")

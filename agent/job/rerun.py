@@ -3,9 +3,10 @@ node"; issue 44), as agent/node/rerun.py settles the all-reduce.
 
 A GPU's headline training step, or its headline decode at the bandwidth point, is short:
 
-- where the records hold its variant and backend (`RECORDS_BY_SUITE`: suites 1.1.0 and
-  1.2.0 on lent H100 SXM5s), under that figure by more than `RECORDS_MARGIN` (5%: healthy
-  lent H100s stood within 0.5% of each other on a node and 1.3% across nodes), which
+- where the records hold its variant and backend (`RECORDS_BY_SUITE`: suites 1.1.0 to
+  1.3.0 on lent H100 SXM5s, 1.3.0 on a lent H200 SXM too), under that figure by more
+  than `RECORDS_MARGIN` (5%: healthy lent H100s stood within 0.5% of each other on a node
+  and 1.3% across nodes), which
   catches a setting that costs a few percent (CUDA_LAUNCH_BLOCKING=1 between a training
   step's kernels);
 - elsewhere, under `TRAIN_MFU_FLOOR` of its datasheet's dense bf16 peak (healthy lent
@@ -53,9 +54,14 @@ FLOORS: Floors = {
 # cuDNN 9.19: bench/records/2026-11-27-h100x4-job-backends, `python bench/job_backends.py`).
 # Suite 1.2.0 moved only decode's bandwidth point (128 x 8,192): its training is 1.1.0's,
 # its bandwidth point five runs on a 2x H100 (bench/records/2026-11-28-h100x2-decode-8192).
+# Suite 1.3.0 changed only how decode hands over GQA: its H100 training is 1.1.0's, its
+# decode two runs on a lent H100; its H200 figures three runs on a lent H200 (training
+# within 0.1% of five 1.2.0 runs on another H200, 2026-11-28-h200-job-figures).
 RECORDS_SOURCE = "2026-11-27-h100x4-job-backends"
 RECORDS_SOURCES = {"1.1.0": RECORDS_SOURCE,
-                   "1.2.0": RECORDS_SOURCE + "; decode 2026-11-28-h100x2-decode-8192"}
+                   "1.2.0": RECORDS_SOURCE + "; decode 2026-11-28-h100x2-decode-8192",
+                   "1.3.0": RECORDS_SOURCE + "; decode 2026-11-28-h100-job-suite-1.3.0; "
+                            "H200 2026-11-28-h200-job-suite-1.3.0"}
 _TRAIN_1_1: Dict[Tuple[str, str, Optional[str], str], float] = {
     ("H100-SXM5-80GB", "train", None, "cudnn"): 79_893.0,
     ("H100-SXM5-80GB", "train", None, "flash"): 75_837.0,
@@ -74,9 +80,21 @@ RECORDS_BY_SUITE: Dict[str, Dict[Tuple[str, str, Optional[str], str], float]] = 
         ("H100-SXM5-80GB", "decode", "bandwidth", "flash"): 15_071.0,
         ("H100-SXM5-80GB", "decode", "bandwidth", "efficient"): 16_052.0,
     },
+    "1.3.0": {
+        **_TRAIN_1_1,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "cudnn"): 18_676.0,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "flash"): 15_090.0,
+        ("H100-SXM5-80GB", "decode", "bandwidth", "efficient"): 16_015.0,
+        ("H200-SXM-141GB", "train", None, "cudnn"): 84_921.0,
+        ("H200-SXM-141GB", "train", None, "flash"): 80_496.0,
+        ("H200-SXM-141GB", "train", None, "efficient"): 68_936.0,
+        ("H200-SXM-141GB", "decode", "bandwidth", "cudnn"): 26_795.0,
+        ("H200-SXM-141GB", "decode", "bandwidth", "flash"): 15_843.0,
+        ("H200-SXM-141GB", "decode", "bandwidth", "efficient"): 16_994.0,
+    },
 }
 # The suite the agent runs, whose records judge its figures.
-RECORDS_SUITE = "1.2.0"
+RECORDS_SUITE = "1.3.0"
 RECORDS = RECORDS_BY_SUITE[RECORDS_SUITE]
 
 

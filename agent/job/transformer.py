@@ -257,20 +257,26 @@ class Layer(nn.Module):
         return self._mlp(x)
 
     def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               cache_k: torch.Tensor, cache_v: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+               cache_k: torch.Tensor, cache_v: torch.Tensor, slot: torch.Tensor,
+               gqa: str = GQA_NATIVE) -> torch.Tensor:
         """One new token per sequence: its key and value written into the cache at `slot`
         (a device tensor, so that a CUDA graph replays it), then attention over every
-        cached position. The queries of a key-value head's group attend as one block of
-        `group` query rows: grouped-query attention without copying the cache."""
+        cached position. Grouped-query attention without copying the cache: handed to
+        SDPA as it is (GQA_NATIVE, `enable_gqa`), or, for a backend that does not take
+        that, the queries of a key-value head's group as one block of `group` query rows
+        (GQA_GROUPED)."""
         s = self.shape
         b = x.shape[0]
         q, k, v = self._qkv(self.attention_norm(x), cos, sin)
         cache_k.index_copy_(2, slot, k)
         cache_v.index_copy_(2, slot, v)
-        group = s.heads // s.kv_heads
-        q = q.reshape(b, s.kv_heads, group, s.head_dim)
-        attended = _attend(q, cache_k, cache_v, False, self.explicit)
-        x = x + self.wo(attended.reshape(b, 1, s.attention_width))
+        if gqa == GQA_GROUPED:
+            q = q.reshape(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
+            attended = _attend(q, cache_k, cache_v, False, self.explicit)
+            x = x + self.wo(attended.reshape(b, 1, s.attention_width))
+        else:
+            attended = _attend(q, cache_k, cache_v, False, self.explicit, GQA_NATIVE)
+            x = x + self.wo(attended.transpose(1, 2).reshape(b, 1, s.attention_width))
         return self._mlp(x)
 
 
@@ -315,10 +321,10 @@ class Stack(nn.Module):
         return out
 
     def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               caches: List[Tuple[torch.Tensor, torch.Tensor]], slot: torch.Tensor
-               ) -> torch.Tensor:
+               caches: List[Tuple[torch.Tensor, torch.Tensor]], slot: torch.Tensor,
+               gqa: str = GQA_NATIVE) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
-            x = cast(Layer, layer).decode(x, cos, sin, caches[i][0], caches[i][1], slot)
+            x = cast(Layer, layer).decode(x, cos, sin, caches[i][0], caches[i][1], slot, gqa)
         out: torch.Tensor = self.norm(x)
         return out
 

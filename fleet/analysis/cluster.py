@@ -150,14 +150,16 @@ _FLEETS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET
 
 # --- words -----------------------------------------------------------------------------
 
-def _size(size: int) -> str:
+def size_words(size: int) -> str:
+    """A size in bytes as "1 GiB", "256 MiB"."""
     for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if size >= unit:
             return f"{size // unit} {name}" if size % unit == 0 else f"{size / unit:.1f} {name}"
     return f"{size} B"
 
 
-def _pair(hosts: Sequence[str]) -> str:
+def pair_words(hosts: Sequence[str]) -> str:
+    """"a and b" for a pair, "a, b, c" for more."""
     return " and ".join(hosts) if len(hosts) <= 2 else ", ".join(hosts)
 
 
@@ -185,7 +187,8 @@ def transport_words(step: StepResult, net: str = "") -> str:
     return "; ".join(f"{h}: {w}" for h, w in said)
 
 
-def _largest(figures: Iterable[StepFigure], op: str) -> StepFigure | None:
+def largest(figures: Iterable[StepFigure], op: str) -> StepFigure | None:
+    """The figure of `op` at its largest size, the one a verdict rests on."""
     mine = [f for f in figures if f.op == op]
     return max(mine, key=lambda f: f.size_bytes) if mine else None
 
@@ -212,6 +215,14 @@ def _ran_under(host: str, step: StepResult,
                 if sep:
                     read[name.strip()] = value.strip()
     return _RanUnder(env, read)
+
+
+def fleets_own(name: str) -> bool:
+    """Whether fleet sets the setting itself on some step (NCCL_ALGO=Ring on the pairs,
+    not on the whole cluster; the log and interface settings on every step): a run's
+    settings merged over its steps differ in it from run to run by which step came
+    last."""
+    return name in _FLEETS or name == "NCCL_ALGO"
 
 
 def _fleets(name: str, value: str, step: StepResult) -> bool:
@@ -412,8 +423,8 @@ def _expectation(step: StepResult, networks: Mapping[str, NetworkFingerprint]
 def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
                 settings: Mapping[str, Mapping[str, str]] | None) -> _Judged:
     cluster, hosts, steps = step.cluster, step.hosts, (step.step_id,)
-    reduce = _largest(step.figures, "all_reduce")
-    gather = _largest(step.figures, "all_gather")
+    reduce = largest(step.figures, "all_reduce")
+    gather = largest(step.figures, "all_gather")
     fabrics, expected, why_not = _expectation(step, networks)
     base = PairVerdict(step.step_id, step.kind, step.round, hosts, op=None, busbw_gbs=None,
                        expected_gbs=expected, share=None, passed=None, cause=None,
@@ -427,7 +438,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
     if shown is None:
         return _Judged(replace(base, cause="the step gave no figure"), ())
     base = replace(base, op=shown.op, busbw_gbs=shown.busbw_gbs)
-    figure_words = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {_size(f.size_bytes)}"
+    figure_words = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {size_words(f.size_bytes)}"
                              for f in (reduce, gather) if f is not None)
     if expected is None:
         sockets = _socket_causes(step, fabrics, settings)
@@ -441,7 +452,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
                    "Nothing to do: the figure is shown, not judged.")
             unjudged.append(ClusterFinding(
                 cluster, "pair-unjudged", "info", None, hosts,
-                f"{_pair(hosts)}: {gbs(shown.busbw_gbs)}, not judged", f"{figure_words}; "
+                f"{pair_words(hosts)}: {gbs(shown.busbw_gbs)}, not judged", f"{figure_words}; "
                 f"{why_not}", fix, SOURCE_PASS, steps))
         return _Judged(base, tuple(unjudged))
     shares = [(f, f.busbw_gbs / expected) for f in (reduce, gather) if f is not None]
@@ -486,7 +497,7 @@ def _short(step: StepResult, verdict: PairVerdict, fabric_words: str, figure_wor
            causes: Sequence[_Cause], why: str | None) -> ClusterFinding:
     expected = verdict.expected_gbs or 0.0
     share = verdict.share or 0.0
-    title = (f"{_pair(step.hosts)}: {verdict.op} {gbs(verdict.busbw_gbs or 0.0)}, "
+    title = (f"{pair_words(step.hosts)}: {verdict.op} {gbs(verdict.busbw_gbs or 0.0)}, "
              f"{share:.0%} of the {gbs(expected)} their fabric should give"
              f" ({verdict.cause})")
     evidence = (f"{figure_words}; expected {gbs(expected)}, the lesser node's fabric "
@@ -511,7 +522,7 @@ def _short(step: StepResult, verdict: PairVerdict, fabric_words: str, figure_wor
 
 def _above(step: StepResult, above: Sequence[tuple[StepFigure, float]], expected: float,
            fabric_words: str) -> ClusterFinding:
-    said = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {_size(f.size_bytes)}, "
+    said = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {size_words(f.size_bytes)}, "
                      f"{s:.0%} of {gbs(expected)}" for f, s in above)
     why = ("NCCL chose its algorithm (no NCCL_ALGO=Ring): on two nodes its tree algorithms "
            "report a bus bandwidth above the network's" if step.algo is None
@@ -521,7 +532,7 @@ def _above(step: StepResult, above: Sequence[tuple[StepFigure, float]], expected
            "ports than NCCL used")
     return ClusterFinding(
         step.cluster, "pair-above-fabric", "info", None, step.hosts,
-        f"{_pair(step.hosts)}: above what their fabric can carry, not the network's figure",
+        f"{pair_words(step.hosts)}: above what their fabric can carry, not the network's figure",
         f"{said} ({fabric_words}); {why}; not judged",
         "Run the pair with NCCL_ALGO=Ring (the agent's --algo Ring) on distinct hosts to "
         "measure the network.", SOURCE_TREE, (step.step_id,))
@@ -543,7 +554,7 @@ def _no_fabric(step: StepResult, fabrics: Mapping[str, NodeFabric],
         who += ("; " if who else "") + f"{', '.join(down)}: no fabric port Active"
     return ClusterFinding(
         step.cluster, "pair-no-fabric", "info", None, step.hosts,
-        f"{_pair(step.hosts)}: no RDMA fabric between them",
+        f"{pair_words(step.hosts)}: no RDMA fabric between them",
         f"between these nodes {said}: {figure_words}; {who}; no RDMA fabric to judge it by",
         "None unless the nodes were sold with a fabric (the network section says so per "
         "node).", SOURCE_NONE, (step.step_id,))
@@ -577,7 +588,7 @@ def _failed_steps(results: Sequence[StepResult], order: Sequence[str], cluster: 
             SOURCE_STEP, tuple(r.step_id for r in failed))]
     findings = [ClusterFinding(
         cluster, "step-failed", "fault", "unsettled", r.hosts,
-        f"step {r.step_id} ({r.kind} {_pair(r.hosts)}) failed", f"{r.error}",
+        f"step {r.step_id} ({r.kind} {pair_words(r.hosts)}) failed", f"{r.error}",
         "Read the step's error: a rendezvous not joined is a firewall or the port "
         "(fleet cluster check), a rank that died is the node's or NCCL's.", SOURCE_STEP,
         (r.step_id,)) for r in failed]
@@ -587,7 +598,7 @@ def _failed_steps(results: Sequence[StepResult], order: Sequence[str], cluster: 
             findings.append(ClusterFinding(
                 cluster, "node-steps-failed", "fault", "unsettled", (host,),
                 f"{host}: every step it was in failed ({counted(len(mine), 'step')})",
-                "; ".join(f"{r.step_id} with {_pair([h for h in r.hosts if h != host])}: "
+                "; ".join(f"{r.step_id} with {pair_words([h for h in r.hosts if h != host])}: "
                           f"{r.error}" for r in mine),
                 f"Look at {host} first: the others ran steps without it.", SOURCE_STEP,
                 tuple(r.step_id for r in mine)))
@@ -595,17 +606,17 @@ def _failed_steps(results: Sequence[StepResult], order: Sequence[str], cluster: 
 
 
 def _whole(step: StepResult, pairs: Sequence[PairVerdict]) -> ClusterFinding | None:
-    figure = _largest(step.figures, "all_reduce") or _largest(step.figures, "all_gather")
+    figure = largest(step.figures, "all_reduce") or largest(step.figures, "all_gather")
     if figure is None:
         return None
-    said = (f"{figure.op} busbw {gbs(figure.busbw_gbs)} at {_size(figure.size_bytes)} over "
+    said = (f"{figure.op} busbw {gbs(figure.busbw_gbs)} at {size_words(figure.size_bytes)} over "
             f"{counted(len(step.hosts), 'node')} x {counted(step.ranks_per_node, 'rank')}; "
             f"NCCL: {transport_words(step)}")
     key = "all_reduce_gbs" if figure.op == "all_reduce" else "all_gather_gbs"
     measured = [(v, getattr(v, key)) for v in pairs if getattr(v, key) is not None]
     if measured:
         slowest, least = min(measured, key=lambda vg: float(vg[1]))
-        said += (f"; the slowest pair, {_pair(slowest.hosts)}: {gbs(least)}; the whole "
+        said += (f"; the slowest pair, {pair_words(slowest.hosts)}: {gbs(least)}; the whole "
                  f"cluster gives {figure.busbw_gbs / least:.0%} of it")
     else:
         said += "; no pair figure to compare it with"

@@ -11,7 +11,8 @@ from fleet.analysis.whose import Party
 Severity = Literal["fault", "info"]
 Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",
                "socket-fallback", "slow-node", "suspect", "shared-fault", "step-failed",
-               "node-steps-failed", "every-step-failed", "cluster-figure"]
+               "node-steps-failed", "every-step-failed", "cluster-figure",
+               "pair-regressed"]
 
 
 @dataclass(frozen=True)

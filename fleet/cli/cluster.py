@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from fleet.analysis.cluster_trend import trend_findings
 from fleet.cli.options import db_option, err_console, reports_errors
 from fleet.cluster.between import STEP_TIMEOUT_S, BetweenOptions, BetweenRun
 from fleet.cluster.measure import ClusterOutcome, Connecting, measure_cluster
@@ -226,16 +227,20 @@ def print_run(console: Console, run: BetweenRun, stored: int) -> None:
             console.print(Text(_wrapped(f"{step.spec.step_id.split('-', 1)[-1]} failed: "
                                         f"{step.error}", console.width), style="red"),
                           highlight=False, soft_wrap=True)
-    if run.judgement is not None:
-        for finding in run.judgement.findings:
-            whose = f" [{finding.whose}]" if finding.whose else ""
-            style = "bold red" if finding.severity == "fault" else "bold"
-            console.print(Text(_wrapped(f"{finding.title}{whose}", console.width), style=style),
-                          highlight=False, soft_wrap=True)
-            for line in (finding.evidence, f"do: {finding.action}"):
-                if line:
-                    console.print(Text(_wrapped(f"  {line}", console.width)),
-                                  highlight=False, soft_wrap=True)
+    said = list(run.judgement.findings) if run.judgement is not None else []
+    if run.trends is not None:
+        console.print(Text(_wrapped(f"against its past: {run.trends.summary()}",
+                                    console.width)), highlight=False)
+        said += trend_findings(run.trends)
+    for finding in said:
+        whose = f" [{finding.whose}]" if finding.whose else ""
+        style = "bold red" if finding.severity == "fault" else "bold"
+        console.print(Text(_wrapped(f"{finding.title}{whose}", console.width), style=style),
+                      highlight=False, soft_wrap=True)
+        for line in (finding.evidence, f"do: {finding.action}"):
+            if line:
+                console.print(Text(_wrapped(f"  {line}", console.width)),
+                              highlight=False, soft_wrap=True)
     if run.error:
         console.print(Text(_wrapped(run.error, console.width), style="red"), highlight=False)
     console.print(Text(f"stored {counted(stored, 'step')}" if stored else "nothing stored"),
@@ -259,6 +264,8 @@ def print_outcomes(console: Console, outcomes: Sequence[ClusterOutcome]) -> bool
 def faulty(run: BetweenRun) -> bool:
     """Whether the run failed, a step failed, or a finding is a fault."""
     if run.error or any(s.error for s in run.steps):
+        return True
+    if run.trends is not None and run.trends.below:
         return True
     return run.judgement is not None and any(
         f.severity == "fault" for f in run.judgement.findings)
@@ -310,8 +317,12 @@ def run_command(inventory_file: Path, name: str | None, db: str | None,
     runtime (torch) on each node. A step is all or nothing: a node that cannot join or
     dies mid-collective fails the step with its reason and the others are stopped. The
     run is stored once every step has run, in one transaction; Ctrl-C stores nothing.
-    Exit status: 0 every pair passed, 3 a step failed, a pair was short or a node could
-    not reach the rendezvous, 2 bad input, 130 interrupted.
+    Each step is set beside the same step of the cluster's earlier runs (up to seven):
+    more than 10% and 4 x their spread under their median, it is measured again, and
+    below its past if the second measurement is too, said with whose it is. Exit
+    status: 0 every pair passed, 3 a step failed, a
+    pair was short or below its past, or a node could not reach the rendezvous, 2 bad
+    input, 130 interrupted.
 
     \b
     Example:

@@ -137,8 +137,10 @@ def sweep_command(args: SweepArgs) -> None:
     their own noise (regressions), configuration changes (driver, power limit, variant,
     ...), health news (a verdict changed, ECC errors or remapped rows rose), new
     mismatches with the listing, hosts gone and new. Each `cluster:` is measured between
-    its nodes after their probes (--via local; --no-between skips it), and tonight's run
-    is in the night's report. One sweep of a name into a
+    its nodes after their probes (--via local; --no-between skips it), each step set
+    beside the same step of the cluster's earlier runs (a step under its own past is
+    said, with whose it is), and tonight's run is in the night's report. One sweep of a
+    name into a
     store runs at a time; a killed one, or one whose hosts no Celery worker took, is
     continued with --resume. --via celery needs a PostgreSQL --db. Exit status: 0, 3 some
     hosts failed, 5 another sweep holds the lock, 6 a --fail-on kind was found, 130

@@ -22,9 +22,10 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fleet.analysis.cluster import ClusterJudgement, judge_cluster
+from fleet.analysis.cluster_trend import Trends
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
 from fleet.cluster.results import StepKind, StepResult
@@ -60,6 +61,8 @@ class BetweenOptions:
     seed: int | None = None  # the halves' shuffle; None: drawn, and recorded
     rounds: int = DEFAULT_ROUNDS
     suspects: bool = True
+    # A step below the cluster's own past runs measured again (fleet/cluster/measure.py).
+    again: bool = True
 
 
 @dataclass
@@ -73,6 +76,9 @@ class BetweenRun:
     steps: list[StepRun] = field(default_factory=list)
     judgement: ClusterJudgement | None = None
     error: str | None = None  # why nothing (more) ran: no-go, interrupted
+    # Its steps against the cluster's earlier runs, once it is stored (fleet/cluster/
+    # measure.py): how nightly sweeps track the fabric.
+    trends: Trends | None = None
 
     @property
     def results(self) -> tuple[StepResult, ...]:
@@ -188,3 +194,28 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
         if again:
             run.judgement = judge_cluster(run.results, networks, run.settings())
     return run
+
+
+def measure_again(run: BetweenRun, step_ids: Sequence[str], nodes: Mapping[str, StepNode],
+                  payload: Payload, networks: Mapping[str, NetworkFingerprint],
+                  cancel: threading.Event, observe: Observe | None = None) -> list[StepRun]:
+    """Each step of `step_ids` run again, one at a time (two may share a node), as
+    "again-N" with the round it had (fleet/analysis/cluster_trend.py reads the later of
+    two measurements of a step); the judgement made again over every step. The steps
+    run, in order."""
+    say = observe or (lambda what, message: None)
+    specs = {s.spec.step_id: s.spec for s in run.steps}
+    done = []
+    for number, step_id in enumerate(dict.fromkeys(step_ids), 1):
+        if cancel.is_set():
+            run.error = "interrupted"
+            break
+        spec = specs[step_id]
+        say("cluster", f"measuring {step_id.split('-', 1)[-1]} again "
+                       f"({', '.join(spec.hosts)}): below its own past runs")
+        again = replace(spec, step_id=f"{run.run_id[:8]}-again-{number}")
+        done.append(run_step(again, nodes, payload, cancel, observe))
+    run.steps.extend(done)
+    if done:
+        run.judgement = judge_cluster(run.results, networks, run.settings())
+    return done

@@ -7,6 +7,7 @@ between.py) and store the run, all of it or nothing (fleet/store/cluster.py).
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
 
-from fleet.cluster.between import BetweenOptions, BetweenRun, Observe, run_between
+from fleet.cluster.between import (
+    BetweenOptions,
+    BetweenRun,
+    Observe,
+    measure_again,
+    run_between,
+)
 from fleet.cluster.members import Cluster
 from fleet.cluster.step import StepNode
 from fleet.errors import ClusterError, FleetError
@@ -22,7 +29,7 @@ from fleet.inventory import LoadedInventory, Target
 from fleet.model.network import NetworkFingerprint
 from fleet.payload import Payload
 from fleet.runtime.provision import prepare_runtime
-from fleet.store.cluster import record_cluster_run
+from fleet.store.cluster import ClusterRun, record_cluster_run, stored_trends, trends_of
 from fleet.store.models import Document, Host, Provider
 from fleet.store.network import read_networks
 from fleet.transport import open_transport
@@ -119,10 +126,19 @@ def measure_cluster(inventory: LoadedInventory, cluster: Cluster, engine: Engine
                 except FleetError as exc:
                     unreachable[host] = str(exc)
         latest = latest_documents(engine, cluster)
+        networks = _networks(engine, latest)
         run = run_between(
-            _only(cluster, hosts), nodes, unreachable, payload, options,
-            _networks(engine, latest), cancel, observe,
-            {h: d.gpu_count for h, d in latest.items()} if not connecting.cpu else None)
+            _only(cluster, hosts), nodes, unreachable, payload, options, networks, cancel,
+            observe, {h: d.gpu_count for h, d in latest.items()} if not connecting.cpu else None)
+        if options.again and run.steps and run.error is None:
+            # A step below its own past is measured again before anything is said of it:
+            # one slow run of a step is not yet a fall (bench/cluster_trend_flags.py).
+            tonight = ClusterRun(cluster.name, run.run_id, dt.datetime.now(dt.UTC),
+                                 run.results, {}, run.settings(), cluster.provider)
+            below = trends_of(engine, tonight).below
+            if below:
+                measure_again(run, [t.step_id for t in below], nodes, payload, networks,
+                              cancel, observe)
     finally:
         for transport in opened:
             transport.close()
@@ -135,6 +151,7 @@ def measure_cluster(inventory: LoadedInventory, cluster: Cluster, engine: Engine
             started_at={s.spec.step_id: s.started_at for s in run.steps},
             wall_s={s.spec.step_id: s.wall_s for s in run.steps},
             provider=cluster.provider)
+        run.trends = stored_trends(engine, cluster.name, run.run_id, cluster.provider)
     return run, stored
 
 

@@ -45,22 +45,25 @@ Mode = Literal["every-pair", "halves"]
 
 @dataclass(frozen=True)
 class Durations:
-    """Seconds a step takes, for estimates; assumptions until measured across nodes.
+    """Seconds a step takes, for estimates (`python bench/cluster_schedule.py --record`
+    derives them from real steps).
 
     start_s: the ranks' processes start, import torch and join the rendezvous, before
-    any collective. Default 6.0: the node suite's all-reduce step took about 6 s on the
-    lent H100 and H200 nodes, "mostly its ranks importing torch and starting NCCL"
-    (bench/RESULTS.md, the node suite's wall, 2026-11-26).
-    collectives_s: an all-reduce and an all-gather at 16 MiB to 1 GiB, 25 iterations
-    each, once started. Default 4.0: arithmetic, not a measurement: two 8-GPU nodes at
-    8 x 400 Gb/s move 1 GiB in about 45 ms all-reduced and 22 ms all-gathered (busbw
-    45 GB/s a rank), about 2.3 s for the sweep, plus each size's first call.
+    any collective, and stop after. Default 7.7: measured, the median of four real steps
+    on a lent 2x H100 split into two nodes (NCCL over sockets, one GPU a node; bench/
+    records/2026-11-28-cluster-schedule-measured): 7.4-7.9 s of their 24.6-25.0 s.
+    collectives_s: an all-reduce and an all-gather at 16 MiB, 256 MiB and 1 GiB, 5
+    warm-up and 20 timed iterations each, once started. Default 2.1: those iterations
+    at 46 GB/s a rank over two 8-GPU nodes (NDR 400G, 46-48 GB/s a NIC as nccl-tests'
+    maintainers report it), by nccl-tests' definitions; at the split H100's 3 GB/s
+    over sockets they took 17.2 s.
     per_node_s: what each node adds to a step's start (NCCL's bootstrap and the ring's
-    latency grow with the ranks). Default 0.05: an assumption, about 51 s at 1,024 nodes.
+    latency grow with the ranks). Default 0.05: an assumption, about 51 s at 1,024
+    nodes; no multi-node GPU cluster was lent to measure it.
     """
 
-    start_s: float = 6.0
-    collectives_s: float = 4.0
+    start_s: float = 7.7
+    collectives_s: float = 2.1
     per_node_s: float = 0.05
 
     def step_s(self, nodes: int) -> float:

@@ -3,7 +3,7 @@ its nodes (fleet/store/cluster.py), judged (fleet/analysis/cluster.py): its pair
 what their fabric should give, each node's pass ratio, the whole cluster's figure, and
 the findings with their action, source and whose.
 
-    section = cluster_section(engine, scope, anonymize=False)
+    section = cluster_section(engine, scope)              # names: Aliases anonymizes
 
 A fault is said where it belongs in the summary, as the node suite's are: the
 provider's in "What to dispute" (kind "network": a fault between the nodes is the
@@ -11,28 +11,37 @@ network's, and `--fail-on network` counts it), the renter's under "Yours to fix"
 unsettled one under "Not settled". Information (a suspect to test again, no fabric to
 judge by, the whole cluster's figure) stays in this section.
 
-An anonymized report leaves the section out: a step's hosts, interfaces and errors name
-hosts and addresses the report's aliases do not cover.
+An anonymized report shows the section under the report's aliases (`Aliases`): each
+run is judged again with its hosts renamed, its cluster called "Cluster N" (dealt at
+random, as the aliases are), its steps numbered, NCCL's interfaces without their
+addresses, every setting's value with a host's name or an address in it hidden, and a
+failed step's error withheld (it names hosts and addresses).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import random
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
 from fleet.analysis.cluster import ClusterFinding, NodeVerdict, PairVerdict, transport_words
-from fleet.analysis.dataset import Scope
+from fleet.analysis.cluster_trend import Trends, trend_findings
+from fleet.analysis.dataset import Aliases, Scope
 from fleet.analysis.fabric import gbs
 from fleet.analysis.whose import Party
-from fleet.cluster.results import StepResult
-from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs
+from fleet.cluster.results import NodeTransport, StepResult
+from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs, trends_of
 
 KIND = "network"
-LEFT_OUT = ("Left out of an anonymized report: the steps between the nodes name hosts, "
-            "interfaces and addresses that the report's aliases do not cover.")
+WITHHELD_ERROR = ("its error names hosts and addresses: withheld in an anonymized "
+                  "report")
+HIDDEN = "(hidden)"
+# IPv4 and IPv6 addresses as NCCL and the agents print them ("10.0.0.5", "fe80::1%eth0").
+_ADDRESS = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b|\b[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}\b")
 _WHOSE = {"provider": "the provider's", "renter": "the renter's", "unsettled": "unsettled"}
 FindingRow = tuple[str, str, str, str, str | None, tuple[str, ...]]
 
@@ -82,20 +91,21 @@ class ClusterView:
     # at 1 GiB over 3 nodes x 8 ranks; ..."), or why there is none.
     whole: str
     findings: tuple[ClusterFinding, ...]
+    # Its steps against the cluster's earlier runs, in a line (fleet/analysis/
+    # cluster_trend.py); the steps below their past are among `findings`.
+    past: str = ""
 
 
 @dataclass(frozen=True)
 class ClusterSection:
-    """The clusters whose steps the store holds, each its newest run; `left_out` says
-    why there is nothing to show although there is (an anonymized report)."""
+    """The clusters whose steps the store holds, each its newest run."""
 
     clusters: tuple[ClusterView, ...] = ()
-    left_out: str | None = None
 
     @property
     def shown(self) -> bool:
         """Whether the report has a section to show: the store holds cluster steps."""
-        return bool(self.clusters) or self.left_out is not None
+        return bool(self.clusters)
 
     def _faults(self, whose: Party) -> list[FindingRow]:
         return [(KIND, c.provider, f.title, f.evidence, None, (
@@ -137,10 +147,18 @@ def _verdict(pair: PairVerdict) -> str:
     return "failed" if pair.busbw_gbs is None else "short"
 
 
+def _again(step_id: str) -> bool:
+    """Whether the step is a step measured again (fleet/cluster/between.py measure_again),
+    as its id or its anonymized name says."""
+    return step_id.split("-", 1)[-1].startswith("again-") or step_id.endswith("(again)")
+
+
 def _pair_row(pair: PairVerdict, step: StepResult | None) -> PairRow:
     round_ = "-" if pair.round is None else str(pair.round)
     if pair.kind == "suspect":
         round_ = f"suspects {round_}"
+    if _again(pair.step_id):
+        round_ = f"{round_}, again"
     return PairRow(pair.step_id, round_, " and ".join(pair.hosts), _transport(step),
                    _gbs(pair.all_reduce_gbs), _gbs(pair.all_gather_gbs),
                    _gbs(pair.expected_gbs), "-" if pair.share is None else f"{pair.share:.0%}",
@@ -167,24 +185,106 @@ def _whole(run: ClusterRun, findings: Sequence[ClusterFinding]) -> str:
     return "no figure: the whole-cluster step gave none"
 
 
-def _view(engine: Engine, run: ClusterRun) -> ClusterView:
+@dataclass(frozen=True)
+class _Renaming:
+    """How one run reads in an anonymized report."""
+
+    cluster: str
+    provider: str
+    hosts: dict[str, str]
+    steps: dict[str, str]
+
+    def host(self, name: str) -> str:
+        return self.hosts.get(name, HIDDEN)
+
+    def text(self, value: str) -> str:
+        """`value` with every host's name, as a whole word ("gpu-1" not inside
+        "gpu-10"), replaced by its alias, and every address hidden."""
+        for name in sorted(self.hosts, key=len, reverse=True):
+            value = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", self.hosts[name],
+                           value)
+        return _ADDRESS.sub(HIDDEN, value)
+
+    def transport(self, t: NodeTransport) -> NodeTransport:
+        return replace(t, host=self.host(t.host),
+                       interfaces=tuple(i.split(":", 1)[0] for i in t.interfaces),
+                       set_by_environment=tuple(self.text(v) for v in t.set_by_environment))
+
+    def step(self, r: StepResult) -> StepResult:
+        return replace(r, cluster=self.cluster, step_id=self.steps[r.step_id],
+                       hosts=tuple(self.host(h) for h in r.hosts),
+                       transports=tuple(self.transport(t) for t in r.transports),
+                       error=None if r.error is None else WITHHELD_ERROR)
+
+    def run(self, run: ClusterRun) -> ClusterRun:
+        return replace(
+            run, cluster=self.cluster, run_id=HIDDEN, provider=self.provider,
+            results=tuple(self.step(r) for r in run.results),
+            documents={self.host(h): d for h, d in run.documents.items()},
+            settings={self.host(h): {k: self.text(v) for k, v in values.items()}
+                      for h, values in run.settings.items()})
+
+    def trends(self, trends: Trends) -> Trends:
+        return Trends(tuple(replace(t, cluster=self.cluster, run_id=HIDDEN,
+                                    step_id=self.steps.get(t.step_id, HIDDEN),
+                                    hosts=tuple(self.host(h) for h in t.hosts))
+                            for t in trends.compared))
+
+
+def _renamings(runs: Sequence[ClusterRun], names: Aliases) -> list[_Renaming]:
+    """Each run's renaming: "Cluster N" dealt at random, the report's host aliases."""
+    numbers = list(range(1, len(runs) + 1))
+    random.SystemRandom().shuffle(numbers)
+    found = []
+    for run, number in zip(runs, numbers, strict=True):
+        provider = run.provider or run.cluster
+        hosts = {h for r in run.results for h in r.hosts} | set(run.documents) | set(
+            run.settings)
+        found.append(_Renaming(
+            f"Cluster {number}", names.provider(provider),
+            {h: names.host(provider, h) for h in hosts},
+            {r.step_id: f"step {i + 1}" + (" (again)" if _again(r.step_id) else "")
+             for i, r in enumerate(run.results)}))
+    return found
+
+
+def cluster_hosts(engine: Engine, scope: Scope) -> set[tuple[str, str]]:
+    """(provider, host) of every node of the runs the section shows, for the report's
+    aliases."""
+    return {(run.provider or run.cluster, h)
+            for run in read_cluster_runs(engine, providers=scope.providers,
+                                         since=scope.since, until=scope.until)
+            for r in run.results for h in r.hosts}
+
+
+def _view(engine: Engine, run: ClusterRun, renaming: _Renaming | None = None
+          ) -> ClusterView:
+    trends = trends_of(engine, run)
+    if renaming is not None:
+        run, trends = renaming.run(run), renaming.trends(trends)
     judgement = judge_run(engine, run)
     steps = {r.step_id: r for r in run.results}
+    findings = list(judgement.findings)
+    # Faults first, as the judgement orders them: a step below its past is one.
+    at = next((i for i, f in enumerate(findings) if f.severity != "fault"), len(findings))
+    findings[at:at] = trend_findings(trends)
     return ClusterView(
         run.cluster, run.provider or run.cluster, run.run_id, run.started_at,
         len(run.results), sum(r.error is not None for r in run.results),
         tuple(_pair_row(p, steps.get(p.step_id)) for p in judgement.pairs),
         tuple(_node_row(n) for n in judgement.nodes), _whole(run, judgement.findings),
-        judgement.findings)
+        tuple(findings), trends.summary())
 
 
-def cluster_section(engine: Engine, scope: Scope, anonymize: bool = False) -> ClusterSection:
+def cluster_section(engine: Engine, scope: Scope, names: Aliases | None = None
+                    ) -> ClusterSection:
     """Each cluster's newest run within `scope`'s providers and times (a cluster run
-    belongs to no sweep or variant, so those filters do not apply to it)."""
+    belongs to no sweep or variant, so those filters do not apply to it); under `names`
+    (an anonymized report) as the module says."""
     runs = read_cluster_runs(engine, providers=scope.providers, since=scope.since,
                              until=scope.until)
-    if not runs:
-        return ClusterSection()
-    if anonymize:
-        return ClusterSection(left_out=LEFT_OUT)
-    return ClusterSection(tuple(_view(engine, run) for run in runs))
+    if names is None:
+        return ClusterSection(tuple(_view(engine, run) for run in runs))
+    views = [_view(engine, run, renaming)
+             for run, renaming in zip(runs, _renamings(runs, names), strict=True)]
+    return ClusterSection(tuple(sorted(views, key=lambda v: v.cluster)))

@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, func, insert, select
 
 from agent.source.settings import storable, withheld
 from fleet.analysis.cluster import ClusterJudgement, judge_cluster
+from fleet.analysis.cluster_trend import RULE, TrendRule, Trends, pair_trends
 from fleet.cluster.results import NodeTransport, StepFigure, StepResult
 from fleet.errors import ClusterError, StoreError
 from fleet.store.database import WRITES
@@ -268,6 +269,18 @@ def _runs(conn: Connection, cluster: str | None, providers: Sequence[str],
     return runs
 
 
+def _newest(runs: Sequence[tuple[str, str, dt.datetime, str | None]], count: int
+            ) -> list[tuple[str, str, dt.datetime, str | None]]:
+    """Each cluster's first `count` of `runs` (each cluster's newest first)."""
+    seen: dict[str, int] = {}
+    kept = []
+    for run in runs:
+        seen[run[0]] = seen.get(run[0], 0) + 1
+        if seen[run[0]] <= count:
+            kept.append(run)
+    return kept
+
+
 def _utc(value: Any) -> dt.datetime:
     # min() keeps the column's type, but a driver that hands back text is read anyway.
     if isinstance(value, str):
@@ -279,14 +292,18 @@ def _utc(value: Any) -> dt.datetime:
 
 def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool = True, *,
                       providers: Sequence[str] = (), since: dt.datetime | None = None,
-                      until: dt.datetime | None = None) -> list[ClusterRun]:
+                      until: dt.datetime | None = None, newest: int | None = None
+                      ) -> list[ClusterRun]:
     """The stored runs of `cluster` (every cluster's where None): with `latest`, each
-    cluster's newest run only (by its first step's start), else every run, each
-    cluster's newest first; clusters by name. `providers`, `since` and `until` keep the
-    runs of those providers that started within those times (inclusive)."""
+    cluster's newest run only (by its first step's start), else every run (each
+    cluster's `newest` where given), each cluster's newest first; clusters by name.
+    `providers`, `since` and `until` keep the runs of those providers that started
+    within those times (inclusive)."""
     s, n, f = ClusterStep, ClusterStepNode, ClusterFigure
     with engine.connect() as conn:
         runs = _runs(conn, cluster, providers, since, until, latest)
+        if newest is not None:
+            runs = _newest(runs, newest)
         steps: list[Any] = []
         for chunk in _slices([r[1] for r in runs]):
             steps.extend(conn.execute(select(s.__table__).where(s.run_id.in_(chunk))).all())
@@ -341,3 +358,23 @@ def judge_run(engine: Engine, run: ClusterRun) -> ClusterJudgement:
     networks = read_networks(engine, documents=sorted(set(stored.values())))
     return judge_cluster(run.results, {h: networks[d] for h, d in stored.items()
                                        if d in networks}, run.settings)
+
+
+def trends_of(engine: Engine, run: ClusterRun, rule: TrendRule = RULE) -> Trends:
+    """`run` against the same cluster's runs before it (fleet/analysis/cluster_trend.py):
+    those of its provider, up to the rule's window."""
+    runs = read_cluster_runs(engine, run.cluster, latest=False,
+                             providers=(run.provider,) if run.provider else (),
+                             until=run.started_at, newest=rule.window + 1)
+    return pair_trends([run, *(r for r in runs if r.run_id != run.run_id)], rule)
+
+
+def stored_trends(engine: Engine, cluster: str, run_id: str, provider: str | None,
+                  rule: TrendRule = RULE) -> Trends:
+    """The trends of run `run_id` just stored: its steps against the cluster's earlier
+    runs; none where it is not the cluster's newest (another run stored meanwhile)."""
+    runs = read_cluster_runs(engine, cluster, latest=False,
+                             providers=(provider,) if provider else (), newest=1)
+    if not runs or runs[0].run_id != run_id:
+        return Trends()
+    return trends_of(engine, runs[0], rule)

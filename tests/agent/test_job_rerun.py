@@ -181,3 +181,18 @@ def test_the_records_of_the_figures_own_suite_judge_it() -> None:
     assert "2026-11-28-h100x2-decode-8192" in basis
     short_then = rerun.short(dict(decode, suite_version="1.1.0"), variant="H100-SXM5-80GB")
     assert short_then is not None and short_then[0] == pytest.approx(30_978.0 * 0.95)
+
+
+def test_the_agents_suite_has_records_and_an_h200_is_judged_by_its_own() -> None:
+    # The records judge the suite the agent runs: a version bump without its records
+    # would leave every figure to the coarse datasheet floors.
+    assert rerun.RECORDS_SUITE == jobs.SUITE_VERSION
+    assert rerun.RECORDS is rerun.RECORDS_BY_SUITE[jobs.SUITE_VERSION]
+    decode = {"workload": "decode", "point": "bandwidth", "headline": True,
+              "attention": "cudnn", "suite_version": "1.3.0", "hbm_share": 0.80}
+    # An H100's healthy figure would be an H200's shortfall: each variant its own record.
+    assert rerun.short(dict(decode, tokens_per_s=18_700.0), variant="H100-SXM5-80GB") is None
+    floor, basis = rerun.short(dict(decode, tokens_per_s=18_700.0),
+                               variant="H200-SXM-141GB") or (0.0, "")
+    assert floor == pytest.approx(26_795.0 * 0.95)
+    assert "2026-11-28-h200-job-suite-1.3.0" in basis

@@ -193,6 +193,45 @@ def test_decode_writes_its_slot_and_keeps_the_context() -> None:
     assert decoder.out is not None and decoder.out.shape == (4, 1, 64)
 
 
+def test_decode_hands_gqa_over_natively_or_as_query_rows_alike() -> None:
+    # The two forms differ in which kernel a GPU runs, not in what is computed: from the
+    # same weights, input and cache they give the same output and write the same slots
+    # (a later layer's slot to float32's rounding: it follows the earlier layers' output).
+    native = decode.Decoder(transformer.CPU_DECODE, "cpu", torch.float32, "math",
+                            graph=False, gqa=transformer.GQA_NATIVE)
+    grouped = decode.Decoder(transformer.CPU_DECODE, "cpu", torch.float32, "math",
+                             graph=False, gqa=transformer.GQA_GROUPED)
+    native.step()
+    grouped.step()
+    assert native.out is not None and grouped.out is not None
+    assert torch.allclose(native.out, grouped.out, rtol=1e-5, atol=1e-5)
+    for (nk, nv), (gk, gv) in zip(native.caches, grouped.caches, strict=True):
+        assert torch.allclose(nk, gk, rtol=1e-5, atol=1e-5)
+        assert torch.allclose(nv, gv, rtol=1e-5, atol=1e-5)
+
+
+def test_a_backend_refusing_enable_gqa_decodes_with_query_rows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the memory-efficient backend refuses enable_gqa on some torches: the gate falls
+    # back to the query rows instead of expanding the cache, and says so.
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def no_gqa(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("enable_gqa"):
+            raise RuntimeError("No available kernel. Aborting execution.")
+        out: torch.Tensor = real(*args, **kwargs)
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_gqa)
+    form, verdict = decode.gate_backend(transformer.CPU_GATE_DECODE, "cpu", "math",
+                                        torch.float32)
+    assert form == transformer.GQA_GROUPED and verdict["passed"]
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", real)
+    form, verdict = decode.gate_backend(transformer.CPU_GATE_DECODE, "cpu", "math",
+                                        torch.float32)
+    assert form == transformer.GQA_NATIVE and verdict["passed"]
+
+
 def _document(tmp_path: Any, *extra: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
     done = subprocess.run([sys.executable, "-m", "agent", "bench", "--cpu", "--suite", "job",
@@ -216,7 +255,8 @@ def test_cpu_path_end_to_end(tmp_path: Any) -> None:
     assert latency["shape"]["batch"] == 1
     # One backend on the CPU: it is every figure's headline.
     assert all(r["headline"] for r in document["jobs"])
-    assert (train["gqa"], decoded["gqa"]) == ("native", "grouped")
+    # The math backend takes enable_gqa: training and decode hand GQA over as it is.
+    assert (train["gqa"], decoded["gqa"], latency["gqa"]) == ("native", "native", "native")
     for result in (train, decoded, latency):
         seconds = result["seconds"]
         assert result["steps"] > 0 and seconds > 0

@@ -11,8 +11,10 @@ half-measured stored.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from fleet.store.cluster import read_cluster_runs
+from fleet.store.cluster import read_cluster_runs, record_cluster_run
 from fleet.store.database import open_engine, resolve
 from fleet.store.models import ClusterFigure, ClusterStep
 from tests.cluster.test_reach import (  # noqa: F401 (fixtures)
@@ -111,6 +113,59 @@ def test_two_nodes_measured_judged_and_stored(tmp_path: Path, client_key: Path, 
         assert run.results[0].algo is None
     finally:
         engine.dispose()
+    assert agent_processes() == []
+
+
+def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
+        tmp_path: Path, client_key: Path, servers: list[SshServer]) -> None:  # noqa: F811
+    # Five earlier runs stored at 100 x what loopback gives: the next real run of the
+    # same steps is far under its own past, and `fleet cluster run` says so, with whose
+    # it is (nothing changed in the settings: unsettled) and what to do, and exits 3.
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {"h1": ssh(servers[0]),
+                                                  "h2": ssh(servers[1])}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    argv = ("cluster", "run", str(path), "--cpu", "--db", db, "--accept-new-host-keys",
+            "--connect-retries", "0", "--sizes", "64K,1M")
+    first = fleet(tmp_path, *argv, timeout=240)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "against its past: no step has 5 earlier runs to compare with yet" in \
+        " ".join(first.stdout.split())
+    engine = open_engine(resolve(db))
+    try:
+        [run] = read_cluster_runs(engine, "pod")
+        for night in range(1, 6):
+            results = [replace(r, figures=tuple(
+                replace(f, busbw_gbs=f.busbw_gbs * 100, algbw_gbs=f.algbw_gbs * 100)
+                for f in r.figures)) for r in run.results]
+            record_cluster_run(
+                engine, f"past-{night}", results, run.documents, run.settings,
+                started_at={r.step_id: run.started_at - dt.timedelta(days=night)
+                            for r in results}, provider="lab")
+    finally:
+        engine.dispose()
+    done = fleet(tmp_path, *argv, timeout=240)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert_80_columns(done.stdout)
+    said = " ".join(done.stdout.split())
+    assert "against its past: 4 steps compared with their own earlier runs (up to 7): " \
+           "4 below" in said
+    assert "Pair h1 and h2: all_reduce" in said or "Pair h1 and h2: all_gather" in said
+    assert "under its own past runs [unsettled]" in said
+    assert "under the median of its 6 earlier runs" in said
+    # Below its past the first time, each step was measured again before it was said.
+    assert "measured again in the same run, the first time" in said
+    assert "stored 4 steps" in said
+    assert "do: Measure the pair again with its nodes otherwise idle" in said
+    # The report says it too, among what is not settled.
+    report = tmp_path / "r.md"
+    made = fleet(tmp_path, "report", "--db", db, "--format", "md", "-o", str(report),
+                 timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    text = report.read_text()
+    assert "Against its past runs: 4 steps compared with their own earlier runs (up to 7): " \
+           "4 below" in text
+    assert "(whose: unsettled): Pair h1 and h2:" in text
     assert agent_processes() == []
 
 

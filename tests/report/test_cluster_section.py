@@ -168,13 +168,38 @@ def test_no_cluster_steps_no_section(engine: Engine) -> None:
     assert "Between the nodes" not in render(report, "md")
 
 
-def test_an_anonymized_report_leaves_the_section_out(engine: Engine) -> None:
-    _store(engine)
+def test_an_anonymized_report_shows_the_section_under_its_aliases(engine: Engine) -> None:
+    # The same judgement, every name the report's alias: the hosts as the other sections
+    # alias them, the cluster "Cluster N", the steps numbered, no address, the failed
+    # step's error (which names a host) withheld.
+    secret = {"a": {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_COMM_ID": "a:29500"},
+              "b": {"NCCL_IB_HCA": "mlx5_0"}, EVIL: {}}
+    _store(engine, settings=secret)
     report = build_report(engine, ReportOptions(anonymize=True), "test")
-    assert report.cluster.shown and report.cluster.clusters == ()
+    [view] = report.cluster.clusters
+    assert view.cluster == "Cluster 1" and view.provider.startswith("Provider ")
+    aliases = {p.nodes for p in view.pairs}
+    assert len(aliases) == 3 and all(re.fullmatch(r"[A-Z]+-\d and [A-Z]+-\d", a)
+                                     for a in aliases)
+    assert [p.step_id for p in view.pairs] == ["step 2", "step 3", "step 4"]
+    # The judgement stands under the aliases: the HDR node's pair short, the provider's.
+    short = next(p for p in view.pairs if p.step_id == "step 3")
+    assert (short.verdict, short.whose) == ("short", "the provider's")
+    assert "below rate" in short.cause
+    failed = next(p for p in view.pairs if p.step_id == "step 4")
+    assert failed.verdict == "failed" and failed.cause == (
+        "the step failed: its error names hosts and addresses: withheld in an anonymized "
+        "report")
+    [dispute] = [f for f in report.dispute if f.kind == "network"
+                 and f.details[-1].startswith("cluster ")]
+    assert re.fullmatch(r"[A-Z]+-\d and [A-Z]+-\d: all_reduce 185 GB/s, 46% of the 400 "
+                        r"GB/s .*", dispute.title)
+    assert dispute.details[2] == "cluster Cluster 1, run (hidden), steps step 3"
     text = render(report, "html") + render(report, "md") + render(report, "json")
-    assert "Left out of an anonymized report" in text
-    assert "console.log" not in text and "r2-ae" not in text
+    for real in ("console.log", "r2-ae", "r1-ab", "r3-be", "run-1", '"lent"', '"pod"',
+                 "cluster pod", "a:29500", "rank 9"):
+        assert real not in text, real
+    assert "Between the nodes" in text and dispute.title in text
 
 
 def test_the_library_gives_the_judged_steps_as_a_frame(engine: Engine) -> None:
