@@ -18,7 +18,8 @@ own past has lost more than the test forgives of the fabric. k = 4 keeps a pair 
 nights scatter wide (sockets, a shared fabric) from alarming on its usual spread.
 `min_history` = 5, as the GPU rule's (fleet/sweep/history.py): the MAD of three runs is
 their middle deviation, near 0 where two of them agree, and the 10% floor alone then
-judged a pair whose healthy runs moved up to 22% from one to the next. On real runs
+judged a pair whose healthy runs now and then moved 15-20% (and once twofold) from one
+to the next. On real runs
 between loopback nodes (bench/cluster_trend_flags.py; bench/RESULTS.md, "A cluster, not
 a node"), healthy runs called below their past: 1 of 7 and 3 of 9 with 3, 0 of 5 and
 1 of 7 with 5, 0 of 7 with 5 and measuring again.

@@ -225,10 +225,12 @@ class _Renaming:
                       for h, values in run.settings.items()})
 
     def trends(self, trends: Trends) -> Trends:
-        return Trends(tuple(replace(t, cluster=self.cluster, run_id=HIDDEN,
-                                    step_id=self.steps.get(t.step_id, HIDDEN),
-                                    hosts=tuple(self.host(h) for h in t.hosts))
-                            for t in trends.compared))
+        return Trends(tuple(replace(
+            t, cluster=self.cluster, run_id=HIDDEN, step_id=self.steps.get(t.step_id, HIDDEN),
+            hosts=tuple(self.host(h) for h in t.hosts),
+            first_step_id=None if t.first_step_id is None
+            else self.steps.get(t.first_step_id, HIDDEN))
+            for t in trends.compared))
 
 
 def _renamings(runs: Sequence[ClusterRun], names: Aliases) -> list[_Renaming]:

@@ -202,6 +202,32 @@ def test_an_anonymized_report_shows_the_section_under_its_aliases(engine: Engine
     assert "Between the nodes" in text and dispute.title in text
 
 
+def test_a_step_under_its_past_is_said_under_the_aliases_too(engine: Engine) -> None:
+    # Five earlier runs gave the a-EVIL pair twice tonight's figure: the section says so,
+    # as not settled (no setting changed), under the report's aliases when anonymized.
+    for night in range(1, 6):
+        _store(engine, f"past-{night}", START - dt.timedelta(days=night), steps=[
+            _step(f"whole-{night}", "cluster", ("a", "b", EVIL), 330.0),
+            _step(f"r1-ab-{night}", "pair", ("a", "b"), 370.0, 1),
+            _step(f"r2-ae-{night}", "pair", ("a", EVIL), 370.0, 2)])
+    _store(engine)
+    plain = build_report(engine, ReportOptions(), "test")
+    [view] = plain.cluster.clusters
+    assert view.past == ("6 steps compared with their own earlier runs (up to 7): 2 below")
+    [below] = [f for f in view.findings if f.rule == "pair-regressed"]
+    assert below.whose == "unsettled" and below.steps == ("r2-ae",)
+    assert below.title == f"Pair a and {EVIL}: all_reduce 50% under its own past runs"
+    assert any(f.title == below.title for f in plain.unsettled)
+    report = build_report(engine, ReportOptions(anonymize=True), "test")
+    [view] = report.cluster.clusters
+    [below] = [f for f in view.findings if f.rule == "pair-regressed"]
+    assert re.fullmatch(r"Pair [A-Z]+-\d and [A-Z]+-\d: all_reduce 50% under its own past "
+                        r"runs", below.title)
+    assert below.steps == ("step 3",) and "(step step 3)" in below.evidence
+    text = render(report, "html") + render(report, "md") + render(report, "json")
+    assert below.title in text and "r2-ae" not in text and "console.log" not in text
+
+
 def test_the_library_gives_the_judged_steps_as_a_frame(engine: Engine) -> None:
     # fleet.Store.cluster_pairs: the same judgement as the report's, a row a step.
     import fleet
