@@ -52,7 +52,7 @@ from fleet.analysis.stragglers import Straggler, StragglerOptions, find_straggle
 from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
 from fleet.analysis.whose import anonymized as anonymized_settings
 from fleet.report.charts import Chart, provider_charts
-from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_section
+from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cluster_section
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
@@ -442,9 +442,10 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     data = load_dataset(engine, scope, options.across_stacks)
     jobs = read_jobs(engine, scope, data.shared)
     upto = max(scope.runs) if scope.runs else None
+    runs = cluster_runs(engine, scope)
     names: Aliases | None = None
     if options.anonymize:
-        pairs = named_pairs(data) | jobs.pairs() | cluster_hosts(engine, scope)
+        pairs = named_pairs(data) | jobs.pairs() | cluster_hosts(runs)
         if scope.sweep is not None:
             pairs |= history_pairs(engine, scope.sweep, upto, scope.providers,
                                    scope.variants)
@@ -483,7 +484,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     corruption = [Finding.of(c.finding()) for c in find_corruption(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     network = network_section(engine, data)
-    cluster = cluster_section(engine, scope, names)
+    cluster = cluster_section(engine, runs, names)
     health = told_elsewhere(fleet_health(data.gpus), {
         (issue.provider, issue.host, gpu) for issue in node.host_links
         if issue.problem == "below maximum" for gpu in issue.gpus})

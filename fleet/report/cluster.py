@@ -3,7 +3,8 @@ its nodes (fleet/store/cluster.py), judged (fleet/analysis/cluster.py): its pair
 what their fabric should give, each node's pass ratio, the whole cluster's figure, and
 the findings with their action, source and whose.
 
-    section = cluster_section(engine, scope)              # names: Aliases anonymizes
+    runs = cluster_runs(engine, scope)
+    section = cluster_section(engine, runs)               # names: Aliases anonymizes
 
 A fault is said where it belongs in the summary, as the node suite's are: the
 provider's in "What to dispute" (kind "network": a fault between the nodes is the
@@ -250,12 +251,16 @@ def _renamings(runs: Sequence[ClusterRun], names: Aliases) -> list[_Renaming]:
     return found
 
 
-def cluster_hosts(engine: Engine, scope: Scope) -> set[tuple[str, str]]:
-    """(provider, host) of every node of the runs the section shows, for the report's
-    aliases."""
-    return {(run.provider or run.cluster, h)
-            for run in read_cluster_runs(engine, providers=scope.providers,
-                                         since=scope.since, until=scope.until)
+def cluster_runs(engine: Engine, scope: Scope) -> list[ClusterRun]:
+    """Each cluster's newest run within `scope`'s providers and times (a cluster run
+    belongs to no sweep or variant, so those filters do not apply to it)."""
+    return read_cluster_runs(engine, providers=scope.providers, since=scope.since,
+                             until=scope.until)
+
+
+def cluster_hosts(runs: Sequence[ClusterRun]) -> set[tuple[str, str]]:
+    """(provider, host) of every node of `runs`, for the report's aliases."""
+    return {(run.provider or run.cluster, h) for run in runs
             for r in run.results for h in r.hosts}
 
 
@@ -278,13 +283,10 @@ def _view(engine: Engine, run: ClusterRun, renaming: _Renaming | None = None
         tuple(findings), trends.summary())
 
 
-def cluster_section(engine: Engine, scope: Scope, names: Aliases | None = None
+def cluster_section(engine: Engine, runs: Sequence[ClusterRun], names: Aliases | None = None
                     ) -> ClusterSection:
-    """Each cluster's newest run within `scope`'s providers and times (a cluster run
-    belongs to no sweep or variant, so those filters do not apply to it); under `names`
-    (an anonymized report) as the module says."""
-    runs = read_cluster_runs(engine, providers=scope.providers, since=scope.since,
-                             until=scope.until)
+    """`runs` (`cluster_runs`) judged, each beside its cluster's earlier runs; under
+    `names` (an anonymized report) as the module says."""
     if names is None:
         return ClusterSection(tuple(_view(engine, run) for run in runs))
     views = [_view(engine, run, renaming)
