@@ -33,6 +33,7 @@ from agent.source.nvml import (
     RecordingNvml,
     ReplayNvml,
 )
+from agent.timing import contention
 
 Emit = Callable[[Dict[str, Any]], None]
 
@@ -263,7 +264,13 @@ def collect(
             for index in range(count):
                 progress("gpu", f"fingerprinting GPU {index + 1} of {count}", gpu=index)
                 try:
-                    gpus.append(fingerprint_gpu(nvml, index, system, euid, probe_writes))
+                    gpu = fingerprint_gpu(nvml, index, system, euid, probe_writes)
+                    if source.get("path") is None:
+                        # Whose the memory a process holds is, where the run can see it;
+                        # a recording's pids are another machine's.
+                        gpu["processes"] = [contention.seen_from_here(p)
+                                            for p in gpu["processes"]]
+                    gpus.append(gpu)
                 except NvmlError as exc:
                     errors.append({"stage": "fingerprint", "gpu": index, "message": str(exc)})
             # Telemetry under load must not overwrite the idle answers being recorded.

@@ -35,6 +35,7 @@ from sqlalchemy import Engine, and_, case, func, select
 from fleet.analysis.dataset import Scope
 from fleet.analysis.gaps import GapOptions
 from fleet.analysis.health import NOT_READ
+from fleet.analysis.not_measured import judge_failure, stored_memory
 from fleet.analysis.stragglers import StragglerOptions
 from fleet.errors import InputError
 from fleet.frames import Column
@@ -45,6 +46,7 @@ from fleet.probe.local import BenchOptions
 from fleet.probe.run import Observer, ProbeOptions, ProbeReport
 from fleet.report.build import Report, ReportOptions, build_report
 from fleet.store.database import Location, database_errors, open_engine, resolve
+from fleet.store.errors import newest_documents, read_errors
 from fleet.store.job import JOB_COLUMNS
 from fleet.store.job import frame as read_jobs
 from fleet.store.models import (
@@ -245,10 +247,11 @@ NIGHT_COLUMNS = _columns(
 
 FINDING_COLUMNS = _columns(
     ("kind", "category", "mismatch, gap, cooling, drift, straggler, regression, duplicate, "
-                         "health, hostlink, peer, shortfall, contention, corruption or "
-                         "job_shortfall"),
-    ("side", "category", '"provider" (what to dispute) or "renter" (what the renter\'s '
-                         "own side disturbed: measure again once fixed)"),
+                         "health, hostlink, peer, shortfall, contention, corruption, "
+                         "job_shortfall, network or not_measured"),
+    ("side", "category", '"provider" (what to dispute), "renter" (what the renter\'s '
+                         'own side disturbed: measure again once fixed) or "unsettled" '
+                         "(not settled: measure again)"),
     ("provider", "category", "the provider the finding is about"),
     ("title", "string", "what to act on, in one line: what, where, how far off"),
     ("cause", "string", "the likely cause in a few words, where one was seen ('one "
@@ -256,6 +259,23 @@ FINDING_COLUMNS = _columns(
     ("evidence", "string", "what it rests on: GPUs, hosts, intervals, the rule"),
     ("details", "object", "the evidence's items, a list, one per line (each outlying "
                           "figure, each difference); empty for none"),
+)
+
+NOT_MEASURED_COLUMNS = _columns(
+    ("provider", "category", "the provider the host was rented from"),
+    ("host", "string", "the host's name in the inventory"),
+    ("run_id", "int64", "the run the document was stored under"),
+    ("document_id", "int64", "the document that carries the error"),
+    ("collected_at", "datetime", "when the agent collected it"),
+    ("gpu_index", "Int64", "the GPU the stage failed on; missing for the host's"),
+    ("stage", "string", 'the agent\'s stage: "benchmark", "node", "job", ...'),
+    ("party", "category", '"provider" (theirs to explain), "renter" (yours to fix), '
+                          '"unsettled", or "none" (information: no GPU, a rerun that could '
+                          "not run)"),
+    ("cause", "string", "what the document says happened, in a line"),
+    ("action", "string", "what to do about it"),
+    ("source", "string", "the rule that judged it and the facts it read"),
+    ("message", "string", "the agent's own words"),
 )
 
 CLUSTER_COLUMNS = _columns(
@@ -848,10 +868,39 @@ class Store:
         Columns:
         """
         report = self.report(**options)
-        sides = [("provider", f) for f in report.dispute] + [("renter", f)
-                                                              for f in report.renter]
         return _frame(FINDING_COLUMNS, ((f.kind, side, f.provider, f.title, f.cause,
-                                         f.evidence, list(f.details)) for side, f in sides))
+                                         f.evidence, list(f.details))
+                                        for side, f in report.listed()))
+
+    @_guarded
+    def not_measured(self, *, provider: str | None = None, host: str | None = None,
+                     since: When | None = None, until: When | None = None,
+                     sweep: str | None = None, run: int | None = None) -> pd.DataFrame:
+        """What each host's newest document (among those the filters select) could not
+        measure: one row per error it carries, judged (fleet/analysis/not_measured.py):
+        out of memory because of a process the run could see is the renter's, memory in
+        use with none the provider's; a GPU with a row here is not measured in that stage,
+        whatever its other figures say.
+
+        Example (the GPUs whose job failed, and whose that is):
+
+            missed = fleet.Store().not_measured()
+            missed[missed.stage == "job"][["host", "gpu_index", "party", "cause"]]
+
+        Columns:
+        """
+        documents = newest_documents(self.engine, provider=provider, host=host,
+                                     since=_utc(since, "since"),
+                                     until=_utc(until, "until", end_of_day=True),
+                                     sweep=sweep, run=run)
+        records = []
+        for e in read_errors(self.engine, documents):
+            item = judge_failure(e.stage, e.gpu_index, e.message, stored_memory(
+                e.memory_total_mib, e.memory_used_mib, e.processes))
+            records.append((e.provider, e.host, e.run_id, e.document_id, e.collected_at,
+                            e.gpu_index, e.stage, item.party, item.cause, item.action,
+                            item.source, e.message))
+        return _frame(NOT_MEASURED_COLUMNS, records)
 
     # --- probing ------------------------------------------------------------------------
 
@@ -936,5 +985,6 @@ for _method, _spec in ((Store.results, RESULT_COLUMNS), (Store.fingerprints,
                        (Store.runs, RUN_COLUMNS), (Store.nights, NIGHT_COLUMNS),
                        (Store.findings, FINDING_COLUMNS),
                        (Store.node_results, NODE_COLUMNS), (Store.jobs, JOB_COLUMNS),
-                       (Store.cluster_pairs, CLUSTER_COLUMNS)):
+                       (Store.cluster_pairs, CLUSTER_COLUMNS),
+                       (Store.not_measured, NOT_MEASURED_COLUMNS)):
     _method.__doc__ = (_method.__doc__ or "").rstrip() + "\n" + _describe(_spec) + "\n"

@@ -135,11 +135,17 @@ class MigDevice(Strict):
 
 
 class GpuProcess(Strict):
-    """One process using a GPU: its pid, memory and kind."""
+    """One process using a GPU: its pid, memory and kind; and, read live from /proc on the
+    host (agent/timing/contention.py `seen_from_here`), whether the agent's run could see
+    it and whose it is. None: not read (a recording, or an agent before 2026-11-29)."""
 
     pid: Annotated[int, Field(ge=-1, le=2**32)]
     used_memory_mib: Count | None
     kind: Literal["compute", "graphics"]
+    visible: bool | None = None
+    name: Name | None = None
+    user: Name | None = None
+    own: bool | None = None
 
 
 HealthVerdict = Literal["healthy", "degraded", "failing", "unknown"]

@@ -93,6 +93,8 @@ class Snapshot:
     hostnames: dict[tuple[str, str], str]  # (provider, host) -> the hostname it reported
     findings: tuple[tuple[str, str, str], ...]  # (kind, side, provider) of each finding
     providers: tuple[str, ...]
+    # Store.not_measured(): what each host's newest document could not measure.
+    not_measured: pd.DataFrame | None = None
 
 
 def bounded(value: str) -> str:
@@ -154,7 +156,8 @@ def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
     return Snapshot(fingerprints, store.results(sweep=sweep, latest=True),
                     store.node_results(sweep=sweep, latest=True),
                     store.jobs(sweep=sweep, latest=True),
-                    _hostnames(store, fingerprints), findings, tuple(providers))
+                    _hostnames(store, fingerprints), findings, tuple(providers),
+                    store.not_measured(sweep=sweep))
 
 
 def _hostnames(store: Store, fingerprints: pd.DataFrame) -> dict[tuple[str, str], str]:
@@ -180,12 +183,14 @@ class _Labeller:
         self.hostnames = data.hostnames
         self.models: dict[str, str] = {}
         self.models_at: dict[tuple[str, str, int], str] = {}
+        self.uuids_at: dict[tuple[str, str, int], str] = {}
         for row in _records(data.fingerprints):
             name = _text(row["name"])
+            at = (str(row["provider"]), str(row["host"]), int(row["gpu_index"]))
             if _text(row["gpu_uuid"]):
                 self.models.setdefault(_text(row["gpu_uuid"]), name)
-            self.models_at.setdefault((str(row["provider"]), str(row["host"]),
-                                       int(row["gpu_index"])), name)
+                self.uuids_at.setdefault(at, _text(row["gpu_uuid"]))
+            self.models_at.setdefault(at, name)
 
     def host(self, row: Record) -> dict[str, str]:
         provider, host = str(row["provider"]), str(row["host"])
@@ -206,7 +211,8 @@ def families(data: Snapshot) -> tuple[Family, ...]:
     says what they would hold)."""
     label = _Labeller(data)
     return (*_identity(data, label), *_matmul(data, label), *_node(data, label),
-            *_jobs(data, label), *_health(data, label), _findings(data))
+            *_jobs(data, label), *_health(data, label), _not_measured(data, label),
+            _findings(data))
 
 
 def _identity(data: Snapshot, label: _Labeller) -> Iterator[Family]:
@@ -338,6 +344,29 @@ def _health(data: Snapshot, label: _Labeller) -> Iterator[Family]:
                                               else (asked,))):
             action.add({**gpu, "action": state}, float(state == asked))
     yield from (verdict, action)
+
+
+def _not_measured(data: Snapshot, label: _Labeller) -> Family:
+    missed = Family("fleet_not_measured", "Stages the host's newest document could not "
+                    "measure: errors by GPU (empty for the host's), stage and whose it is "
+                    "(provider, renter, unsettled, or none for information), so that a GPU "
+                    "with no figure is seen, not missing", (
+                        "provider", "host", "Hostname", "gpu", "UUID", "modelName", "stage",
+                        "party"))
+    frame = data.not_measured
+    counts: dict[tuple[tuple[str, str], ...], int] = {}
+    for row in [] if frame is None else _records(frame):
+        labels = label.host(row)
+        gpu = _text(row["gpu_index"])
+        at = (labels["provider"], labels["host"], int(gpu)) if gpu else None
+        key = tuple({**labels, "gpu": gpu,
+                     "UUID": label.uuids_at.get(at, "") if at else "",
+                     "modelName": label.models_at.get(at, "") if at else "",
+                     "stage": _text(row["stage"]), "party": _text(row["party"])}.items())
+        counts[key] = counts.get(key, 0) + 1
+    for key, n in counts.items():
+        missed.add(dict(key), n)
+    return missed
 
 
 def _findings(data: Snapshot) -> Family:

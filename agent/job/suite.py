@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
 from agent.gpu import links
-from agent.job import warm
+from agent.job import standin, warm
 from agent.matmul.harness import Config as HarnessConfig
 from agent.matmul.harness import GpuTarget, SoakCoordinator, import_torch, match_targets
 from agent.node.suite import IDLE_BEFORE_UTILIZATION_S
@@ -525,7 +525,12 @@ class Gpu:
         # From the first step on: the warmer's products are not the step's memory.
         self._reset_peak()
         tokens = shape.batch * shape.seq
-        units = self.timer.units(lambda: _discard(trainer.step()))
+
+        def step() -> None:
+            _discard(trainer.step())
+
+        # The CPU path may stand in for a GPU a setting slows (agent/job/standin.py).
+        units = self.timer.units(standin.stretched(step) if cfg.device == "cpu" else step)
         span, detail = self._soak(units, tokens, self.phases["train"])
         units.close()
         self._sync()

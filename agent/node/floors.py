@@ -17,12 +17,29 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 FORMAT = "fleet-floors/1"
 
 
+class FloorsMissing(Exception):
+    """The agent was packed without its floors: a build of fleet that lacks a file."""
+
+
 def load() -> Dict[str, Any]:
-    """The floors packed with the agent; an empty table where the file is missing."""
-    data = pkgutil.get_data("agent.node", "floors.json")
+    """The floors packed with the agent.
+
+    A missing file is fleet's own packaging fault, never a node's: the zipapp's loader
+    raises a bare OSError (errno 0) for it, and an empty table would instead pass every
+    short figure as measured and settled."""
+    try:
+        data = pkgutil.get_data("agent.node", "floors.json")
+    except OSError:
+        data = None
     if data is None:
-        return {"format": FORMAT, "allreduce_share": None, "allreduce": []}
+        raise FloorsMissing(
+            "agent/node/floors.json is not in this agent: the fleet that packed it was "
+            "installed without it; install fleet again from a release or `pip install .` "
+            "of a current checkout")
     table: Dict[str, Any] = json.loads(data.decode("utf-8"))
+    if table.get("format") != FORMAT:
+        raise FloorsMissing(f"agent/node/floors.json is {str(table.get('format'))[:40]!r}, "
+                            f"not {FORMAT!r}: the agent and its floors are of different fleets")
     return table
 
 

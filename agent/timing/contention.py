@@ -57,6 +57,30 @@ def owner(pid: int, proc: str = "/proc") -> Dict[str, Any]:
             "own": None if uid is None else uid == os.getuid()}
 
 
+def _name(pid: int, proc: str) -> Optional[str]:
+    try:
+        with open(os.path.join(proc, str(pid), "comm"), encoding="utf-8",
+                  errors="replace") as comm:
+            return comm.read(64).strip() or None
+    except OSError:
+        return None
+
+
+def seen_from_here(process: Dict[str, Any], proc: str = "/proc") -> Dict[str, Any]:
+    """A fingerprint's process with what /proc here says of it: `visible` (whether this
+    machine's /proc shows the pid: a process the renter's run can see), and where it
+    does, its `name` (comm), `user` and whether it is the agent's `own` user's. NVML in a
+    container may list a host pid that /proc does not show: visible False, nothing
+    guessed. Only for a live GPU: a recording's pids are another machine's."""
+    pid = int(process.get("pid", -1))
+    known = owner(pid, proc) if pid > 0 else {"uid": None, "user": None, "own": None}
+    name = _name(pid, proc) if pid > 0 else None
+    visible = pid > 0 and (known["uid"] is not None or name is not None
+                           or os.path.isdir(os.path.join(proc, str(pid))))
+    return {**process, "visible": visible, "name": name, "user": known["user"],
+            "own": known["own"]}
+
+
 # Names the agent that started this process (agent/job/rerun.py sets it on its child).
 PARENT_ENV = "FLEET_AGENT_PARENT"
 

@@ -20,7 +20,7 @@ NCCL_SHM_DISABLE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 # Where each transport moves the data, in words.
@@ -39,6 +39,11 @@ PEER_OFF: dict[str, Callable[[str], bool]] = {"NCCL_P2P_DISABLE": _set,
                                               "NCCL_P2P_LEVEL": _never}
 # And what keeps it off host memory too, sending it through the network stack.
 SHM_OFF: dict[str, Callable[[str], bool]] = {"NCCL_SHM_DISABLE": _set}
+
+
+# Sources a cause does not name: the process's own environment, and the all-reduce's
+# record of it (fleet/analysis/whose.py, documents before the run's settings were kept).
+UNNAMED_SOURCES = ("environment", "the all-reduce's record")
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,16 @@ def parse_settings(text: str | None) -> dict[str, str]:
 
 
 def transport_cause(transport: str | None, settings: str | None,
-                    peer_access: bool | None) -> TransportCause | None:
+                    peer_access: bool | None,
+                    sourced: Iterable[tuple[str, str | None, str]] = ()
+                    ) -> TransportCause | None:
     """The cause NCCL's transport names for a slow all-reduce; None where NCCL took its
-    peer-to-peer path or the agent did not record the transport (suite before 1.1.0)."""
+    peer-to-peer path or the agent did not record the transport (suite before 1.1.0).
+
+    `settings`: the all-reduce's own environment as stored ("NCCL_P2P_DISABLE=1 ...");
+    `sourced`: the run's settings from every source, each (name, value, source): a line
+    of ~/.nccl.conf asks NCCL as surely as the environment does, and is named with its
+    file."""
     if not transport:
         return None
     used = [t.strip() for t in transport.split(",") if t.strip()]
@@ -70,8 +82,16 @@ def transport_cause(transport: str | None, settings: str | None,
         return None
     through = THROUGH.get(used[0], used[0]) if used else "another transport"
     off = {**PEER_OFF, **(SHM_OFF if "SHM" not in used else {})}
-    asked = [f"{name}={value}" for name, value in sorted(parse_settings(settings).items())
-             if name in off and off[name](value)]
+    found: dict[str, str] = {}
+    for name, value, source in sorted(sourced):
+        if name in off and value is not None and off[name](value):
+            # The environment is where a reader looks first; any other source is named.
+            where = "" if source in UNNAMED_SOURCES else f" ({source})"
+            found.setdefault(name, f"{name}={value}{where}")
+    for name, value in sorted(parse_settings(settings).items()):
+        if name in off and off[name](value):
+            found.setdefault(name, f"{name}={value}")
+    asked = [found[name] for name in sorted(found)]
     if asked:
         return TransportCause(f"NCCL went through {through}: {' and '.join(asked)} "
                               f"{'was' if len(asked) == 1 else 'were'} set", renters=True)

@@ -318,7 +318,9 @@ def print_bench(console: Console, document: AgentDocument) -> None:
     if document.node:
         from fleet.cli.node_listing import document_records, node_tables
 
-        console.print(node_tables(document_records(document)))
+        console.print(node_tables(document_records(document), {0: [
+            (setting.name, setting.value, setting.source)
+            for setting in document.settings or () if setting.applies is not False]}))
     if document.jobs:
         from fleet.cli import job_listing
 

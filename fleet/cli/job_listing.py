@@ -24,9 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet import repeat
-from fleet.api import Store
-from fleet.cli.listing import show_frame
-from fleet.cli.options import note_created
+from fleet.cli.listing import show_frame, show_not_measured
+from fleet.cli.options import existing_store
 from fleet.document import AgentDocument
 from fleet.sanitize import safe
 from fleet.store.job import config_text, job_row, shape_text
@@ -66,11 +65,14 @@ class JobQuery:
 def show_job_results(query: JobQuery, output: str, limit: int | None, db: str | None) -> None:
     """Print the figures matching `query`, newest first, at most `limit` (None or 0: all),
     as "table", "csv" or "json"."""
-    with Store(db) as store:
-        note_created(store.created, store.location)
+    with existing_store(db) as store:
         frame = store.jobs(provider=query.provider, variant=query.variant, host=query.host,
                            since=query.since, sweep=query.sweep, stack=query.stack)
+        missed = store.not_measured(provider=query.provider, host=query.host,
+                                    since=query.since, sweep=query.sweep)
     show_frame(frame, output, limit, job_tables, "job figures")
+    if output == "table":
+        show_not_measured(missed)
 
 
 def document_records(document: AgentDocument) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 from rich.console import Console, RenderableType
+from rich.text import Text
 
 from fleet.cli.options import err_console
 
@@ -18,10 +19,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows as plain values, None where missing."""
+    return cast(list[dict[str, Any]], frame.astype(object).where(frame.notna(), None)
+                .to_dict("records"))
+
+
 def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The frame's rows as plain values: None where missing, times as ISO 8601 text."""
-    records = cast(list[dict[str, Any]], frame.astype(object).where(frame.notna(), None)
-                   .to_dict("records"))
+    records = frame_rows(frame)
     for record in records:
         record["collected_at"] = record["collected_at"].isoformat()
     return records
@@ -47,3 +53,22 @@ def show_frame(frame: pd.DataFrame, output: str, limit: int | None,
     if total > len(records):
         err_console.print(f"Showing the newest {len(records)} of {total} figures; "
                           "--limit 0 shows all.", markup=False)
+
+
+PARTY = {"provider": "the provider's to explain", "renter": "yours to fix",
+         "unsettled": "not settled", "none": "information"}
+
+
+def show_not_measured(missed: pd.DataFrame) -> None:
+    """Under a table: what each host's newest document could not measure, whose that is,
+    and what to do (`fleet.Store().not_measured()`), so that a GPU whose stage failed
+    is never read as a GPU with fewer figures. Whole words wrap at the terminal's width."""
+    if missed.empty:
+        return
+    console = Console()
+    console.print(Text("Not measured (each host's newest document):"))
+    for row in frame_records(missed):
+        gpu = row["gpu_index"]
+        what = row["stage"] if gpu is None else f"GPU {gpu} {row['stage']}"
+        console.print(Text(f"  {row['provider']}/{row['host']} {what}: {row['cause']} "
+                           f"({PARTY[str(row['party'])]}); {row['action']}"))

@@ -7,9 +7,7 @@ from typing import cast
 
 import click
 
-from fleet.api import Store
-from fleet.cli.options import db_option, err_console, reports_errors
-from fleet.errors import InputError
+from fleet.cli.options import db_option, err_console, existing_store, reports_errors
 from fleet.metrics import FORMATS, Format, metrics_text, write_atomically
 
 
@@ -44,14 +42,9 @@ def metrics_command(db: str | None, sweep: str | None, fmt: str, output: str) ->
       fleet metrics --format text | curl --data-binary @- \\
           http://pushgateway.internal:9091/metrics/job/fleet
     """
-    store = Store(db)
-    path = store.location.sqlite_path
-    if path is not None and not path.exists():
-        # Opening it would create an empty store, and a mistyped --db would print a valid,
-        # empty fleet: "all well", to every dashboard that reads it.
-        raise InputError(f"no fleet database at {store.location}: give --db (or $FLEET_DB) "
-                         "the store `fleet probe` or `fleet sweep` wrote")
-    with store:
+    # A mistyped --db would otherwise print a valid, empty fleet: "all well", to every
+    # dashboard that reads it.
+    with existing_store(db) as store:
         text = metrics_text(store, sweep, cast(Format, fmt))
     if output == "-":
         sys.stdout.write(text)

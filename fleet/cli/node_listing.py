@@ -11,7 +11,7 @@ of several nodes lines up for the eye to compare. CSV and JSON carry every colum
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
@@ -21,16 +21,17 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from fleet.analysis.nccl import transport_cause
 from fleet.analysis.node import size_text
-from fleet.api import Store
-from fleet.cli.listing import show_frame
-from fleet.cli.options import note_created
+from fleet.cli.listing import frame_rows, show_frame, show_not_measured
+from fleet.cli.options import existing_store
 from fleet.document import AgentDocument
 from fleet.sanitize import safe
 from fleet.store.node import KINDS, settings_text, transport_text
+from fleet.store.settings import read_settings
 
 if TYPE_CHECKING:
-    pass
+    from sqlalchemy import Engine
 
 NODE_KINDS = KINDS
 # A figure's label folds past this; the longest usual one, "GPU 0→host pageable", is 19.
@@ -59,12 +60,19 @@ def show_node_results(query: NodeQuery, output: str, limit: int | None,
                       db: str | None) -> None:
     """Print the figures matching `query`, newest first, at most `limit` (None or 0: all),
     as "table", "csv" or "json"."""
-    with Store(db) as store:
-        note_created(store.created, store.location)
+    with existing_store(db) as store:
         frame = store.node_results(provider=query.provider, variant=query.variant,
                                    host=query.host, since=query.since, sweep=query.sweep,
                                    stack=query.stack, kind=query.kinds or None)
-    show_frame(frame, output, limit, node_tables, "node figures")
+        missed = store.not_measured(provider=query.provider, host=query.host,
+                                    since=query.since, sweep=query.sweep)
+        # Each document's settings from every source, as the report reads them: a line
+        # of ~/.nccl.conf is named as surely as the environment.
+        sourced = documents_settings(store.engine, frame["document_id"].unique().tolist())
+    show_frame(frame, output, limit, lambda records: node_tables(records, sourced),
+               "node figures")
+    if output == "table":
+        show_not_measured(missed)
 
 
 def document_records(document: AgentDocument) -> list[dict[str, Any]]:
@@ -128,10 +136,44 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
             f"{row['cv']:.1%}", _gbs(sheet), f"{row['gbs'] / sheet:.0%}" if sheet else "-")
 
 
-def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+Sourced = Mapping[int, Sequence[tuple[str, str | None, str]]]
+
+
+def documents_settings(engine: Engine, documents: Sequence[int]) -> dict[int, list[
+        tuple[str, str | None, str]]]:
+    """Each document's run settings that applied, (name, value, source) each."""
+    found: dict[int, list[tuple[str, str | None, str]]] = {}
+    if not documents:
+        return found
+    frame = read_settings(engine, documents=[int(d) for d in documents])
+    for row in frame_rows(frame):
+        if row["applies"] is False:
+            continue
+        found.setdefault(int(row["document_id"]), []).append(
+            (str(row["name"]), row["value"], str(row["source"])))
+    return found
+
+
+def _through(row: dict[str, Any], sourced: Sourced) -> str:
+    """An all-reduce off NCCL's peer-to-peer path: what the report says of it (the
+    transport, the setting that asked for it with its source), and its figure measured
+    again without the run's settings where it was."""
+    cause = transport_cause(row.get("transport"), row.get("nccl_settings"), None,
+                            sourced.get(int(row["document_id"]), ()))
+    said = f"{figure_name(row)}: " + (
+        cause.words if cause is not None else f"went through {row['transport']}, not P2P")
+    again = row.get("rerun_gbs")
+    if again is not None:
+        without = row.get("rerun_without") or "the run's settings"
+        said += f"; {again:,.1f} GB/s measured again in the same run without {without}"
+    return said
+
+
+def _notes(rows: Sequence[dict[str, Any]], sourced: Sourced) -> list[str]:
     """What went wrong with a link, each once with the GPUs or pairs it concerns: a host
     link that ran below what the card supports, pairs without peer access; figures
-    measured beside other work; an all-reduce NCCL sent off its peer-to-peer path."""
+    measured beside other work; an all-reduce NCCL sent off its peer-to-peer path, in
+    the report's words."""
     slow: dict[str, dict[str, None]] = {}
     apart: dict[str, dict[str, None]] = {}
     for row in rows:
@@ -154,8 +196,7 @@ def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
                 figure_name(row)] = None
         transport = row.get("transport")
         if row["kind"] == "allreduce" and transport and "P2P" not in transport:
-            settings = f", under {row['nccl_settings']}" if row.get("nccl_settings") else ""
-            said = f"{figure_name(row)} went through {transport}, not P2P{settings}"
+            said = _through(row, sourced)
             if said not in through:
                 through.append(said)
     return ([f"{said}: GPU {', '.join(gpus)}" for said, gpus in slow.items()]
@@ -187,9 +228,10 @@ def _node_title(rows: Sequence[dict[str, Any]], shown: tuple[bool, bool]) -> str
     return title + "".join(f"; {part}" for part in extra)
 
 
-def node_tables(records: Sequence[dict[str, Any]]) -> Group:
+def node_tables(records: Sequence[dict[str, Any]], sourced: Sourced | None = None) -> Group:
     """One table per document (records newest first), sharing column widths and one
-    header, then what the figures count."""
+    header, then what the figures count; `sourced`: each document's run settings, (name,
+    value, source) each, which name what sent an all-reduce off its peer path."""
     cells = [_cells(row) for row in records]
     widths = [min(max(len(c[0]) for c in cells), FIGURE_WIDTH),
               *(max(len(name), *(len(c[i + 1]) for c in cells))
@@ -213,6 +255,7 @@ def node_tables(records: Sequence[dict[str, Any]]) -> Group:
             table.add_column(name, width=width, justify="right", no_wrap=True)
         for text in texts:
             table.add_row(*(Text(safe(cell)) for cell in text))
-        parts += [table, *(Text(safe(note), style="yellow") for note in _notes(rows))]
+        parts += [table, *(Text(safe(note), style="yellow")
+                           for note in _notes(rows, sourced or {}))]
     parts.append(Text(CAPTION, style="dim"))
     return Group(*parts)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -16,6 +16,9 @@ from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from fleet.errors import FleetError, InputError
 from fleet.probe.local import SUITES, BenchOptions
 from fleet.probe.run import DEFAULT_PARALLEL
+
+if TYPE_CHECKING:
+    from fleet.api import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Not highlighted: what hosts send is printed through it, and should read as plain text.
@@ -42,6 +45,21 @@ db_option = click.option(
     help="sqlite:///path/fleet.db, a file path, or postgresql://user@host:5432/name. "
          "Default: $FLEET_DB, else ~/.local/share/fleet/fleet.db "
          "(under $XDG_DATA_HOME when set).")
+
+
+def existing_store(db: str | None) -> Store:
+    """The store `db` names, for a command that only reads it: refused where it is a
+    SQLite file that is not there, since opening it would create an empty store and a
+    mistyped --db would then read as a fleet with nothing wrong."""
+    from fleet.api import Store  # the store's modules load with the command that reads it
+
+    store = Store(db)
+    path = store.location.sqlite_path
+    if path is not None and not path.exists():
+        raise InputError(f"no fleet database at {store.location}: give --db (or $FLEET_DB) "
+                         "the store `fleet probe`, `fleet sweep` or `fleet ingest` wrote; "
+                         "`fleet db current` says which one is the default")
+    return store
 
 
 def note_created(store_created: bool, location: object) -> None:

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet.analysis.duplicates import SharedGpus, same_gpus_note
+from fleet.analysis.not_measured import gpus_not_measured, judge
 from fleet.inventory import Expect, LoadedInventory, Target
 from fleet.probe.run import HostOutcome, ProbeReport, headline_tflops, variants_found
 from fleet.sanitize import safe
@@ -113,6 +114,10 @@ def _tflops(outcome: HostOutcome) -> str:
     if headline is None:
         return "-"
     value, gpus = headline
+    # A GPU the matmul could not measure is counted, not dropped from the median's note.
+    cards = len(outcome.document.gpus) if outcome.document is not None else gpus
+    if gpus < cards:
+        return f"{value:.1f} ({gpus} of {cards} GPUs)"
     return f"{value:.1f}" + (f" ({gpus} GPUs)" if gpus > 1 else "")
 
 
@@ -138,7 +143,9 @@ def _notes(outcome: HostOutcome, shared: list[SharedGpus]) -> Text:
     elif outcome.expectation is not None and outcome.expectation.unchecked:
         notes += outcome.expectation.unchecked
     if outcome.document is not None:
-        notes += [f"{e.stage}: {e.message}" for e in outcome.document.errors][:3]
+        # Every stage that failed, judged: what was not measured, and whose it is.
+        notes += ["not measured: " + n.line() if n.finding else n.line()
+                  for n in judge(outcome.document)]
     if outcome.already_stored:
         notes.append("this document was already stored")
     return Text(safe("; ".join(notes)))
@@ -186,10 +193,14 @@ def print_summary(console: Console, report: ProbeReport) -> None:
     stored = sum(1 for h in report.hosts if h.ok)
     if report.store_created:
         console.print(Text(f"Created the fleet database at {report.store}"))
+    missed = sum(len(gpus_not_measured(n for n in judge(h.document) if n.finding))
+                 for h in report.hosts if h.ok and h.document is not None)
     console.print(Text(
         f"{stored} of {counted(len(report.hosts), 'host')} stored in {report.store} "
         f"({report.wall_s:.1f} s; agent {report.payload.filename}, "
-        f"{len(report.payload.data) // 1024} KB)"), highlight=False)
+        f"{len(report.payload.data) // 1024} KB)"
+        + (f"; {counted(missed, 'GPU')} with a stage not measured (notes above)"
+           if missed else "")), highlight=False)
     if report.mismatched:
         verb = "differs" if len(report.mismatched) == 1 else "differ"
         console.print(Text(f"{counted(len(report.mismatched), 'host')} {verb} from the listing: "

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import click
 
-from fleet.api import Store
-from fleet.cli.options import db_option, err_console, gathered, reports_errors
+from fleet.cli.options import db_option, err_console, existing_store, gathered, reports_errors
 from fleet.errors import InputError
 from fleet.report.build import FINDING_KINDS, Report
 from fleet.report.render import FORMATS, write_report
@@ -151,7 +150,7 @@ def report_command(args: ReportArgs) -> None:
     since, until = _utc(args.since), _utc(args.until, end_of_day=True)
     if since and until and since > until:
         raise InputError("--since is after --until: nothing can be in between")
-    with Store(args.db) as store:
+    with existing_store(args.db) as store:
         report = store.report(sweep=args.sweep, since=since, until=until, runs=args.runs,
                               providers=args.providers, variants=args.variants,
                               anonymize=args.anonymize, gap_threshold=args.gap_threshold,

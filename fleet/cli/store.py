@@ -18,12 +18,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from fleet.analysis.not_measured import judge_rows
 from fleet.api import Store
 from fleet.cli.job_listing import JobQuery, show_job_results
+from fleet.cli.listing import show_not_measured
 from fleet.cli.node_listing import NODE_KINDS, NodeQuery, show_node_results
-from fleet.cli.options import db_option, err_console, note_created, reports_errors
+from fleet.cli.options import (
+    db_option,
+    err_console,
+    existing_store,
+    note_created,
+    reports_errors,
+)
 from fleet.errors import InputError
-from fleet.store.ingest import Outcome
+from fleet.store.ingest import Outcome, Prepared
 from fleet.store.intake import (
     MAX_DEFAULT_JOBS,
     PARALLEL_FROM,
@@ -99,7 +107,7 @@ def db_prune(keep_samples_days: int, db: str | None) -> None:
       fleet db prune --keep-samples-days 30 --db ./fleet.db
     """
 
-    with Store(db) as store:
+    with existing_store(db) as store:
         pruned = store.prune_samples(keep_samples_days)
     click.echo(f"{store.location}: emptied the raw samples of {pruned.results} results "
                f"and {pruned.documents} documents collected before "
@@ -126,7 +134,7 @@ def db_repair(check: bool, db: str | None) -> None:
       fleet db repair --check
       fleet db repair --db postgresql://fleet@db.internal:5432/fleet
     """
-    with Store(db) as store:
+    with existing_store(db) as store:
         done = store.repair(check=check)
     for problem in done.problems[:PROBLEMS_SHOWN]:
         click.echo(problem)
@@ -265,12 +273,24 @@ def _echo(item: Item) -> None:
     if item.stored is None:
         click.echo(f"rejected        {item.rejected}")
     elif item.stored.outcome is Outcome.STORED and item.prepared is not None:
-        prepared = item.prepared
         click.echo(f"stored          {item.name}: document {item.stored.document_id}, "
-                   f"{counted(prepared.gpu_count, 'GPU')}, "
-                   f"{counted(prepared.benchmark_count, 'result')}")
+                   f"{stored_line(item.prepared)}")
     else:
         click.echo(f"already stored  {item.name}: document {item.stored.document_id}")
+
+
+def stored_line(prepared: Prepared) -> str:
+    """What a stored document holds, by suite, and what it could not measure with whose
+    that is: "2 GPUs, 2 matmul results, 3 job figures; not measured: GPU 1 job: out of
+    memory: pid 4242 (python, user bob) held 78,000 MiB of its 81,559 MiB when the run
+    began (yours to fix)"."""
+    held = [(what, len(rows)) for what, rows in (
+        ("node figure", prepared.node_results), ("job figure", prepared.job_results)) if rows]
+    said = [counted(prepared.gpu_count, "GPU"),
+            counted(prepared.benchmark_count, "matmul result"),
+            *(counted(n, what) for what, n in held)]
+    missed = [n.line() for n in judge_rows(prepared.errors, prepared.fingerprints)]
+    return ", ".join(said) + (f"; not measured: {'; '.join(missed)}" if missed else "")
 
 
 def _since(value: dt.datetime | None) -> dt.datetime | None:
@@ -516,8 +536,7 @@ def results(provider: str | None, variant: str | None, host: str | None,
     machine = as_csv or as_json
     if limit is None and not machine:
         limit = TABLE_LIMIT
-    with Store(db) as store:
-        note_created(store.created, store.location)
+    with existing_store(db) as store:
         where = store.result_filter(provider=provider, variant=variant, host=host,
                                     since=_since(since), sweep=sweep, stack=stack)
         rows: Sequence[ResultRow | VariantSummary]
@@ -528,6 +547,8 @@ def results(provider: str | None, variant: str | None, host: str | None,
             rows = store.result_rows(where, limit or None)
             total = store.count_results(where) if limit and len(rows) == limit \
                 else len(rows)
+        missed = store.not_measured(provider=provider, host=host, since=_since(since),
+                                    sweep=sweep)
     if as_json:
         click.echo(json.dumps([_plain(row) for row in rows], indent=2))
     elif as_csv:
@@ -540,6 +561,8 @@ def results(provider: str | None, variant: str | None, host: str | None,
     if total > len(rows):
         err_console.print(f"Showing the newest {len(rows)} of {total} results; "
                           "--limit 0 shows all.", markup=False)
+    if not machine:
+        show_not_measured(missed)
 
 
 COMMANDS = (db, ingest, results)

@@ -56,13 +56,14 @@ from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cl
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
+from fleet.report.not_measured import NotMeasuredSection, not_measured_section
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.store.settings import read_settings
 from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
                  "duplicate", "health", "hostlink", "peer", "shortfall", "contention",
-                 "corruption", "job_shortfall", "network")
+                 "corruption", "job_shortfall", "network", "not_measured")
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,9 @@ class Report:
     # provider's faults also in `dispute` (kind "network"), the renter's in `renter`,
     # the unsettled in `unsettled`.
     cluster: ClusterSection = field(default_factory=ClusterSection)
+    # Every error the newest documents in scope carry, judged (fleet/report/
+    # not_measured.py): those with a party also in `dispute`, `renter` or `unsettled`.
+    not_measured: NotMeasuredSection = field(default_factory=NotMeasuredSection)
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -201,24 +205,37 @@ class Report:
         """GPUs slower than their own past on the newest night of the sweep."""
         return 0 if self.history is None else self.history.regressed_last_night
 
+    def listed(self) -> tuple[tuple[str, Finding], ...]:
+        """Every finding the report lists, with its side ("provider": What to dispute;
+        "renter": Yours to fix; "unsettled": Not settled): the one list that `counts`,
+        `--fail-on`, the findings line and the metrics read, so that none of them can
+        count a finding the others leave out."""
+        return (tuple(("provider", f) for f in self.dispute)
+                + tuple(("renter", f) for f in self.renter)
+                + tuple(("unsettled", f) for f in self.unsettled))
+
     def counts(self) -> dict[str, int]:
-        """Findings per kind, as `--fail-on` reads them."""
-        node, job = self.node.counts(), self.job.counts()
-        return {"mismatch": len(self.mismatches) + len(self.mixed),
-                "gap": len(self.gaps) + node["gap"] + job["gap"],
-                "cooling": len(self.cooling_findings), "drift": len(self.drift),
-                "straggler": len(self.stragglers) + node["straggler"] + job["straggler"],
-                "regression": self.regressions, "duplicate": len(self.shared),
-                "health": self.health.findings, "hostlink": node["hostlink"],
-                "peer": node["peer"], "shortfall": node["shortfall"],
-                "contention": node["contention"], "corruption": len(self.corruption),
-                "job_shortfall": job["job_shortfall"],
-                "network": self.network.count() + self.cluster.count()}
+        """Findings per kind, on every side, as `--fail-on` reads them: each listed
+        finding once, and each GPU slower than its own past on the sweep's newest night
+        (listed in the sweep's history, not as a finding)."""
+        found = Counter(f.kind for _, f in self.listed())
+        found["regression"] += self.regressions
+        kinds = (*FINDING_KINDS, *sorted(set(found) - set(FINDING_KINDS)))
+        return {kind: found[kind] for kind in kinds}
 
     def findings_line(self) -> str:
-        """"mismatch 2, gap 0, ...": each kind by its `--fail-on` name, as the HTML lists
-        them."""
-        return ", ".join(f"{kind} {n}" for kind, n in self.counts().items())
+        """"job_shortfall 4 (yours to fix 4), gap 1": each kind found, by its `--fail-on`
+        name, with the sides that are not the provider's; "none" where nothing was."""
+        sides = Counter((f.kind, side) for side, f in self.listed())
+        words = {"renter": "yours to fix", "unsettled": "not settled"}
+        said = []
+        for kind, n in self.counts().items():
+            if not n:
+                continue
+            apart = [f"{words[side]} {sides[kind, side]}" for side in words
+                     if sides[kind, side]]
+            said.append(f"{kind} {n}" + (f" ({', '.join(apart)})" if apart else ""))
+        return ", ".join(said) or "none"
 
 
 def _headline(data: Dataset) -> Config | None:
@@ -485,6 +502,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     network = network_section(engine, data)
     cluster = cluster_section(engine, runs, names)
+    not_measured = not_measured_section(
+        engine, {h.document_id: (h.provider, h.host) for h in data.hosts}, options.anonymize)
     health = told_elsewhere(fleet_health(data.gpus), {
         (issue.provider, issue.host, gpu) for issue in node.host_links
         if issue.problem == "below maximum" for gpu in issue.gpus})
@@ -507,9 +526,11 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                       + _node_findings(node)
                       + [Finding.of(item) for item in job.findings()]
                       + [Finding.of(item) for item in network.findings()]
-                      + [Finding.of(item) for item in cluster.findings()]),
+                      + [Finding.of(item) for item in cluster.findings()]
+                      + [Finding.of(item) for item in not_measured.on("provider")]),
         renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter(),
-                                                   *cluster.renter()]),
+                                                   *cluster.renter(),
+                                                   *not_measured.on("renter")]),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
@@ -519,7 +540,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
         health=health, node=node, corruption=tuple(corruption), job=job,
         gaps_unsettled=tuple(gaps_unsettled), network=network, cluster=cluster,
+        not_measured=not_measured,
         unsettled=tuple(Finding.of(item) for item in [
             *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
             *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled(),
-            *cluster.unsettled()]))
+            *cluster.unsettled(), *not_measured.on("unsettled")]))

@@ -362,7 +362,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     # access is not called again for the pairs and all-reduce that follow from it.
     short = [f for f in find_shortfalls(figures, options.shortfall)
              if not ((f.provider, f.host) in no_peers and f.figure in ("pairs", "all-reduce"))]
-    caused = [_with_cause(f, figures) for f in short]
+    caused = [_with_cause(f, figures, ran) for f in short]
     short = [f for f, _ in caused]
     said = {(f.provider, f.host, f.config.kind) for f in short}
     settled = settle_shortfalls(caused, figures, ran)
@@ -424,9 +424,11 @@ def _paired(words: str | None, document: int, gpu: int, pairs: list[StoredRerun]
     return f"{words}; {said}" if words else said
 
 
-def _with_cause(shortfall: Shortfall, figures: pd.DataFrame) -> tuple[Shortfall, bool]:
+def _with_cause(shortfall: Shortfall, figures: pd.DataFrame,
+                ran: Mapping[int, tuple[RunSetting, ...]]) -> tuple[Shortfall, bool]:
     """An all-reduce shortfall with the cause NCCL's transport names, where it names one
-    (fleet/analysis/nccl.py), and whether that cause is a setting of the renter's run."""
+    (fleet/analysis/nccl.py), and whether that cause is a setting of the renter's run
+    (`ran`: each document's settings, from every source)."""
     if shortfall.figure != "all-reduce":
         return shortfall, False
     node = figures[(figures["provider"] == shortfall.provider)
@@ -437,7 +439,8 @@ def _with_cause(shortfall: Shortfall, figures: pd.DataFrame) -> tuple[Shortfall,
     pairs = node[(node["kind"] == "peer_copy") & node["peer_access"].notna()]
     access = None if pairs.empty else bool(pairs["peer_access"].astype(bool).all())
     row = rows.iloc[0]
-    cause = transport_cause(row["transport"], row["nccl_settings"], access)
+    sourced = [(r.name, r.value, r.source) for r in ran.get(int(row["document_id"]), ())]
+    cause = transport_cause(row["transport"], row["nccl_settings"], access, sourced)
     if cause is None:
         return shortfall, False
     return replace(shortfall, cause=cause.words), cause.renters

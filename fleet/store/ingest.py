@@ -700,6 +700,9 @@ def _fingerprint_row(gpu: Gpu) -> dict[str, Any]:
         "vgpu_profile": None if variant.vgpu_profile is None else variant.vgpu_profile.profile,
         "capabilities": to_json({name: cap.verdict for name, cap in gpu.capabilities}),
         **_health_columns(gpu.health),
+        "memory_used_mib": gpu.memory_used_mib,
+        "processes": to_json([[p.pid, p.used_memory_mib, p.visible, p.name, p.user]
+                              for p in gpu.processes]),
     }
 
 

@@ -297,6 +297,11 @@ class Fingerprint(Base):
     # What the buyer asks the provider for: none, reset, drain_and_reset, replace (0014);
     # NULL for an unknown verdict and for agents before issue 36.
     health_action: Mapped[str | None] = mapped_column(String(16))
+    # The GPU's memory in use and the processes NVML listed on it when the run began,
+    # each [pid, MiB, visible, name, user] (0023): what a stage that failed for want of
+    # memory is judged by (fleet/analysis/not_measured.py). NULL before 0023.
+    memory_used_mib: Mapped[int | None] = mapped_column(Integer)
+    processes: Mapped[list[list[Any]] | None] = mapped_column(Json)
 
 
 SUMMARY_INDEX = "ix_benchmark_result_summary"

@@ -57,7 +57,7 @@ Via = Literal["local", "celery"]
 
 
 def check_name(name: str) -> str:
-    """The one rule for a sweep's name (`fleet sweep --name`, `fleet schedule --name`)."""
+    """The one rule for a sweep's name (`fleet sweep --name`, `fleet schedule install --name`)."""
     if not NAME.match(name):
         raise InputError(f"--name {name!r}: use 1 to 128 letters, digits and . _ - : @ +, "
                          "starting with a letter or digit")

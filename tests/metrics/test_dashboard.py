@@ -12,6 +12,7 @@ import fleet
 from fleet.metrics import metrics_text
 from tests.conftest import ROOT
 from tests.metrics.test_metrics import fill, parsed
+from tests.report.test_not_measured import _failed as failed_job
 
 DASHBOARD = ROOT / "examples" / "grafana" / "fleet.json"
 # PromQL's words that look like metric names where they stand.
@@ -62,6 +63,11 @@ def test_queries_are_read_as_meant() -> None:
 def test_every_metric_the_dashboard_queries_is_one_fleet_metrics_emits(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     fill(url, tmp_path)
+    # And a node whose GPU 2 could not run its job (tests/report/test_not_measured.py).
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps(failed_job()))
+    with fleet.Store(url) as store:
+        assert store.ingest([failed], provider="other", host="h100x4")["stored"] == 1
     with fleet.Store(url) as store:
         samples = parsed(metrics_text(store))
     labels = {name for series in samples.values() for got, _ in series for name in got}

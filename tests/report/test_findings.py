@@ -81,10 +81,11 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
     (failure,) = report.failures
     assert (failure.provider, failure.host, failure.stage) == ("delta", "delta-01", "connect")
     # The scene's agents read no health counters: "not read" is counted, never a finding.
-    assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
+    assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 1,
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
-            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0}
+            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
+            "not_measured": 0}
     assert [c.not_read for c in report.health.counts] == [16, 16, 16]
     kinds = [f.kind for f in report.dispute]
     assert kinds.count("mismatch") == 2 and kinds.count("gap") == 1
@@ -140,10 +141,11 @@ def test_anonymized_report_names_no_provider_or_host(engine: Engine) -> None:
     letter = mismatch.provider.removeprefix("Provider ")
     assert letter in "ABCD" and mismatch.host in (f"{letter}-1", f"{letter}-2")
     assert report.failures[0].message == "(hidden in an anonymized report)"
-    assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 3,
+    assert report.counts() == {"mismatch": 2, "gap": 1, "cooling": 0, "drift": 1,
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
-            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0}
+            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
+            "not_measured": 0}
 
 
 def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
@@ -153,7 +155,8 @@ def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
     assert report.counts() == {"mismatch": 0, "gap": 0, "cooling": 0, "drift": 0,
                                "straggler": 0, "regression": 0, "duplicate": 0, "health": 0,
                                "hostlink": 0, "peer": 0, "shortfall": 0,
-            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0}
+            "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
+            "not_measured": 0}
     assert (report.thermal, report.cooling) == ((), ())
 
 

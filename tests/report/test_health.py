@@ -163,7 +163,7 @@ def test_fail_on_health_exits_one_and_every_form_shows_the_finding(
             in md)
     assert "- **unknown**, beta: health unknown on 16 GPUs of 2 hosts; the driver" in md
     assert "<img" not in md and "&lt;img src=x onerror=" in md
-    assert re.search(r"\nFindings: [^\n]*\b4 health\b", md)
+    assert re.search(r"\nFindings: [^\n]*\bhealth 4\b", md)
 
     assert fleet("report", "--format", "json", "-o", str(tmp_path / "r.json"),
                  db=fleet_url).exit_code == 0
