@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from agent import __version__ as agent_version
 from fleet.analysis.duplicates import SharedGpus, shared_gpus
 from fleet.analysis.expectation import Verdict, check_expectation
+from fleet.analysis.not_measured import judge
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events
@@ -168,6 +169,10 @@ def _host_dict(outcome: HostOutcome) -> dict[str, Any]:
             "matches": verdict.matches, "problems": list(verdict.problems),
             "unchecked": list(verdict.unchecked)},
         "agent_errors": [] if document is None else [e.message for e in document.errors],
+        # Each error judged: what was not measured and whose it is (issue 54).
+        "not_measured": [] if document is None else [
+            {"stage": n.stage, "gpu": n.gpu_index, "party": n.party, "cause": n.cause,
+             "action": n.action} for n in judge(document)],
         "price_per_gpu_hour": target.price_per_gpu_hour, "currency": target.currency,
         "tags": list(target.tags),
         "runtime": _runtime_dict(outcome),

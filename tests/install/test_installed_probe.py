@@ -66,6 +66,7 @@ def test_the_installed_fleet_measures_again_and_puts_the_figure_to_the_renter(
     assert probed.returncode == 0, probed.stdout + probed.stderr
     said = " ".join(probed.stdout.split())
     assert "findings: job_shortfall 1 (yours to fix 1)" in said, said
+    assert "not measured" not in said and "did not run" not in said
 
     # The agent that ran is the zipapp the installed fleet packed, and it carried its data.
     [payload] = cache.glob("agent-*.pyz")

@@ -27,8 +27,10 @@ from fleet.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo
+from tests.conftest import ROOT
 from tests.report.test_job_whose import _lent, _short
 
+REAL = ROOT / "tests/fixtures/jobs/h200x2-held-oom/document.json"
 OOM = ("Traceback (most recent call last):\n  File \"agent/job/suite.py\", line 400\n"
        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 2 has a "
        "total capacity of 79.19 GiB of which 1.02 GiB is free. Process 4242 has 76.17 GiB "
@@ -68,6 +70,21 @@ def test_memory_held_by_a_process_the_run_can_see_is_the_renters() -> None:
                             "its 81,559 MiB when the run began")
     assert judged.action.startswith("free it (stop it, or probe when the GPU is free)")
     assert "GPU 2's fingerprint" in judged.source and "not_measured.py" in judged.source
+
+
+def test_the_real_held_gpu_of_a_lent_h200_is_the_renters(engine: Engine) -> None:
+    """A lent 2x H200 with a process holding 131 GiB of GPU 1 from before the fingerprint
+    (tests/fixtures/jobs/h200x2-held-oom): as issue 54 met it on a 4x H200."""
+    data = json.loads(REAL.read_text())
+    [judged] = judge(parse_document(data, "h200x2"))
+    assert (judged.party, judged.what) == ("renter", "GPU 1 job")
+    assert judged.cause == ("out of memory: pid 1010 (python3, user root) held 134,754 MiB "
+                            "of its 143,771 MiB when the run began")
+    _store(engine, data)
+    report = _report(engine)
+    assert [f.title for f in report.renter if f.kind == "not_measured"] == [
+        "h100x4 GPU 1 job: not measured"]
+    assert {g.gpu_index for g in report.job.gpus} <= {0}
 
 
 def test_memory_in_use_with_no_process_the_run_can_see_is_the_providers() -> None:
