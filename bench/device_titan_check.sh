@@ -27,6 +27,9 @@
 #   SUITE=job bash bench/device_titan_check.sh   # the job suite alone (from idle)
 #   STEPS=titan ATTENTION=cudnn bash bench/device_titan_check.sh   # torchtitan alone
 #   FLEX=0 ...                                   # without the FlexAttention row
+#   STEPS=forms bash bench/device_titan_check.sh # which forms move the figure (2 min):
+#       bench/job_forms.py, the suite's eager step with each torchtitan form put back
+#       as suite 1.3.0 wrote it (norm, RoPE, QKV, loss), one at a time, on the hot card
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -103,6 +106,28 @@ PY
     pack
   fi
   grep -v "^eager\|^compiled" "$work/titan.err" | tail -15
+fi
+
+if [[ " $steps " == *" forms "* ]]; then
+  # Heat the card first (a matmul a minute), as the suite's soak would have.
+  python3 -c "
+import time, torch
+a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)
+end = time.time() + float('${FORMS_HEAT_S:-45}')
+while time.time() < end:
+    for _ in range(20):
+        a @ a
+    torch.cuda.synchronize()"
+  python3 bench/job_forms.py --attention "${ATTENTION:-cudnn}" > "$work/forms.jsonl" \
+    2> "$work/forms.err"
+  echo "forms rc=$?"
+  python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(f\"  {r['form']:22} {r['tokens_per_s']:10,.0f} tokens/s {r['change']:+.2%}\")
+" "$work/forms.jsonl" | tee "$work/forms.txt"
+  pack
 fi
 
 python3 - "$work/suite.jsonl" "$work/titan.jsonl" <<'PY' | tee "$work/table.txt"
