@@ -16,15 +16,19 @@ runs, in lockstep with the others (one thread a GPU, as the matmul's harness run
    soaked matmul, `Config.warm_span_s` says why), then measured;
 3. the same step with each other backend that passed, measured on the card the first
    soaked;
-4. decode over the KV cache (a CUDA graph a step, one a backend), at two points
+4. the same step under torch.compile (`Config.compile`, `Gpu._compiled`), with the
+   backend the node's eager figures made fastest: compiled one GPU at a time while a
+   matmul holds each card, gated against the eager step at the full shape, measured as
+   the other backends; its compile time stored apart (`compile_s`);
+5. decode over the KV cache (a CUDA graph a step, one a backend), at two points
    (`DECODE_POINTS`): a bandwidth point, whose step reads enough weights and cache that
    the memory system sets its time, and a latency point of one sequence, every backend at
    each, on the same soaked card.
 
-The headline of a GPU's training, and of each decode point, is the fastest backend that
-passed its gate (`headline`), named beside its figure: what a job tuned for that card
-and stack gets, whichever kernel that is. Every backend's figure is stored, so figures
-compare within one backend too.
+The headline of a GPU's training, and of each decode point, is the fastest backend (and,
+for training, form: eager or compiled) that passed its gate (`headline`), named beside
+its figure: what a job tuned for that card and stack gets, whichever kernel that is.
+Every backend's and form's figure is stored, so figures compare within one too.
 
 The phases run in lockstep (no GPU starts one before every GPU has left the last)
 because PyTorch's attention-backend switch is process-wide: every thread must be asking
@@ -225,8 +229,9 @@ class Agreement:
 
 
 def mark_headlines(results: List[Dict[str, Any]]) -> None:
-    """Each result's `headline`: whether it is the fastest backend of its GPU's workload
-    and decode point (every result here passed its gate)."""
+    """Each result's `headline`: whether it is the fastest backend and form (eager or
+    compiled) of its GPU's workload and decode point (every result here passed its
+    gate)."""
     best: Dict[Tuple[str, Optional[str]], Dict[str, Any]] = {}
     for result in results:
         key = (result["workload"], result.get("point"))
