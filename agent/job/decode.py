@@ -38,7 +38,7 @@ from agent.job.transformer import (
     attention_backend,
     paired,
     relative_error,
-    rope_tables,
+    rope_cache,
 )
 
 
@@ -71,7 +71,7 @@ class Decoder:
                              device=device).to(dtype)
         position = torch.tensor([shape.context - 1], device=device)
         self.slot = position.clone()
-        self.cos, self.sin = rope_tables(shape, position, dtype)
+        self.rope = rope_cache(shape, position)
         self.out: Optional[torch.Tensor] = None
         self.graph: Optional[Any] = None
         self.graphs: Dict[str, Any] = {}
@@ -93,11 +93,11 @@ class Decoder:
     def _eager(self) -> None:
         if self.explicit:
             with torch.no_grad():
-                self.out = self.model.decode(self.x, self.cos, self.sin, self.caches,
-                                             self.slot, self.gqa)
+                self.out = self.model.decode(self.x, self.rope, self.caches, self.slot,
+                                             self.gqa)
             return
         with torch.no_grad(), attention_backend(self.attention):
-            self.out = self.model.decode(self.x, self.cos, self.sin, self.caches, self.slot,
+            self.out = self.model.decode(self.x, self.rope, self.caches, self.slot,
                                          self.gqa)
 
     def _capture(self) -> None:

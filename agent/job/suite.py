@@ -16,15 +16,19 @@ runs, in lockstep with the others (one thread a GPU, as the matmul's harness run
    soaked matmul, `Config.warm_span_s` says why), then measured;
 3. the same step with each other backend that passed, measured on the card the first
    soaked;
-4. decode over the KV cache (a CUDA graph a step, one a backend), at two points
+4. the same step under torch.compile (`Config.compile`, `Gpu._compiled`), with the
+   backend the node's eager figures made fastest: compiled one GPU at a time while a
+   matmul holds each card, gated against the eager step at the full shape, measured as
+   the other backends; its compile time stored apart (`compile_s`);
+5. decode over the KV cache (a CUDA graph a step, one a backend), at two points
    (`DECODE_POINTS`): a bandwidth point, whose step reads enough weights and cache that
    the memory system sets its time, and a latency point of one sequence, every backend at
    each, on the same soaked card.
 
-The headline of a GPU's training, and of each decode point, is the fastest backend that
-passed its gate (`headline`), named beside its figure: what a job tuned for that card
-and stack gets, whichever kernel that is. Every backend's figure is stored, so figures
-compare within one backend too.
+The headline of a GPU's training, and of each decode point, is the fastest backend (and,
+for training, form: eager or compiled) that passed its gate (`headline`), named beside
+its figure: what a job tuned for that card and stack gets, whichever kernel that is.
+Every backend's and form's figure is stored, so figures compare within one too.
 
 The phases run in lockstep (no GPU starts one before every GPU has left the last)
 because PyTorch's attention-backend switch is process-wide: every thread must be asking
@@ -43,6 +47,7 @@ short windows: the path, not a figure.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -62,12 +67,19 @@ from agent.timing import contention, soak, stats, telemetry
 # cached positions (was 128 x 4,096), which reads the memory system on an H200 as on an H100.
 # 1.3.0: decode hands grouped-query attention to SDPA natively where the backend takes it
 # (cuDNN read 4.8% more on a lent H200 so), as query rows only where it does not.
-SUITE_VERSION = "1.3.0"
+# 1.4.0: the stack written as torchtitan's Llama 3 (torch's own RMSNorm, its complex RoPE
+# in float32, the fused QKV projection, its cross-entropy loss: agent/job/transformer.py
+# names each; issue 55), and the training step measured eager and compiled, the faster
+# correct form the headline.
+SUITE_VERSION = "1.4.0"
 TIMING_METHOD = "cuda-events-pipelined"
 Progress = Callable[[str], None]
 # Timed units of work: (when one ended by the host's clock, its milliseconds).
 Units = Generator[Tuple[float, float], None, None]
 CAPTURE_LOCK = threading.Lock()
+# One GPU's torch.compile at a time: Dynamo serialises compiles anyway (a process-wide
+# lock), and holding it here makes each GPU's compile_s its own compile, not its wait.
+COMPILE_LOCK = threading.Lock()
 # The shorter measurements (another backend, decode) are cut into this many sub-windows
 # for their within-run interval.
 SHORT_SUB_WINDOWS = 4
@@ -80,7 +92,13 @@ class Config:
     device: str = "cuda"
     gpus: Optional[List[int]] = None
     sequential: bool = False
-    compiled: bool = False
+    # The training step again under torch.compile, beside the eager backends
+    # (`Gpu._compiled`): with the backend the node's eager figures made fastest, its compile
+    # while a matmul holds the card (agent/job/warm.py), gated against the eager step, then
+    # measured as the other backends are. torchtitan's published figures are compiled, and
+    # a compiled step is what a tuned job runs; compiled 4 Llama-3-8B layers trained 21%
+    # faster than eager on a lent H100 (suite 1.0, bench/RESULTS.md).
+    compile: bool = True
     # Every attention backend a tuned job could run on a GPU, the soak's first: math is
     # left out, as it writes the scores out (2 GiB a layer at 2 x 32 x 4096^2 in bf16), a
     # fallback no tuned job takes.
@@ -124,9 +142,12 @@ class Config:
     @classmethod
     def for_cpu(cls) -> "Config":
         """Seconds a CI machine spends in a fraction of: the path, not a figure."""
-        return cls(device="cpu", backends=("math",), graph=False, window_s=0.2,
-                   span_s=0.8, warm_span_s=0.8, cap_s=1.2, measure_s=0.6, beside_s=0.0,
-                   decode_warm_s=0.1, decode_s=0.4, sub_window_s=0.2, decode_unit_steps=4)
+        # No compile: inductor's C++ for the CPU is not what a GPU runs, and compiling it
+        # costs CI seconds a run; `--job-compile` asks for it (the path's test).
+        return cls(device="cpu", backends=("math",), graph=False, compile=False,
+                   window_s=0.2, span_s=0.8, warm_span_s=0.8, cap_s=1.2, measure_s=0.6,
+                   beside_s=0.0, decode_warm_s=0.1, decode_s=0.4, sub_window_s=0.2,
+                   decode_unit_steps=4)
 
     def after_matmul(self) -> "Config":
         """The suite as it runs straight after the matmul: the shorter span."""
@@ -169,10 +190,36 @@ class Agreement:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._passed: Dict[int, List[str]] = {}
+        self._figures: Dict[int, Dict[str, float]] = {}
 
     def passed(self, index: int, backends: List[str]) -> None:
         with self._lock:
             self._passed[index] = backends
+
+    def measured(self, index: int, figures: Dict[str, float]) -> None:
+        """GPU `index`'s eager training tokens/s by backend."""
+        with self._lock:
+            self._figures[index] = dict(figures)
+
+    def fastest(self, order: Sequence[str]) -> Optional[str]:
+        """The backend to compile the node's step with (one for every GPU: tracing sets
+        the process-wide switch): the fastest eager backend on the most GPUs, ties to the
+        larger sum of their figures, then to `order`; None before any GPU reported."""
+        with self._lock:
+            figures = list(self._figures.values())
+        wins: Dict[str, int] = {}
+        sums: Dict[str, float] = {}
+        for mine in figures:
+            if mine:
+                best = max(mine, key=lambda name: mine[name])
+                wins[best] = wins.get(best, 0) + 1
+            for name, value in mine.items():
+                sums[name] = sums.get(name, 0.0) + value
+        named = [name for name in order if name in sums]
+        if not named:
+            return None
+        return max(named, key=lambda name: (wins.get(name, 0), sums[name],
+                                             -named.index(name)))
 
     def agreed(self, order: Sequence[str]) -> List[str]:
         """The backends every GPU that reported passed, in `order`."""
@@ -182,8 +229,9 @@ class Agreement:
 
 
 def mark_headlines(results: List[Dict[str, Any]]) -> None:
-    """Each result's `headline`: whether it is the fastest backend of its GPU's workload
-    and decode point (every result here passed its gate)."""
+    """Each result's `headline`: whether it is the fastest backend and form (eager or
+    compiled) of its GPU's workload and decode point (every result here passed its
+    gate)."""
     best: Dict[Tuple[str, Optional[str]], Dict[str, Any]] = {}
     for result in results:
         key = (result["workload"], result.get("point"))
@@ -513,7 +561,7 @@ class Gpu:
         order = list(gates.values())
         first = order[0]
         trainer = train_step.Trainer(shape, self.device, self.torch.bfloat16, first.name,
-                                     cfg.compiled, gqa=first.gqa)
+                                     gqa=first.gqa)
         loss = trainer.first_step(self._sync)
         # Said with its time: the set-up is part of the stage's minute.
         self.say(f"stack built and its first step taken in {time.perf_counter() - wall0:.1f} s")
@@ -541,7 +589,66 @@ class Gpu:
             result = self._beside(trainer, gate, tokens, results[0], seen, busy_before)
             if result is not None:
                 results.append(result)
+        if cfg.compile:
+            compiled = self._compiled(trainer, gates, tokens, results, seen, busy_before)
+            if compiled is not None:
+                results.append(compiled)
         return results
+
+    def _compiled(self, trainer: Any, gates: Dict[str, Gate], tokens: int,
+                  eager: List[Dict[str, Any]], seen: List[Dict[str, Any]],
+                  busy_before: Optional[int]) -> Optional[Dict[str, Any]]:
+        """The training step under torch.compile with the backend the node's eager
+        figures made fastest, gated against the eager step, measured on the card the
+        eager load soaked; a matmul holds the card while it compiles and waits for the
+        node's other GPUs. None, and why in `errors`, where it did not compile or did not
+        pass its gate: the eager figures stand."""
+        cfg = self.cfg
+        index = self.target.index
+        self.node.measured(index, {r["attention"]: r["tokens_per_s"] for r in eager})
+        self.phases["compile"].arrive(index, timeout=120.0)
+        attention = self.node.fastest(list(gates))
+        if attention is None or attention not in gates:
+            self.phases["compiled"].withdraw(index)
+            return None
+        gate = gates[attention]
+        wall0 = time.perf_counter()
+        trainer.use(gate.name, gate.gqa)
+        self.warmer.start()
+        try:
+            with COMPILE_LOCK:
+                checked = trainer.compile(gate.name, self._sync)
+            compile_s = trainer.compile_s
+            self.phases["compiled"].arrive(index, timeout=600.0)
+        except Exception as exc:  # no compiler on the host, a torch that cannot trace it
+            self.warmer.stop()
+            self.phases["compiled"].withdraw(index)
+            self.errors.append(f"{self.label}: the training step did not compile with "
+                               f"{attention} attention ({type(exc).__name__}: "
+                               f"{str(exc).strip()[:300]}); the eager figures stand")
+            return None
+        self.warmer.stop()
+        if not checked["passed"]:
+            self.phases["compiled"].withdraw(index)
+            self.errors.append(
+                f"{self.label}: the compiled training step with {attention} attention "
+                f"failed its gate: gradients {checked['grad_max_rel_error']} off the eager "
+                f"step's (tolerance {checked['tolerance']}), loss finite: "
+                f"{checked['loss_finite']}; not measured. The eager step passed its own "
+                "gate on this card: the compiler, not the card, is at fault; the eager "
+                "figures stand")
+            return None
+        self.say(f"compiled with {attention} attention in {compile_s:.1f} s, "
+                 f"{checked['grad_max_rel_error']:.2%} off the eager step")
+        # The compiled step's own memory, not the eager steps' before it.
+        self._reset_peak()
+        units = self.timer.units(lambda: _discard(trainer.step(compiled=True)))
+        span = self._measure(units, self.phases["compiled"], cfg.beside_s, cfg.beside_warm_s)
+        units.close()
+        self._sync()
+        return self._result("train", gate, span, tokens, 1, checked, None, None, wall0,
+                            seen, busy_before, trainer=trainer, follows=eager[0],
+                            compiled=True)
 
     def _decode(self, point: str, gates: Dict[str, Gate], first: Dict[str, Any],
                 seen: List[Dict[str, Any]], busy_before: Optional[int]
@@ -617,7 +724,7 @@ class Gpu:
                 detail: Optional[Dict[str, Any]], wall0: float, seen: List[Dict[str, Any]],
                 busy_before: Optional[int], trainer: Any = None,
                 follows: Optional[Dict[str, Any]] = None,
-                point: Optional[str] = None) -> Dict[str, Any]:
+                point: Optional[str] = None, compiled: bool = False) -> Dict[str, Any]:
         from agent.job import transformer
 
         torch = self.torch
@@ -675,9 +782,8 @@ class Gpu:
             "attention": attention,
             # Decode is a CUDA graph of the eager step: torch.compile is the training
             # step's alone.
-            "compiled": cfg.compiled and workload == "train",
-            "compile_s": trainer.compile_s if trainer is not None and follows is None
-            else None,
+            "compiled": compiled,
+            "compile_s": trainer.compile_s if compiled and trainer is not None else None,
             "graph": workload == "decode" and cfg.graph and self.timer.cuda,
             "optimizer": ("adamw-fused" if trainer.fused else "adamw")
             if workload == "train" and trainer is not None else None,
@@ -747,6 +853,9 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
     targets = match_targets(torch, HarnessConfig(device=cfg.device, gpus=cfg.gpus), gpus,
                             nvml)
     cuda = cfg.device == "cuda"
+    if cfg.compile:
+        where = prepare_compile(torch, len(targets))
+        progress(f"torch.compile's caches in {where}")
     if cuda:
         torch.cuda.empty_cache()
         # The matmul's load must have left the card before utilization is read: NVML
@@ -786,7 +895,7 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
         # Each backend's gates, the gates' end, training, each backend beside it; per
         # decode point its start, its captures' end and each backend's measurement.
         names = [f"gate:{b}" for b in cfg.backends] + ["gated", "train"]
-        names += [f"beside:{b}" for b in cfg.backends]
+        names += [f"beside:{b}" for b in cfg.backends] + ["compile", "compiled"]
         for point in _shapes(cfg)["decode"]:
             names += [f"decode:{point}", f"decode:{point}:captured"]
             names += [f"decode:{point}:{b}" for b in cfg.backends]
@@ -808,19 +917,60 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
     results.sort(key=lambda r: (int(r["gpu_index"]), r["workload"] != "train",
                                 points.index(r["point"]) if r.get("point") in points else -1,
                                 backends.index(r["attention"])
-                                if r["attention"] in backends else len(backends)))
+                                if r["attention"] in backends else len(backends),
+                                bool(r["compiled"])))
     return results, errors
 
 
+# The zipapp fleet uploads lies in the host's `cache_dir:` (fleet/payload.py); a run from
+# it keeps torch.compile's caches beside it.
+ZIPAPP_SUFFIX = ".pyz"
+COMPILE_CACHE = "torchinductor"
+
+
+def compile_cache_dir(module_path: str = __file__) -> Optional[str]:
+    """Where torch.compile's caches go: TORCHINDUCTOR_CACHE_DIR where the run's
+    environment sets it, else beside the agent's zipapp in fleet's cache directory on the
+    host (its own, kept between runs: a second run loads the compiled step instead of
+    compiling it again); None from a source tree (tests, `python -m agent`: torch's own
+    default under /tmp)."""
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given:
+        return given
+    marker = ZIPAPP_SUFFIX + os.sep
+    path = os.path.abspath(module_path)
+    if marker not in path:
+        return None
+    zipapp = path[:path.index(marker) + len(ZIPAPP_SUFFIX)]
+    return os.path.join(os.path.dirname(zipapp), COMPILE_CACHE)
+
+
+def prepare_compile(torch: Any, gpus: int) -> str:
+    """Set torch.compile up for the suite: its caches' directory (`compile_cache_dir`,
+    kept between runs: inductor keys what it stores by torch version, source and device,
+    so a cached step is the step this torch would compile), and room for each GPU's
+    compile of the same layers (Dynamo compiles a function again for each device, and
+    stops at its recompile limit, 8). Returns the directory."""
+    where = compile_cache_dir()
+    if where is not None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = where
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    for name in ("recompile_limit", "cache_size_limit"):
+        if config is not None and isinstance(getattr(config, name, None), int):
+            setattr(config, name, max(getattr(config, name), 4 * gpus))
+    return where or "torch's default directory"
+
+
 def summary_line(results: Sequence[Dict[str, Any]]) -> str:
-    """"train 84,160 (cudnn) and decode 32,400 (flash) tokens/s a GPU (medians of the
-    headlines)": each workload's headline, decode's at its bandwidth point."""
+    """"train 94,160 (cudnn compiled) and decode 32,400 (flash) tokens/s a GPU (medians of
+    the headlines)": each workload's headline, decode's at its bandwidth point."""
     parts = []
     for workload in ("train", "decode"):
         mine = [r for r in results if r["workload"] == workload and r.get("headline")
                 and r.get("point") in (None, "bandwidth")]
         if mine:
-            names = sorted({r["attention"] for r in mine})
+            names = sorted({r["attention"] + (" compiled" if r.get("compiled") else "")
+                            for r in mine})
             parts.append(f"{workload} {statistics.median(r['tokens_per_s'] for r in mine):,.0f}"
                          f" ({', '.join(names)})")
     return (" and ".join(parts) + " tokens/s a GPU (medians of the headlines)") if parts \

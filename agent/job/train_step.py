@@ -1,18 +1,28 @@
 """The job suite's training step: forward, backward and a fused AdamW step of the decoder
-stack (agent/job/transformer.py) in bf16, and the gate a run passes before any step counts.
+stack (agent/job/transformer.py) in bf16, eager and under torch.compile, and the gates a
+step passes before its time counts.
 
-The step is what a data-parallel job's GPU does between gradient exchanges: the loss is
-the mean squared error of the stack's output against a fixed random target (no LM head,
-so no cross-entropy over a vocabulary), reduced in float32. Parameters, gradients and
-AdamW's two moments are bf16, 12 GiB in all at the standard shape (a mixed-precision job
-keeping float32 master weights would hold 14 GiB more and spend more of its step in the
-optimizer: that is another configuration, not this one).
+The step is what a data-parallel job's GPU does between gradient exchanges, as torchtitan
+runs it with `training.dtype = "bfloat16"` (torchtitan/config/configs.py: parameters,
+gradients and optimizer state in bf16, no float32 master copy; RoPE and the logits in
+float32): the loss is torchtitan's cross-entropy over float32 logits, summed and divided
+by the tokens (agent/job/transformer.py `token_loss`), against fixed random labels, the
+stack's output standing for the logits (no LM head); AdamW fused, torchtitan's default
+implementation. 12 GiB in all at the standard shape (torchtitan's default, float32 master
+weights under bf16 mixed precision, holds 14 GiB more and spends more of its step in the
+optimizer: another configuration, not this one).
 
-The gate runs the same code at a small shape twice, in bf16 with the pinned attention
-backend and in float32 with the attention written out (agent/job/transformer.py), from the
-same weights and inputs: the loss must be finite and every parameter's gradient within
-`TOLERANCE` of float32's (relative, by norm). A card or stack that computes a wrong step
-fails here, before its time is counted.
+Compiled (`Trainer.compile`), the stack is torch.compile'd as torchtitan's apply_compile
+does it (each layer on its own with fullgraph, the loss apart; the final norm and the
+optimizer eager), with one attention backend traced into the layers.
+
+The eager gate runs the same code at a small shape twice, in bf16 with the pinned
+attention backend and in float32 with the attention written out (agent/job/transformer.py),
+from the same weights and inputs: the loss must be finite and every parameter's gradient
+within `TOLERANCE` of float32's (relative, by norm). A card or stack that computes a wrong
+step fails here, before its time is counted. The compiled step's gate is at the full
+shape, against the eager step it replaces (which passed its own): the same weights and
+inputs, every gradient within `TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -22,7 +32,6 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from agent.job.transformer import (
     GQA_EXPANDED,
@@ -32,6 +41,7 @@ from agent.job.transformer import (
     attention_backend,
     paired,
     relative_error,
+    token_loss,
 )
 
 # bf16 keeps 8 bits of mantissa (a rounding of 0.2-0.4%); through a forward and backward
@@ -44,51 +54,96 @@ SEED = 0
 
 
 class Trainer:
-    """The stack, its input, target and optimizer on one device; `step` runs one step."""
+    """The stack, its input, labels and optimizer on one device; `step` runs one step,
+    eager or (once `compile` has run) compiled."""
 
     def __init__(self, shape: Shape, device: Any, dtype: torch.dtype, attention: str,
-                 compiled: bool = False, seed: int = SEED, gqa: str = GQA_NATIVE) -> None:
+                 seed: int = SEED, gqa: str = GQA_NATIVE) -> None:
         self.shape = shape
         self.attention = attention
         self.model = Stack(shape, device, dtype, seed)
         self.model.gqa = gqa
-        generator = torch.Generator(device=device)
-        generator.manual_seed(seed + 1)
-        size = (shape.batch, shape.seq, shape.width)
-        self.x = torch.randn(size, generator=generator, device=device).to(dtype)
-        self.target = torch.randn(size, generator=generator, device=device)
+        self.x, self.labels = _inputs(shape, device, dtype, seed)
         cuda = torch.device(device).type == "cuda"
-        # Fused AdamW: one kernel for every parameter, as torchtitan runs it on CUDA.
+        # Fused AdamW: one kernel for every parameter, torchtitan's default on CUDA.
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE,
                                            fused=cuda)
         self.fused = cuda
-        self.forward: Any = torch.compile(self.model) if compiled else self.model
-        self.compiled = compiled
         self.compile_s: Optional[float] = None
 
     def use(self, attention: str, gqa: str) -> None:
-        """Step with `attention` from now on, grouped-query attention handed over `gqa`."""
+        """Step eager with `attention` from now on, grouped-query attention handed over
+        `gqa`."""
         self.attention = attention
         self.model.gqa = gqa
 
-    def step(self) -> torch.Tensor:
-        """One training step; the loss, not synchronized."""
-        with attention_backend(self.attention):
-            out = self.forward(self.x)
-            loss = F.mse_loss(out.float(), self.target)
+    def _loss(self, compiled: bool) -> torch.Tensor:
+        if compiled:
+            out = self.model(self.x, compiled=True)
+            assert self.model.compiled_loss is not None
+            loss: torch.Tensor = self.model.compiled_loss(out, self.labels)
             loss.backward()  # type: ignore[no-untyped-call]
+            return loss
+        with attention_backend(self.attention):
+            loss = token_loss(self.model(self.x), self.labels)
+            loss.backward()  # type: ignore[no-untyped-call]
+        return loss
+
+    def step(self, compiled: bool = False) -> torch.Tensor:
+        """One training step; the loss, not synchronized."""
+        loss = self._loss(compiled)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
     def first_step(self, synchronize: Any) -> float:
-        """The first step, timed apart (with torch.compile, it compiles): its loss."""
-        started = time.perf_counter()
+        """The first eager step: its loss."""
         loss = float(self.step())
         synchronize()
-        if self.compiled:
-            self.compile_s = round(time.perf_counter() - started, 3)
         return loss
+
+    def compile(self, attention: str, synchronize: Any) -> Dict[str, Any]:
+        """Compile the step with `attention` (the stack's current GQA form) and gate it:
+        the eager step's gradients and the compiled one's from the same weights and
+        inputs, no optimizer step between. The compile's seconds (the first compiled
+        step's wall, the compile in it) go to `compile_s`; the gate's verdict is returned,
+        the document's `correctness`."""
+        self.attention = attention
+        self.model.compile_layers(attention)
+        self.optimizer.zero_grad(set_to_none=True)
+        eager = self._loss(False)
+        want = [p.grad.detach().clone() if p.grad is not None else None
+                for p in self.model.parameters()]
+        self.optimizer.zero_grad(set_to_none=True)
+        started = time.perf_counter()
+        got = self._loss(True)
+        synchronize()
+        self.compile_s = round(time.perf_counter() - started, 3)
+        worst = 0.0
+        for p, reference in paired(self.model.parameters(), want):
+            if p.grad is None or reference is None:
+                worst = math.inf
+                break
+            worst = max(worst, relative_error(p.grad, reference))
+        self.optimizer.zero_grad(set_to_none=True)
+        finite = math.isfinite(float(got.detach())) and math.isfinite(float(eager.detach()))
+        return {"passed": finite and worst <= TOLERANCE, "loss_finite": finite,
+                "grad_max_rel_error": worst if math.isfinite(worst) else None,
+                "tolerance": TOLERANCE, "shape": self.shape.words(),
+                "reference": f"the eager step with {attention} attention (itself gated "
+                             "against float32), same weights and inputs, full shape"}
+
+
+def _inputs(shape: Shape, device: Any, dtype: torch.dtype, seed: int
+            ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The step's input hidden states and its labels, one per token among `width`."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed + 1)
+    x = torch.randn((shape.batch, shape.seq, shape.width), generator=generator,
+                    device=device).to(dtype)
+    labels = torch.randint(0, shape.width, (shape.batch, shape.seq), generator=generator,
+                           device=device)
+    return x, labels
 
 
 def gate_backend(shape: Shape, device: Any, attention: str,
@@ -118,15 +173,11 @@ def gate(shape: Shape, device: Any, attention: str, dtype: torch.dtype = torch.b
         for mine, theirs in paired(high.parameters(), low.parameters()):
             # The same weights: float32 holds the bf16 values exactly.
             mine.copy_(theirs.float())
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed + 1)
-    x = torch.randn((shape.batch, shape.seq, shape.width), generator=generator,
-                    device=device).to(dtype)
-    target = torch.randn(x.shape, generator=generator, device=device)
+    x, labels = _inputs(shape, device, dtype, seed)
     with attention_backend(attention):
-        loss_low = F.mse_loss(low(x).float(), target)
+        loss_low = token_loss(low(x), labels)
         loss_low.backward()  # type: ignore[no-untyped-call]
-    loss_high = F.mse_loss(high(x.float()), target)
+    loss_high = token_loss(high(x.float()), labels)
     loss_high.backward()  # type: ignore[no-untyped-call]
     worst = 0.0
     for mine, theirs in paired(low.parameters(), high.parameters()):

@@ -2,17 +2,51 @@
 
 Four decoder layers shaped as Meta Llama 3 8B's (its published config.json: hidden_size
 4096, num_attention_heads 32, num_key_value_heads 8, head_dim 128, intermediate_size
-14336, rms_norm_eps 1e-5, rope_theta 500000): RMSNorm before attention and before the
-MLP, RoPE on queries and keys, grouped-query attention through PyTorch's
-scaled_dot_product_attention with the backend pinned by the caller, a SwiGLU MLP, no
-biases, a final RMSNorm.
+14336, rms_norm_eps 1e-5, rope_theta 500000; torchtitan's "8B" flavor gives the same:
+dim 4096, 32 and 8 heads, compute_ffn_hidden_dim(4096, multiple_of=1024,
+ffn_dim_multiplier=1.3) = 14336), written as the field's training stack writes them:
+torchtitan 0.3.0's Llama 3 model (PyPI's torchtitan-0.3.0 wheel; the same forms at
+github.com/pytorch/torchtitan commit b5bcd76c66d0, 2026-08-21), each choice here with its
+file there (torchtitan/...), and the parameters named as its, so that one's state dict
+loads into the other (tests/agent/test_job_titan.py compares the two):
 
-Grouped-query attention is written as current reference stacks write it: the eight
-key-value heads go to SDPA as they are (`enable_gqa`, torch 2.5 and newer), each serving
-its four query heads inside the kernel; torchtitan dropped its `repeat_kv` expansion in
-January 2026 ("GQA without kv repeats"), and on a lent H100 the expansion cost a training
-step 5-6% (issue 45). Where a backend or torch does not take it natively, the keys and
-values are expanded first and the figure says so (`GQA_EXPANDED`).
+- the block (models/llama3/model.py Llama3TransformerBlock): h = x +
+  attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h)); a final norm after
+  the last (models/common/decoder.py Decoder.forward);
+- RMSNorm (models/common/nn_modules.py RMSNorm): torch's own nn.RMSNorm, eps 1e-5:
+  F.rms_norm, the variance and the weight's product in float32 and one cast back, one
+  fused kernel each way on CUDA. On a lent 4x H200 (issue 55) a plain training script
+  of these shapes read 84.7-86.0k tokens/s a GPU with the norm written out in separate
+  kernels (Meta's reference form, suite 1.3.0's), 93.7-95.1k with torch's;
+- RoPE (models/common/rope.py ComplexRoPE, the 8B flavor's scaling "llama"): the Llama
+  3.1 frequency scaling, a complex64 cache computed once, adjacent dimensions paired as
+  complex numbers and rotated in float32 on [batch, positions, heads, head_dim], cast
+  back (suite 1.3.0 rotated halves in bf16: the same rotation up to a permutation of a
+  head's dimensions, other kernels);
+- the projections (models/common/attention.py FusedQKVLinear; the Llama 3 flavors set
+  fuse_qkv=True): queries, keys and values from one matmul, grouped by key-value head,
+  each made contiguous (suite 1.3.0: three matmuls);
+- attention (GQAttention with its ScaledDotProductAttention): SDPA on the transposed
+  [batch, heads, positions, head_dim] views, causal, the default scale, `enable_gqa`, the
+  output made contiguous before `wo`. torchtitan 0.3.0 itself trains its language models
+  with FlexAttention or varlen attention only (models/common/config_utils.py
+  get_attention_config: "sdpa is no longer supported for language models", its packed
+  documents needing masks); a step of one document a sequence is causal attention, which
+  SDPA's backends serve, so the suite times every SDPA backend the torch offers and
+  heads with the fastest (agent/job/suite.py) as before;
+- SwiGLU (models/common/feed_forward.py FeedForward): w2(silu(w1(x)) * w3(x));
+- the loss (components/loss.py cross_entropy_loss): cross-entropy over the logits cast
+  to float32, summed over the tokens, then divided by them (BaseLoss.__call__ by the
+  valid tokens); the stack's output stands for the logits (`token_loss`);
+- bf16 throughout, as torchtitan's `training.dtype = "bfloat16"` (config/configs.py:
+  parameters, gradients and optimizer state in bf16; RoPE and the logits in float32).
+
+Grouped-query attention goes to SDPA as reference stacks write it: the eight key-value
+heads as they are (`enable_gqa`, torch 2.5 and newer), each serving its four query heads
+inside the kernel; torchtitan dropped its `repeat_kv` expansion in January 2026 ("GQA
+without kv repeats"), and on a lent H100 the expansion cost a training step 5-6% (issue
+45). Where a backend or torch does not take it natively, the keys and values are
+expanded first and the figure says so (`GQA_EXPANDED`).
 
 No embedding and no LM head: a step is the stack's work, and the head's one large matmul
 is what the matmul figure already measures. The weights are random (seeded, drawn on the
@@ -49,7 +83,9 @@ MODEL = "llama3-8b"
 MODEL_SOURCE = ("Meta Llama 3 8B, config.json (huggingface.co/meta-llama/Meta-Llama-3-8B): "
                 "hidden_size 4096, num_attention_heads 32, num_key_value_heads 8, head_dim "
                 "128, intermediate_size 14336, rms_norm_eps 1e-5, rope_theta 500000; 4 of its "
-                "32 layers, no embedding or LM head, random bf16 weights")
+                "32 layers, no embedding or LM head, random bf16 weights; written as "
+                "torchtitan 0.3.0's Llama 3 (nn.RMSNorm, complex RoPE with Llama 3.1 "
+                "scaling in float32, fused QKV, SDPA, SwiGLU, float32 cross-entropy)")
 FLOP_SOURCE = ("torchtitan (models/utils.py get_dense_model_nparams_and_flops): 6 x params + "
                "12 x layers x heads x head_dim x seq per token; causal: Megatron-LM's count, "
                "attention term halved")
@@ -143,20 +179,54 @@ CPU_GATE = replace(CPU_TRAIN, seq=16)
 CPU_GATE_DECODE = replace(CPU_DECODE, context=8)
 
 
-def rope_tables(shape: Shape, positions: torch.Tensor, dtype: torch.dtype
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, [positions, head_dim], halves repeated (the rotate-half form)."""
-    half = shape.head_dim // 2
-    freqs = 1.0 / (ROPE_THETA ** (torch.arange(0, half, device=positions.device,
-                                               dtype=torch.float32) / half))
-    angles = positions.to(torch.float32)[:, None] * freqs[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+# torchtitan's Llama 3 flavors rotate by ComplexRoPE with the Llama 3.1 frequency scaling
+# (torchtitan/models/llama3/__init__.py, `_8b`: scaling "llama", theta 500000; its defaults
+# in models/common/rope.py: factor 8, low 1, high 4, 8,192 original positions).
+ROPE_SCALING_FACTOR = 8.0
+ROPE_LOW_FREQ_FACTOR = 1.0
+ROPE_HIGH_FREQ_FACTOR = 4.0
+ROPE_ORIGINAL_POSITIONS = 8192
+
+
+def rope_frequencies(head_dim: int) -> torch.Tensor:
+    """Each pair of a head's dimensions' rotation frequency, float32, scaled as torchtitan's
+    ComplexRoPE._precompute_cache scales them (scaling "llama")."""
+    freqs = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float()
+                                  / head_dim))
+    wavelen = 2 * math.pi / freqs
+    high_freq_wavelen = ROPE_ORIGINAL_POSITIONS / ROPE_HIGH_FREQ_FACTOR
+    low_freq_wavelen = ROPE_ORIGINAL_POSITIONS / ROPE_LOW_FREQ_FACTOR
+    freqs = torch.where(wavelen > low_freq_wavelen, freqs / ROPE_SCALING_FACTOR, freqs)
+    smooth = (ROPE_ORIGINAL_POSITIONS / wavelen - ROPE_LOW_FREQ_FACTOR) / (
+        ROPE_HIGH_FREQ_FACTOR - ROPE_LOW_FREQ_FACTOR)
+    smoothed = (1 - smooth) * freqs / ROPE_SCALING_FACTOR + smooth * freqs
+    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, freqs)
+
+
+def rope_cache(shape: Shape, positions: torch.Tensor) -> torch.Tensor:
+    """The rotations at `positions`: complex64, [positions, head_dim / 2] (torchtitan's
+    `freqs_cis`, torch.polar of the angles)."""
+    freqs = rope_frequencies(shape.head_dim).to(positions.device)
+    angles = torch.outer(positions, freqs).float()
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, cache: torch.Tensor
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys [batch, positions, heads, head_dim] rotated by `cache` as
+    torchtitan's ComplexRoPE.apply_rotary_emb does: adjacent dimensions as one complex
+    number, multiplied in float32, cast back to the input's dtype."""
+    rotation = cache.view(1, cache.shape[0], 1, cache.shape[1])
+    xq = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))
+    xk = torch.view_as_complex(k.float().reshape(*k.shape[:-1], -1, 2))
+    return (torch.view_as_real(xq * rotation).flatten(3).type_as(q),
+            torch.view_as_real(xk * rotation).flatten(3).type_as(k))
 
 
 GQA_NATIVE, GQA_EXPANDED = "native", "expanded"
 # Decode's queries of a key-value head's group attend as `group` rows of one head
-# (Layer.decode): no copy of the cache, whatever the backend.
+# (Attention.decode): no copy of the cache, whatever the backend.
 GQA_GROUPED = "grouped"
 
 
@@ -183,82 +253,93 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-            explicit: bool, gqa: str = GQA_NATIVE) -> torch.Tensor:
+            explicit: bool, gqa: str = GQA_NATIVE, pinned: Optional[str] = None
+            ) -> torch.Tensor:
     if explicit:
         return explicit_attention(q, k, v, causal)
     if k.shape[1] != q.shape[1]:
         if gqa == GQA_NATIVE:
-            return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
+            return sdpa(q, k, v, pinned, is_causal=causal, enable_gqa=True)
         k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
-    return sdpa(q, k, v, is_causal=causal)
+    return sdpa(q, k, v, pinned, is_causal=causal)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def make_norm(width: int, device: Any, dtype: torch.dtype) -> nn.Module:
+    """torch's own RMSNorm (torchtitan's models/common/nn_modules.py RMSNorm is nn.RMSNorm,
+    eps 1e-5): F.rms_norm, the variance and the weight's product in float32 and one cast
+    back, a fused kernel each way on CUDA. A torch before 2.4 has none: the same sum
+    written out (`WrittenRMSNorm`); the torch is part of the figure's configuration."""
+    if hasattr(nn, "RMSNorm"):
+        return nn.RMSNorm(width, eps=NORM_EPS, device=device, dtype=dtype)
+    return WrittenRMSNorm(width, device, dtype)
 
 
-class RMSNorm(nn.Module):
+class WrittenRMSNorm(nn.Module):
+    """F.rms_norm's arithmetic in separate kernels, for a torch without it."""
+
     def __init__(self, width: int, device: Any, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(width, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # In float32, as Llama's reference does: bf16 squares lose the small values.
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + NORM_EPS)
-        return normed.to(x.dtype) * self.weight
+        upcast = x.float()
+        normed = upcast * torch.rsqrt(upcast.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+        return (normed * self.weight.float()).type_as(x)
 
 
-class Layer(nn.Module):
-    """One decoder layer."""
+def _linear(out: int, into: int, device: Any, dtype: torch.dtype) -> nn.Linear:
+    return nn.Linear(into, out, bias=False, device=device, dtype=dtype)
 
-    def __init__(self, shape: Shape, device: Any, dtype: torch.dtype,
-                 explicit: bool = False) -> None:
+
+class FusedQKV(nn.Module):
+    """Queries, keys and values from one matmul, as torchtitan's FusedQKVLinear (its Llama 3
+    flavors set fuse_qkv=True): the weight's rows grouped by key-value head, each group its
+    `heads / kv_heads` query heads, then its key head, then its value head; each of the
+    three made contiguous [batch, positions, heads, head_dim]."""
+
+    def __init__(self, shape: Shape, device: Any, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.head_dim = shape.head_dim
+        self.group = shape.heads // shape.kv_heads
+        self.wqkv = _linear((shape.heads + 2 * shape.kv_heads) * shape.head_dim,
+                            shape.width, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t = x.shape[0], x.shape[1]
+        qkv = self.wqkv(x).view(b, t, -1, self.group + 2, self.head_dim)
+        q, k, v = torch.split(qkv, [self.group, 1, 1], dim=-2)
+        return (q.reshape(b, t, -1, self.head_dim).contiguous(),
+                k.reshape(b, t, -1, self.head_dim).contiguous(),
+                v.reshape(b, t, -1, self.head_dim).contiguous())
+
+
+class Attention(nn.Module):
+    """Grouped-query attention as torchtitan's GQAttention with its SDPA inner attention:
+    the fused projection, RoPE on [batch, positions, heads, head_dim], the three handed to
+    SDPA transposed (causal, the default scale, `enable_gqa`), its output made contiguous
+    and projected by `wo`."""
+
+    def __init__(self, shape: Shape, device: Any, dtype: torch.dtype, explicit: bool) -> None:
         super().__init__()
         self.shape = shape
         self.explicit = explicit
         # How grouped-query attention reaches SDPA in training (Stack.gqa sets it).
         self.gqa = GQA_NATIVE
+        self.qkv_linear = FusedQKV(shape, device, dtype)
+        self.wo = _linear(shape.width, shape.attention_width, device, dtype)
 
-        def linear(out: int, into: int) -> nn.Linear:
-            return nn.Linear(into, out, bias=False, device=device, dtype=dtype)
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, pinned: Optional[str] = None
+                ) -> torch.Tensor:
+        q, k, v = self.qkv_linear(x)
+        q, k = apply_rope(q, k, rope)
+        out = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True,
+                      self.explicit, self.gqa, pinned)
+        attended: torch.Tensor = self.wo(out.transpose(1, 2).contiguous().flatten(2))
+        return attended
 
-        self.attention_norm = RMSNorm(shape.width, device, dtype)
-        self.wq = linear(shape.attention_width, shape.width)
-        self.wk = linear(shape.kv_heads * shape.head_dim, shape.width)
-        self.wv = linear(shape.kv_heads * shape.head_dim, shape.width)
-        self.wo = linear(shape.width, shape.attention_width)
-        self.mlp_norm = RMSNorm(shape.width, device, dtype)
-        self.w1 = linear(shape.ffn, shape.width)
-        self.w3 = linear(shape.ffn, shape.width)
-        self.w2 = linear(shape.width, shape.ffn)
-
-    def _qkv(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        s = self.shape
-        b, t, _ = h.shape
-        q = self.wq(h).view(b, t, s.heads, s.head_dim).transpose(1, 2)
-        k = self.wk(h).view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
-        v = self.wv(h).view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
-
-    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.mlp_norm(x)
-        out: torch.Tensor = x + self.w2(F.silu(self.w1(h)) * self.w3(h))
-        return out
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        s = self.shape
-        b, t, _ = x.shape
-        q, k, v = self._qkv(self.attention_norm(x), cos, sin)
-        attended = _attend(q, k, v, True, self.explicit, self.gqa)
-        x = x + self.wo(attended.transpose(1, 2).reshape(b, t, s.attention_width))
-        return self._mlp(x)
-
-    def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               cache_k: torch.Tensor, cache_v: torch.Tensor, slot: torch.Tensor,
-               gqa: str = GQA_NATIVE) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, rope: torch.Tensor, cache_k: torch.Tensor,
+               cache_v: torch.Tensor, slot: torch.Tensor, gqa: str = GQA_NATIVE
+               ) -> torch.Tensor:
         """One new token per sequence: its key and value written into the cache at `slot`
         (a device tensor, so that a CUDA graph replays it), then attention over every
         cached position. Grouped-query attention without copying the cache: handed to
@@ -267,21 +348,74 @@ class Layer(nn.Module):
         (GQA_GROUPED)."""
         s = self.shape
         b = x.shape[0]
-        q, k, v = self._qkv(self.attention_norm(x), cos, sin)
-        cache_k.index_copy_(2, slot, k)
-        cache_v.index_copy_(2, slot, v)
+        q, k, v = self.qkv_linear(x)
+        q, k = apply_rope(q, k, rope)
+        cache_k.index_copy_(2, slot, k.transpose(1, 2))
+        cache_v.index_copy_(2, slot, v.transpose(1, 2))
         if gqa == GQA_GROUPED:
-            q = q.reshape(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
-            attended = _attend(q, cache_k, cache_v, False, self.explicit)
-            x = x + self.wo(attended.reshape(b, 1, s.attention_width))
+            rows = q.reshape(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
+            attended = _attend(rows, cache_k, cache_v, False, self.explicit)
         else:
-            attended = _attend(q, cache_k, cache_v, False, self.explicit, GQA_NATIVE)
-            x = x + self.wo(attended.transpose(1, 2).reshape(b, 1, s.attention_width))
-        return self._mlp(x)
+            attended = _attend(q.transpose(1, 2), cache_k, cache_v, False, self.explicit,
+                               GQA_NATIVE).transpose(1, 2)
+        out: torch.Tensor = self.wo(attended.reshape(b, 1, s.attention_width))
+        return out
+
+
+class FeedForward(nn.Module):
+    """SwiGLU, as torchtitan's FeedForward: w2(silu(w1(x)) * w3(x))."""
+
+    def __init__(self, shape: Shape, device: Any, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.w1 = _linear(shape.ffn, shape.width, device, dtype)
+        self.w2 = _linear(shape.width, shape.ffn, device, dtype)
+        self.w3 = _linear(shape.ffn, shape.width, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return out
+
+
+class Layer(nn.Module):
+    """One decoder layer, as torchtitan's Llama3TransformerBlock: h = x +
+    attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h)). Its parameters are
+    named as torchtitan's, so that one's state dict loads into the other."""
+
+    def __init__(self, shape: Shape, device: Any, dtype: torch.dtype,
+                 explicit: bool = False) -> None:
+        super().__init__()
+        self.shape = shape
+        self.attention_norm = make_norm(shape.width, device, dtype)
+        self.attention = Attention(shape, device, dtype, explicit)
+        self.ffn_norm = make_norm(shape.width, device, dtype)
+        self.feed_forward = FeedForward(shape, device, dtype)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, pinned: Optional[str] = None
+                ) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, pinned)
+        out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
+        return out
+
+    def decode(self, x: torch.Tensor, rope: torch.Tensor, cache_k: torch.Tensor,
+               cache_v: torch.Tensor, slot: torch.Tensor, gqa: str = GQA_NATIVE
+               ) -> torch.Tensor:
+        h = x + self.attention.decode(self.attention_norm(x), rope, cache_k, cache_v, slot,
+                                      gqa)
+        out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
+        return out
+
+
+def token_loss(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """torchtitan's cross_entropy_loss (components/loss.py: the logits cast to float32,
+    summed over the tokens) divided by the tokens, as its trainer divides by the valid
+    tokens; the stack's output stands for the logits, there being no LM head."""
+    loss = F.cross_entropy(out.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    return loss / labels.numel()
 
 
 class Stack(nn.Module):
-    """`shape.layers` decoder layers and a final norm."""
+    """`shape.layers` decoder layers and a final norm: torchtitan's Decoder without its
+    token embedding and LM head (its forward skips either when it is None)."""
 
     def __init__(self, shape: Shape, device: Any, dtype: torch.dtype, seed: int = 0,
                  explicit: bool = False) -> None:
@@ -289,7 +423,15 @@ class Stack(nn.Module):
         self.shape = shape
         self.layers = nn.ModuleList(Layer(shape, device, dtype, explicit)
                                     for _ in range(shape.layers))
-        self.norm = RMSNorm(shape.width, device, dtype)
+        self.norm = make_norm(shape.width, device, dtype)
+        # Computed once, as torchtitan keeps its RoPE cache as a buffer: not a parameter.
+        self.register_buffer("rope", rope_cache(shape, torch.arange(
+            shape.seq if shape.context is None else 1, device=device)), persistent=False)
+        # torch.compile's wrappers of the layers and the loss (`compile_layers`), and the
+        # attention backend traced into them.
+        self.compiled: Optional[List[Any]] = None
+        self.compiled_loss: Optional[Any] = None
+        self.compiled_attention: Optional[str] = None
         generator = torch.Generator(device=device)
         generator.manual_seed(seed)
         with torch.no_grad():
@@ -305,26 +447,43 @@ class Stack(nn.Module):
     def gqa(self) -> str:
         """How the layers hand grouped-query attention to SDPA: GQA_NATIVE or
         GQA_EXPANDED."""
-        return str(cast(Layer, self.layers[0]).gqa) if len(self.layers) else GQA_NATIVE
+        return str(self._attentions()[0].gqa) if len(self.layers) else GQA_NATIVE
 
     @gqa.setter
     def gqa(self, mode: str) -> None:
-        for layer in self.layers:
-            cast(Layer, layer).gqa = mode
+        for attention in self._attentions():
+            attention.gqa = mode
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(x.shape[1], device=x.device)
-        cos, sin = rope_tables(self.shape, positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+    def _attentions(self) -> List[Attention]:
+        return [cast(Layer, layer).attention for layer in self.layers]
+
+    def compile_layers(self, attention: str) -> None:
+        """torch.compile as torchtitan applies it (distributed/compile.py apply_compile:
+        each layer on its own, fullgraph; the loss apart), with `attention` traced in."""
+        self.compiled_attention = attention
+        self.compiled = [torch.compile(layer, fullgraph=True) for layer in self.layers]
+        self.compiled_loss = torch.compile(token_loss)
+
+    def forward(self, x: torch.Tensor, compiled: bool = False) -> torch.Tensor:
+        rope = cast(torch.Tensor, self.rope)
+        if rope.shape[0] != x.shape[1]:
+            rope = rope_cache(self.shape, torch.arange(x.shape[1], device=x.device))
+        if compiled:
+            if self.compiled is None:
+                raise RuntimeError("the stack is not compiled (Stack.compile_layers)")
+            for layer in self.compiled:
+                x = layer(x, rope, self.compiled_attention)
+        else:
+            for layer in self.layers:
+                x = layer(x, rope)
         out: torch.Tensor = self.norm(x)
         return out
 
-    def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def decode(self, x: torch.Tensor, rope: torch.Tensor,
                caches: List[Tuple[torch.Tensor, torch.Tensor]], slot: torch.Tensor,
                gqa: str = GQA_NATIVE) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
-            x = cast(Layer, layer).decode(x, cos, sin, caches[i][0], caches[i][1], slot, gqa)
+            x = cast(Layer, layer).decode(x, rope, caches[i][0], caches[i][1], slot, gqa)
         out: torch.Tensor = self.norm(x)
         return out
 
@@ -399,18 +558,20 @@ def attention_backend(name: str) -> Iterator[None]:
         _WANTED.name = previous
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: Any) -> torch.Tensor:
-    """scaled_dot_product_attention with this thread's backend (`attention_backend`)."""
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pinned: Optional[str] = None,
+         **options: Any) -> torch.Tensor:
+    """scaled_dot_product_attention with this thread's backend (`attention_backend`), or,
+    in a layer torch.compile traces, with `pinned`: the switch goes into its graph (as
+    torchtitan's ScaledDotProductAttention puts its sdpa_kernel into its compiled blocks),
+    where a lock could not."""
+    if pinned is not None:
+        with _switch(pinned):
+            traced: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
+        return traced
     name = getattr(_WANTED, "name", None)
     if name is None:
         out: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
         return out
-    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    if compiling is not None and compiling():
-        # torch.compile traces the switch into its graph; a lock is not traceable.
-        with _switch(name):
-            traced: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
-        return traced
     with _SWITCH, _switch(name):
         chosen: torch.Tensor = F.scaled_dot_product_attention(q, k, v, **options)
     return chosen

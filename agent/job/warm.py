@@ -41,6 +41,9 @@ class Warmer:
     def start(self) -> "Warmer":
         if self.device.type != "cuda":
             return self
+        # Started again after a stop (the compile, agent/job/suite.py): a new run.
+        self._stop.clear()
+        self.error = None
         self._started = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name=f"fleet-warm{self.device}",
                                         daemon=True)

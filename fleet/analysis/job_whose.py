@@ -75,7 +75,7 @@ def _short(row: dict[str, Any]) -> tuple[float, str] | None:
     point = row.get("point")
     figure = {"headline": bool(row.get("headline")), "workload": str(row["workload"]),
               "point": point if isinstance(point, str) else None,
-              "attention": str(row.get("attention")),
+              "attention": str(row.get("attention")), "compiled": bool(row.get("compiled")),
               "suite_version": str(row.get("suite_version")),
               "tokens_per_s": _number(row.get("tokens_per_s")),
               "mfu": _number(row.get("mfu")), "hbm_share": _number(row.get("hbm_share"))}

@@ -38,7 +38,8 @@ JOB_WIDTH = 22
 # Decode's points, short enough for the job column; the caption spells them out.
 SHORT_POINTS = {"bandwidth": "bw", "latency": "lat"}
 NUMBERS = ("tokens/s", "next", "TFLOP/s", "MFU", "GB/s", "HBM", "°C")
-CAPTION = ("*: the headline, the fastest attention backend that passed its gate. "
+CAPTION = ("*: the headline, the fastest attention backend and form (eager, or compiled: "
+           "torch.compile) that passed its gate. "
            "decode bw: the bandwidth point (a step the memory system sets), lat: the "
            "latency point (one sequence). "
            "tokens/s: over the timed steps. TFLOP/s: tokens/s x FLOP a token "
@@ -166,6 +167,24 @@ def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
             for what, jobs in said.items()]
 
 
+def _compiles(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What each compiled job's compile took, stored apart from its figure: "train cudnn
+    compiled: torch.compile took 11.2-12.9 s (GPU 0, 1)"."""
+    taken: dict[str, list[tuple[float, str]]] = {}
+    for row in rows:
+        seconds = row.get("compile_s")
+        if row["compiled"] and seconds is not None and seconds == seconds:
+            name = job_name(row).removesuffix(" *")
+            taken.setdefault(name, []).append((float(seconds), str(row["gpu_index"])))
+    lines = []
+    for name, pairs in taken.items():
+        low, high = min(p[0] for p in pairs), max(p[0] for p in pairs)
+        span = f"{low:.1f} s" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f} s"
+        lines.append(f"{name}: torch.compile took {span} "
+                     f"(GPU {', '.join(p[1] for p in pairs)})")
+    return lines
+
+
 def _on(job: str, gpus: dict[str, None]) -> str:
     return f"{job} on GPU {', '.join(gpus)}"
 
@@ -218,7 +237,7 @@ def job_tables(records: Sequence[dict[str, Any]]) -> Group:
                 table.add_column(name, width=width, justify="right", no_wrap=True)
         for text in texts:
             table.add_row(*(Text(safe(cell)) for cell in text))
-        shared = list(dict.fromkeys(_what(row) for row in rows))
+        shared = list(dict.fromkeys(_what(row) for row in rows)) + _compiles(rows)
         parts += [table, *(Text(safe(line), style="dim") for line in shared),
                   *(Text(safe(note), style="yellow") for note in _notes(rows))]
     parts.append(Text(CAPTION, style="dim"))

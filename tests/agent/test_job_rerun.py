@@ -107,7 +107,7 @@ def test_a_rerun_that_fails_says_why_and_leaves_the_figures(
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     bad = {"backends": ("no-such-backend",)}
     cfg = jobs.Config.for_cpu()
-    monkeypatch.setattr(rerun, "rerun_config", lambda c, b, g: type(c)(**{
+    monkeypatch.setattr(rerun, "rerun_config", lambda c, b, g, compile: type(c)(**{
         **c.__dict__, **bad}))
     failed = rerun.settle(results, settings.collect(os.environ), cfg, lambda _: None,
                           floors=CPU_FLOORS)
@@ -156,13 +156,17 @@ def test_only_what_was_short_is_run_again() -> None:
     variants = {0: "H100-SXM5-80GB"}
     assert rerun.decide(results, recorded, variants=variants) == {
         "without": ["CUDA_LAUNCH_BLOCKING"], "gpus": [0], "backends": ["cudnn"],
-        "points": []}
+        "points": [], "compile": False}
     # A short bandwidth point too: its backend and point, training's backend first.
     results[2] = dict(results[2], attention="efficient", tokens_per_s=20_000.0)
     results[2]["hbm_share"] = 0.48
     assert rerun.decide(results, recorded, variants=variants) == {
         "without": ["CUDA_LAUNCH_BLOCKING"], "gpus": [0], "backends": ["cudnn", "efficient"],
-        "points": ["bandwidth"]}
+        "points": ["bandwidth"], "compile": False}
+    # A short compiled headline is measured again compiled, so that its rerun's headline
+    # is the same form's.
+    results[0] = dict(results[0], compiled=True)
+    assert rerun.decide(results, recorded, variants=variants)["compile"] is True
     # Without a setting that can move a job, or with nothing short: no rerun.
     assert rerun.decide(results, [dict(recorded[0], name="NCCL_ALGO")],
                         variants=variants) is None
@@ -196,3 +200,22 @@ def test_the_agents_suite_has_records_and_an_h200_is_judged_by_its_own() -> None
                                variant="H200-SXM-141GB") or (0.0, "")
     assert floor == pytest.approx(26_795.0 * 0.95)
     assert "2026-11-28-h200-job-suite-1.3.0" in basis
+
+
+def test_a_compiled_figure_is_judged_by_its_own_record_else_its_backends_eager_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    train = {"workload": "train", "point": None, "headline": True, "attention": "cudnn",
+             "suite_version": jobs.SUITE_VERSION, "compiled": True, "mfu": 0.5}
+    eager = rerun.RECORDS[("H200-SXM-141GB", "train", None, "cudnn")]
+    # No compiled record yet: the eager one judges it, the lower floor.
+    floor, basis = rerun.short(dict(train, tokens_per_s=0.9 * eager),
+                               variant="H200-SXM-141GB") or (0.0, "")
+    assert floor == pytest.approx(eager * 0.95) and "cudnn compiled" in basis
+    table = dict(rerun.RECORDS)
+    table[("H200-SXM-141GB", "train", None, "cudnn/compiled")] = 1.2 * eager
+    monkeypatch.setitem(rerun.RECORDS_BY_SUITE, jobs.SUITE_VERSION, table)
+    assert rerun.short(dict(train, tokens_per_s=1.1 * eager),
+                       variant="H200-SXM-141GB") is not None
+    # An eager figure of the same backend keeps the eager record.
+    assert rerun.short(dict(train, compiled=False, tokens_per_s=1.1 * eager),
+                       variant="H200-SXM-141GB") is None

@@ -296,11 +296,52 @@ def test_a_job_figure_takes_the_job_spread() -> None:
 
 
 def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
+    # A GPU measures the step eager and compiled; the CPU path only when asked. The
+    # compiled figure is its own configuration, gated against the eager step, timed
+    # on the card the eager load soaked, its compile time stored apart.
+    from fleet.document import parse_document
+
     document = _document(tmp_path, "--job-compile")
-    train, decoded, _ = document["jobs"]
-    assert train["compiled"] and train["compile_s"] is not None and train["compile_s"] > 0
+    assert document["errors"] == []
+    eager, compiled, decoded, _ = document["jobs"]
+    assert (eager["workload"], compiled["workload"]) == ("train", "train")
+    assert not eager["compiled"] and eager["compile_s"] is None
+    assert compiled["compiled"] and compiled["compile_s"] is not None
+    assert compiled["compile_s"] > 0
+    assert compiled["follows"] == "train/math" and compiled["soak"] is None
+    assert compiled["correctness"]["passed"]
+    assert "the eager step" in compiled["correctness"]["reference"]
+    # The faster form is the training headline, the other not.
+    assert eager["headline"] != compiled["headline"]
     # Decode replays the eager step (a CUDA graph on a GPU): not compiled, no time.
     assert not decoded["compiled"] and decoded["compile_s"] is None
+    assert len(parse_document(document, "cpu run").jobs) == 4
+
+
+def test_the_node_compiles_with_its_fastest_eager_backend() -> None:
+    # One backend for every GPU (tracing sets torch's process-wide switch): the one
+    # fastest on the most GPUs, ties to the larger sum, then to the suite's order.
+    node = jobs.Agreement()
+    assert node.fastest(("flash", "cudnn")) is None
+    node.measured(0, {"flash": 80_000.0, "cudnn": 84_000.0, "efficient": 67_000.0})
+    node.measured(1, {"flash": 80_500.0, "cudnn": 84_100.0, "efficient": 67_000.0})
+    node.measured(2, {"flash": 85_000.0, "cudnn": 84_000.0, "efficient": 67_000.0})
+    assert node.fastest(("flash", "cudnn", "efficient")) == "cudnn"
+    tie = jobs.Agreement()
+    tie.measured(0, {"flash": 80_000.0, "cudnn": 84_000.0})
+    tie.measured(1, {"flash": 88_000.0, "cudnn": 83_000.0})
+    assert tie.fastest(("flash", "cudnn")) == "flash"
+
+
+def test_compile_caches_go_beside_the_zipapp(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kept between runs in fleet's own cache directory on the host, unless the run's
+    # environment names one; from a source tree, torch's default.
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    inside = "/home/u/.cache/fleet/agent-0123456789abcdef.pyz/agent/job/suite.py"
+    assert jobs.compile_cache_dir(inside) == "/home/u/.cache/fleet/torchinductor"
+    assert jobs.compile_cache_dir(str(ROOT / "agent" / "job" / "suite.py")) is None
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/scratch/inductor")
+    assert jobs.compile_cache_dir(inside) == "/scratch/inductor"
 
 
 def test_the_job_follows_the_matmul_before_the_node_suite(h100_recording: Any) -> None:

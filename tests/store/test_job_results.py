@@ -420,6 +420,15 @@ def test_fleet_results_jobs_fits_80_columns(store_url: str) -> None:
             "(decode flash * on GPU 1)") in text
 
 
+def test_a_compiled_figure_is_named_so_with_its_compile_time_apart(
+        filled: fleet.Store, store_url: str) -> None:
+    done = _fleet("results", "--jobs", "--host", "gpu-02", db=store_url)
+    assert done.exit_code == 0, done.output
+    text = re.sub(r"\s+", " ", done.stdout)
+    assert "train flash compiled *" in text
+    assert "train flash compiled: torch.compile took 41.5 s (GPU 0)" in text
+
+
 def test_fleet_results_jobs_json_csv_and_options(filled: fleet.Store, store_url: str) -> None:
     records = json.loads(_fleet("results", "--jobs", "--json", "--host", "gpu-02",
                                 db=store_url).stdout)
