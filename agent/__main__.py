@@ -53,16 +53,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "heat), then the node suite (memory, host links, GPU pairs, "
                             "all-reduce); gemm: the matmul alone; node: the node suite "
                             "alone; job: the job suite alone (default %(default)s)")
-    compile_group = bench.add_mutually_exclusive_group()
-    compile_group.add_argument(
-        "--job-eager", action="store_true",
-        help="the job suite's training step eager only (by default a GPU measures it "
-             "eager with every attention backend, then under torch.compile with the "
-             "fastest, its compile time recorded apart)")
-    compile_group.add_argument(
+    bench.add_argument(
         "--job-compile", action="store_true",
-        help="measure the compiled training step on the CPU path too (--cpu leaves it "
-             "out: the path, not a figure)")
+        help="the job suite's training step under torch.compile too, beside eager: with "
+             "the backend the node's eager figures made fastest, gated against float32 "
+             "as the backends are, its compile time recorded apart (a cold compile is "
+             "20-40 s a GPU, past the stage's minute: not by default)")
     bench.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
     bench.add_argument("--size", type=int, default=DEFAULT_SIZE,
                        help=f"M = N = K (default {DEFAULT_SIZE})")
@@ -126,8 +122,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         job = JobConfig.for_cpu() if args.cpu else JobConfig()
         job.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
         job.sequential = args.sequential
-        if args.job_eager or args.job_compile:
-            job.compile = args.job_compile
+        job.compile = args.job_compile
         if not args.cpu:
             job.cap_s = args.soak_cap_s
     if args.command == "bench" and args.suite in ("all", "gemm"):

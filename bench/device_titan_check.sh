@@ -27,6 +27,7 @@
 #   SUITE=job bash bench/device_titan_check.sh   # the job suite alone (from idle)
 #   STEPS=titan ATTENTION=cudnn bash bench/device_titan_check.sh   # torchtitan alone
 #   FLEX=0 ...                                   # without the FlexAttention row
+#   STEPS="suite titan compile" ...             # and the job suite with --job-compile
 #   STEPS=forms bash bench/device_titan_check.sh # which forms move the figure (2 min):
 #       bench/job_forms.py, the suite's eager step with each torchtitan form put back
 #       as suite 1.3.0 wrote it (norm, RoPE, QKV, loss), one at a time, on the hot card
@@ -106,6 +107,32 @@ PY
     pack
   fi
   grep -v "^eager\|^compiled" "$work/titan.err" | tail -15
+fi
+
+if [[ " $steps " == *" compile "* ]]; then
+  # The job suite alone with its training step compiled too (--job-compile), the compiled
+  # step gated against float32 as the backends are.
+  t0=$(date +%s.%N)
+  python3 -m agent bench --suite job --job-compile > "$work/compile.jsonl" \
+    2> "$work/compile.err"
+  echo "suite (job --job-compile) rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+  python3 - "$work/compile.jsonl" <<'PY' | tee "$work/compile.txt"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+for e in events:
+    if e.get("event") == "progress" and "compiled with" in e.get("message", ""):
+        print("  ", e["elapsed_s"], e["message"][:200])
+doc = events[-1]["document"]
+for r in doc["jobs"]:
+    if r["workload"] == "train":
+        print(f"  GPU {r['gpu_index']} train {r['attention']:9} "
+              f"{'compiled' if r['compiled'] else 'eager':8} {'H' if r['headline'] else ' '} "
+              f"{r['tokens_per_s']:10.1f} compile {r['compile_s']} gate "
+              f"{r['correctness']['grad_max_rel_error']}")
+for e in doc["errors"]:
+    print("  error:", e["message"][:300])
+PY
+  pack
 fi
 
 if [[ " $steps " == *" forms "* ]]; then

@@ -68,17 +68,18 @@ _MISSING_NAME = re.compile(r"cannot import name '([^']+)' from '([^']+)'")
 _MISSING_MODULE = re.compile(r"No module named '([^']+)'")
 
 
-def _stand_in(name: str) -> Callable[..., Any]:
+def _stand_in(name: str) -> type:
+    """A class, so that torchtitan's annotations (`Name | None`, evaluated at import)
+    and subclasses take it; calling or instantiating it raises."""
     def missing(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{name} is not in this torch ({torch.__version__})")
-    missing.__name__ = name.rsplit(".", 1)[-1]
-    return missing
+    return type(name.rsplit(".", 1)[-1], (), {"__init__": missing})
 
 
 def _stand_in_module(name: str) -> types.ModuleType:
     stub = types.ModuleType(name)
 
-    def attribute(attr: str) -> Callable[..., Any]:
+    def attribute(attr: str) -> type:
         if attr.startswith("__"):
             raise AttributeError(attr)
         return _stand_in(f"{name}.{attr}")

@@ -45,19 +45,18 @@ def test_the_node_and_job_suites_add_their_own_time_and_can_run_alone() -> None:
     # 150 s for the node suite's start and all-reduce guard, then 10 s a GPU; the job
     # suite soaks to the matmul's cap after the matmul as alone (the cards cool during
     # the node suite), then a span, 60 s beyond the soak and a 90-s margin.
-    # Each GPU's compile of the training step, one at a time (unless --job-eager).
+    # With --job-compile, each GPU's compile of the training step, one at a time.
     job = 180 + 30 + 60 + 90
-    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8 + job \
-        + 45 * 8
+    assert BenchOptions().timeout_s(8) == 180 + 30 + 40 + 90 + 30 * 8 + 150 + 10 * 8 + job
     assert BenchOptions(suite="node").timeout_s(4) == 150 + 10 * 4
-    assert BenchOptions(suite="job").timeout_s(4) == job + 45 * 4
-    assert BenchOptions(suite="job", job_eager=True).timeout_s(4) == job
-    assert BenchOptions(suite="job", sequential=True).timeout_s(4) == 4 * (job + 45)
+    assert BenchOptions(suite="job").timeout_s(4) == job
+    assert BenchOptions(suite="job", job_compile=True).timeout_s(4) == job + 45 * 4
+    assert BenchOptions(suite="job", sequential=True, job_compile=True).timeout_s(4) == \
+        4 * (job + 45)
     # A shorter soak cap shortens the job's soak too: the agent gives it to both.
-    assert BenchOptions(suite="job", soak_cap_s=60.0, job_eager=True).timeout_s(1) == \
-        60 + 30 + 60 + 90
-    assert BenchOptions(suite="job", job_eager=True).agent_args()[-3:] == \
-        ["--suite", "job", "--job-eager"]
+    assert BenchOptions(suite="job", soak_cap_s=60.0).timeout_s(1) == 60 + 30 + 60 + 90
+    assert BenchOptions(suite="job", job_compile=True).agent_args()[-3:] == \
+        ["--suite", "job", "--job-compile"]
     assert BenchOptions(suite="node").agent_args()[-2:] == ["--suite", "node"]
     assert "--suite" not in BenchOptions().agent_args()
 
@@ -78,7 +77,7 @@ def test_flush_auto_is_still_accepted_and_is_the_default() -> None:
     base = dict(dtype="bf16", size=8192, m=None, n=None, k=None, pause_ms=None, quick=False,
                 soak_cap_s=None, warm_l2=False, sequential=False, gpus=None, flush_always=False,
                 measure_s=None, max_warmup_s=None, max_total_s=None, lock_clocks=None,
-                cpu=False, gemm_only=False, suite=None, job_eager=False)
+                cpu=False, gemm_only=False, suite=None, job_compile=False)
     assert (HarnessArgs(**base, flush_auto=True).bench_options()  # type: ignore[arg-type]
             == HarnessArgs(**base, flush_auto=False).bench_options())  # type: ignore[arg-type]
     assert "--flush-auto" not in CliRunner().invoke(main, ["bench", "--help"]).output
@@ -92,8 +91,8 @@ def test_gemm_only_and_a_node_suite_contradict_each_other() -> None:
 
 @pytest.mark.parametrize(("flags", "said"), [
     (["--gemm-only", "--suite", "job"], "--gemm-only and --suite job contradict each other"),
-    (["--suite", "node", "--job-eager"], "--job-eager asks for the job suite"),
-    (["--gemm-only", "--job-eager"], "--job-eager asks for the job suite"),
+    (["--suite", "node", "--job-compile"], "--job-compile asks for the job suite"),
+    (["--gemm-only", "--job-compile"], "--job-compile asks for the job suite"),
 ])
 def test_job_choices_that_contradict_are_refused(flags: list[str], said: str) -> None:
     for command in ("bench", "probe"):
@@ -107,4 +106,4 @@ def test_job_choices_that_contradict_are_refused(flags: list[str], said: str) ->
 def test_probe_and_sweep_take_the_suite() -> None:
     for command in ("probe", "sweep", "bench"):
         text = CliRunner().invoke(main, [command, "--help"], terminal_width=80).output
-        assert "--suite" in text and "--job-eager" in text, command
+        assert "--suite" in text and "--job-compile" in text, command

@@ -41,7 +41,7 @@ NODE_SUITE_PER_GPU_S = 10.0
 # 31-37 s), alone from idle 77-108 s.
 JOB_SUITE_BEYOND_SOAK_S = 60.0
 JOB_SUITE_MARGIN_S = 90.0
-# The compiled training step (suite 1.4.0, unless --job-eager): one GPU's torch.compile at
+# The compiled training step (--job-compile): one GPU's torch.compile at
 # a time (Dynamo serialises them), each a layer's graph and the loss's; compiling the
 # whole 4-layer stack took 22.7 s on a lent H100 (suite 1.0), a layer's is less, and a
 # second run loads it from the host's cache. The allowance is a cold compile on a slow host.
@@ -76,16 +76,16 @@ class BenchOptions:
     # suite (memory, host links, GPU pairs, all-reduce); "gemm": the matmul alone
     # (--gemm-only); "node": the node suite alone; "job": the job suite alone.
     suite: str = "all"
-    # The job suite's training step eager only: no compiled figure beside it.
-    job_eager: bool = False
+    # The job suite's training step compiled too, beside eager.
+    job_compile: bool = False
 
     def agent_args(self) -> list[str]:
         """The agent's command-line options for this benchmark."""
         args = ["--dtype", self.dtype, "-m", str(self.m), "-n", str(self.n), "-k", str(self.k)]
         if self.suite != "all":
             args += ["--suite", self.suite]
-        if self.job_eager:
-            args.append("--job-eager")
+        if self.job_compile:
+            args.append("--job-compile")
         for flag, value in (("--measure-s", self.measure_s),
                             ("--max-warmup-s", self.max_warmup_s),
                             ("--max-total-s", self.max_total_s)):
@@ -138,7 +138,7 @@ class BenchOptions:
         """One turn of the job suite: its soak to the matmul's cap, after the matmul or
         from idle alike, a span's wait for the last GPU, the compiles, and the rest."""
         cap = self.soak_cap_s if self.soak_cap_s is not None else soak.CAP_S
-        compiles = 0.0 if self.job_eager or self.cpu else JOB_COMPILE_PER_GPU_S * (
+        compiles = 0.0 if not self.job_compile or self.cpu else JOB_COMPILE_PER_GPU_S * (
             1 if self.sequential else gpus)
         return cap + soak.SPAN_S + JOB_SUITE_BEYOND_SOAK_S + JOB_SUITE_MARGIN_S + compiles
 

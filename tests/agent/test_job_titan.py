@@ -3,11 +3,12 @@
 bit for bit, in float32 and in bf16, on the CPU at the suite's CPU shape (grouped-query
 attention kept: 4 query heads over 2).
 
-Against the copy of torchtitan 0.3.0's code in tests/agent/titan_mirror.py always, and
-against the torchtitan wheel itself, as bench/job_titan.py builds it for the device
-check, wherever torchtitan imports (it needs spmd_types, tyro, docstring_parser and
-Triton beside torch: not installed by CI); the copy is checked against the wheel there
-too."""
+Against the torchtitan 0.3.0 wheel itself, as bench/job_titan.py builds it for the device
+check (it needs spmd_types, tyro, docstring_parser, typeguard and Triton beside torch:
+.ci/run installs them, pinned, without their training stack), and against the copy of its
+code in tests/agent/titan_mirror.py, which is checked against the wheel too. Without
+torchtitan these fail, saying what to install: a reference that is skipped checks
+nothing."""
 
 from __future__ import annotations
 
@@ -48,9 +49,15 @@ def _titan() -> tuple[ModuleType, Any] | None:
 
 
 TITAN = _titan()
-needs_titan = pytest.mark.skipif(
-    TITAN is None, reason="torchtitan does not import here: pip install --no-deps "
-    "torchtitan==0.3.0 spmd_types==0.2.3 tyro==1.0.17 docstring_parser==0.18.0 triton")
+INSTALL = ("pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3 tyro==1.0.17 "
+           "docstring_parser==0.18.0 typeguard==4.6.1 triton==3.9.0 (bash .ci/run does)")
+
+
+@pytest.fixture
+def titan() -> tuple[ModuleType, Any]:
+    if TITAN is None:
+        pytest.fail(f"torchtitan does not import here: {INSTALL}", pytrace=False)
+    return TITAN
 
 
 def _inputs(dtype: Any) -> tuple[Any, Any]:
@@ -90,9 +97,8 @@ def _mirror_step(dtype: Any, weights: dict[str, Any]) -> Step:
     return out, loss, {n: p.grad for n, p in model.named_parameters()}
 
 
-def _titan_step(dtype: Any, weights: dict[str, Any]) -> Step:
-    assert TITAN is not None
-    script, tt = TITAN
+def _titan_step(titan: tuple[ModuleType, Any], dtype: Any, weights: dict[str, Any]) -> Step:
+    script, tt = titan
     tiny = {"layers": SHAPE.layers, "dim": SHAPE.width, "heads": SHAPE.heads,
             "kv_heads": SHAPE.kv_heads, "ffn": SHAPE.ffn, "batch": SHAPE.batch,
             "seq": SHAPE.seq}
@@ -123,17 +129,17 @@ def test_the_suite_computes_torchtitans_step_as_copied(dtype: Any) -> None:
     assert all(float(g.float().norm()) > 0 for g in mine[2].values())
 
 
-@needs_titan
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_suite_computes_torchtitans_own_step(dtype: Any) -> None:
+def test_the_suite_computes_torchtitans_own_step(titan: tuple[ModuleType, Any],
+                                                 dtype: Any) -> None:
     stack, mine = _suite_step(dtype)
     weights = stack.state_dict()
-    _same(mine, _titan_step(dtype, weights))
-    _same(_mirror_step(dtype, weights), _titan_step(dtype, weights))
+    _same(mine, _titan_step(titan, dtype, weights))
+    _same(_mirror_step(dtype, weights), _titan_step(titan, dtype, weights))
 
 
-@needs_titan
-def test_the_device_check_trains_torchtitans_model_on_the_cpu() -> None:
+def test_the_device_check_trains_torchtitans_model_on_the_cpu(
+        titan: tuple[ModuleType, Any]) -> None:
     done = subprocess.run(
         [sys.executable, "-W", "ignore", str(SCRIPT), "--cpu-tiny", "--attention", "math",
          "--forms", "eager", "--seconds", "0.2", "--soak-min-s", "0.1", "--soak-cap-s",
