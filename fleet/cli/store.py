@@ -109,9 +109,15 @@ def db_prune(keep_samples_days: int, db: str | None) -> None:
 
     with existing_store(db) as store:
         pruned = store.prune_samples(keep_samples_days)
-    click.echo(f"{store.location}: emptied the raw samples of {pruned.results} results "
-               f"and {pruned.documents} documents collected before "
-               f"{pruned.cutoff:%Y-%m-%d %H:%M} UTC ({pruned.bytes_freed / 1024:.1f} KiB)")
+    before = f"collected before {pruned.cutoff:%Y-%m-%d %H:%M} UTC"
+    # Only the counts that are not zero (issue 56): a young store has nothing to empty.
+    emptied = [counted(n, what) for n, what in ((pruned.results, "result"),
+                                                (pruned.documents, "document")) if n]
+    if not emptied:
+        click.echo(f"{store.location}: no raw samples {before} to empty")
+        return
+    click.echo(f"{store.location}: emptied the raw samples of {' and '.join(emptied)} "
+               f"{before} ({pruned.bytes_freed / 1024:.1f} KiB)")
 
 
 @db.command("repair")
