@@ -260,8 +260,8 @@ def offer_chart(provider: str, variant: str, units: Sequence[Unit],
             axis.x(1.0) if band is not None else None, provider=provider))
     axis_y = top + ROW * len(metrics) + 4
     bare = any(band is None for band in bands.values())
-    panel = Panel("Share of what a healthy one of the variant gives"
-                  + (" (no records: of the median of its configuration here)" if bare else ""),
+    panel = Panel("Share of what a healthy one gives"
+                  + (" (no records: of its configuration's median here)" if bare else ""),
                   PANEL_TITLE - 6, top, axis_y, _ticks(axis, True), tuple(rows))
     return RowChart(f"{provider} · {variant}: each GPU, pair and node against a healthy one",
                     _CAPTION, variant, provider, ROW_WIDTH, int(axis_y + AXIS), PLOT_LEFT,
