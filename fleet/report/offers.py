@@ -9,10 +9,11 @@ The verdict is read from the findings the report lists (`Report.listed()`: the o
 `counts`, `--fail-on` and the metrics read), each placed with the offers it is about
 (`placed`): any the provider answers for -> "dispute", naming the first; else any the
 renter's to fix -> "yours to fix"; else any not settled -> "not settled"; else "buy", or
-"no price to compare" where the offer has no price. A finding names its host first
-("h100x2-e GPU 1 ...") or its variant ("beta is 3.1% slower than alpha on H100 SXM5
-80GB"); one that names neither (a listing hiding two variants, a cluster's fabric) is
-about every offer of its provider.
+"no price to compare" where the offer has no price (and "not settled" where nothing of it
+was measured: nothing against an offer never benchmarked is no reason to buy it). A
+finding names its host first ("h100x2-e GPU 1 ...") or its variant ("beta is 3.1% slower
+than alpha on H100 SXM5 80GB"); one that names neither (a listing hiding two variants, a
+cluster's fabric) is about every offer of its provider.
 """
 
 from __future__ import annotations
@@ -312,6 +313,10 @@ def _clean(line: OfferLine, lines: Sequence[OfferLine],
     """A clean offer: buy, with where its cost ranks among the variant's clean offers
     priced in its currency, and how many cheaper ones have findings against them; no
     price to compare where it has none."""
+    if line.tflops is None and line.train_tokens is None and line.decode_tokens is None:
+        # Nothing against an offer never measured is no reason to buy it.
+        return _with(line, "not settled", "nothing measured: its GPUs were fingerprinted "
+                                          "only; probe it without --fingerprint-only")
     if line.price is None:
         return _with(line, NO_PRICE, "nothing to dispute or fix; no price listed to compare "
                                      "(price_per_gpu_hour in the inventory)")
@@ -337,7 +342,7 @@ def _clean(line: OfferLine, lines: Sequence[OfferLine],
         return _with(line, BUY, f"nothing to dispute or fix; {mine:.3g} {line.currency} per "
                                 f"{what}, {where}")
     return _with(line, BUY, f"nothing to dispute or fix; {line.price:g} {line.currency} per "
-                            "GPU-hour, nothing measured to price it by")
+                            "GPU-hour")
 
 
 def _ordinal(n: int) -> str:

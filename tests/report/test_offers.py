@@ -68,6 +68,10 @@ def test_a_clean_offer_is_bought_or_has_no_price_and_an_unsettled_one_is_not_set
     unpriced = dataclasses.replace(given, cost=[dataclasses.replace(
         row, price_per_gpu_hour=None, currency=None) for row in report.cost])
     assert {o.verdict for o in offer_lines(unpriced, [])} == {"no price to compare"}
+    # Nothing against an offer never measured is no reason to buy it.
+    fingerprinted = dataclasses.replace(given, cost=[], jobs=[])
+    assert {(o.verdict, o.reason.split(":")[0]) for o in offer_lines(fingerprinted, [])} == {
+        ("not settled", "nothing measured")}
 
 
 def test_a_finding_is_placed_by_the_host_it_names_first() -> None:
