@@ -10,6 +10,7 @@ page, where the offers' verdicts sit, what each chart draws, and screenshots.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -88,6 +89,17 @@ def measure(page: Session, open_all: bool = False) -> Layout:
                   tuple(found["charts"]))
 
 
+def _opened(page: Session, anchor: str) -> float:
+    """Where the fold `anchor` begins, once the page's script has opened it (a link to a
+    fold opens it on the hash's change, a moment after the navigation)."""
+    for _ in range(100):
+        if page.evaluate(f"document.getElementById('{anchor}').open"):
+            break
+        time.sleep(0.02)
+    return float(cast(float, page.evaluate(
+        f"document.getElementById('{anchor}').getBoundingClientRect().top + scrollY")))
+
+
 def shoot(page: Session, url: str, folder: Path) -> list[Path]:
     """The screenshots a reader's eye checks, into `folder`: the first screen at 1,280 and
     1,920 px, the first offer opened, the providers side by side, at 1,280."""
@@ -96,9 +108,8 @@ def shoot(page: Session, url: str, folder: Path) -> list[Path]:
         page.open(url, width)
         shots.append(page.screenshot(folder / f"first-screen-{width}.png"))
     page.open(url + "#offer-1", 1280)
-    top = float(cast(float, page.evaluate(
-        "document.getElementById('offer-1').getBoundingClientRect().top + scrollY")))
-    shots.append(page.screenshot(folder / "offer-1280.png", top - 8, 1000))
+    shots.append(page.screenshot(folder / "offer-1280.png", _opened(page, "offer-1") - 8,
+                                 1000))
     page.open(url, 1280)
     top = float(cast(float, page.evaluate(
         "document.getElementById('charts').getBoundingClientRect().top + scrollY")))
@@ -109,6 +120,4 @@ def shoot(page: Session, url: str, folder: Path) -> list[Path]:
 def shoot_nights(page: Session, url: str, folder: Path) -> Path:
     """A sweep's report with its offer's nights opened, at 1,280."""
     page.open(url + "#offer-1", 1280)
-    top = float(cast(float, page.evaluate(
-        "document.getElementById('offer-1').getBoundingClientRect().top + scrollY")))
-    return page.screenshot(folder / "nights-1280.png", top - 8, 900)
+    return page.screenshot(folder / "nights-1280.png", _opened(page, "offer-1") - 8, 900)
