@@ -536,6 +536,21 @@ class MatmulShortfall:
         return text
 
 
+def matmul_expected(gpu: GpuMeasure, options: MatmulShortfallOptions | None = None,
+                    catalog: Catalog | None = None) -> tuple[MatmulExpected, float] | None:
+    """What a healthy GPU of `gpu`'s variant gives soaked in its configuration, and the
+    margin (relative) under which `gpu` is called: the larger of the floor and z x
+    sqrt(repeat_sd^2 / results + the entry's sd^2); None where the catalog has no entry."""
+    options = options or MatmulShortfallOptions()
+    c = gpu.config
+    entry = (catalog or CATALOG).lookup_matmul(MatmulKey(gpu.variant, c.dtype, c.m, c.n,
+                                                         c.k, c.mode, c.cache, c.thermal))
+    if entry is None:
+        return None
+    sd, results = repeat_sd(gpu), max(1, gpu.results)
+    return entry, max(options.floor, options.z * math.sqrt(sd ** 2 / results + entry.sd ** 2))
+
+
 def find_matmul_shortfalls(measures: Iterable[GpuMeasure],
                            options: MatmulShortfallOptions | None = None,
                            catalog: Catalog | None = None) -> list[MatmulShortfall]:
@@ -549,13 +564,12 @@ def find_matmul_shortfalls(measures: Iterable[GpuMeasure],
     nodes: dict[tuple[str, str, str, Config], list[MatmulUnit]] = defaultdict(list)
     entries: dict[tuple[str, str, str, Config], MatmulExpected] = {}
     for gpu in measures:
-        c = gpu.config
-        entry = catalog.lookup_matmul(MatmulKey(gpu.variant, c.dtype, c.m, c.n, c.k, c.mode,
-                                                c.cache, c.thermal))
-        if entry is None:
+        judged = matmul_expected(gpu, options, catalog)
+        if judged is None:
             continue
+        entry, margin = judged
+        c = gpu.config
         sd, results = repeat_sd(gpu), max(1, gpu.results)
-        margin = max(options.floor, options.z * math.sqrt(sd ** 2 / results + entry.sd ** 2))
         if gpu.tflops >= entry.tflops * (1.0 - margin):
             continue
         key = (gpu.provider, gpu.host, gpu.variant, c)

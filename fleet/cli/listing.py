@@ -14,6 +14,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 
 from fleet.cli.options import err_console
+from fleet.cli.terminal import hanging
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,5 +71,6 @@ def show_not_measured(missed: pd.DataFrame) -> None:
     for row in frame_records(missed):
         gpu = row["gpu_index"]
         what = row["stage"] if gpu is None else f"GPU {gpu} {row['stage']}"
-        console.print(Text(f"  {row['provider']}/{row['host']} {what}: {row['cause']} "
-                           f"({PARTY[str(row['party'])]}); {row['action']}"))
+        said = (f"{row['provider']}/{row['host']} {what}: {row['cause']} "
+                f"({PARTY[str(row['party'])]}); {row['action']}")
+        console.print(Text("\n".join(hanging(said, console.width, indent="  "))))

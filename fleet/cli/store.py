@@ -8,12 +8,11 @@ import datetime as dt
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -30,6 +29,7 @@ from fleet.cli.options import (
     note_created,
     reports_errors,
 )
+from fleet.cli.terminal import Legend, fitted, hanging, natural_width, short_variants
 from fleet.errors import InputError
 from fleet.store.ingest import Outcome, Prepared
 from fleet.store.intake import (
@@ -109,9 +109,15 @@ def db_prune(keep_samples_days: int, db: str | None) -> None:
 
     with existing_store(db) as store:
         pruned = store.prune_samples(keep_samples_days)
-    click.echo(f"{store.location}: emptied the raw samples of {pruned.results} results "
-               f"and {pruned.documents} documents collected before "
-               f"{pruned.cutoff:%Y-%m-%d %H:%M} UTC ({pruned.bytes_freed / 1024:.1f} KiB)")
+    before = f"collected before {pruned.cutoff:%Y-%m-%d %H:%M} UTC"
+    # Only the counts that are not zero (issue 56): a young store has nothing to empty.
+    emptied = [counted(n, what) for n, what in ((pruned.results, "result"),
+                                                (pruned.documents, "document")) if n]
+    if not emptied:
+        click.echo(f"{store.location}: no raw samples {before} to empty")
+        return
+    click.echo(f"{store.location}: emptied the raw samples of {' and '.join(emptied)} "
+               f"{before} ({pruned.bytes_freed / 1024:.1f} KiB)")
 
 
 @db.command("repair")
@@ -280,15 +286,16 @@ def _echo(item: Item) -> None:
 
 
 def stored_line(prepared: Prepared) -> str:
-    """What a stored document holds, by suite, and what it could not measure with whose
-    that is: "2 GPUs, 2 matmul results, 3 job figures; not measured: GPU 1 job: out of
-    memory: pid 4242 (python, user bob) held 78,000 MiB of its 81,559 MiB when the run
-    began (yours to fix)"."""
-    held = [(what, len(rows)) for what, rows in (
-        ("node figure", prepared.node_results), ("job figure", prepared.job_results)) if rows]
-    said = [counted(prepared.gpu_count, "GPU"),
-            counted(prepared.benchmark_count, "matmul result"),
-            *(counted(n, what) for what, n in held)]
+    """What a stored document holds, by suite (those that stored nothing unsaid), and what
+    it could not measure with whose that is: "2 GPUs, 2 matmul results, 3 job figures;
+    not measured: GPU 1 job: out of memory: pid 4242 (python, user bob) held 78,000 MiB of
+    its 81,559 MiB when the run began (yours to fix)"."""
+    # Counts that are not zero only: a fingerprint alone is "1 GPU", not "1 GPU, 0 matmul
+    # results, 0 node figures" (issue 56).
+    held = [(what, n) for what, n in (
+        ("matmul result", prepared.benchmark_count), ("node figure", len(prepared.node_results)),
+        ("job figure", len(prepared.job_results))) if n]
+    said = [counted(prepared.gpu_count, "GPU"), *(counted(n, what) for what, n in held)]
     missed = [n.line() for n in judge_rows(prepared.errors, prepared.fingerprints)]
     return ", ".join(said) + (f"; not measured: {'; '.join(missed)}" if missed else "")
 
@@ -303,21 +310,57 @@ SHORT_FLAGS = {"power_capped": "power-cap", "thermal_throttled": "thermal",
                "hw_slowdown": "hw-slowdown", "contended": "contended",
                "not_steady": "unsteady", "correctness_failed": "WRONG-RESULT",
                "clocks_locked": "clocks-locked", "not_soaked": "not-soaked"}
+# A flag in a letter, where the words do not fit the terminal; the legend spells out those
+# a table used. A wrong result stays a word: it is the one flag that voids the figure.
+FLAG_LETTERS = {"power_capped": "P", "thermal_throttled": "T", "hw_slowdown": "H",
+                "contended": "C", "not_steady": "U", "correctness_failed": "WRONG",
+                "clocks_locked": "L", "not_soaked": "N"}
 
 
-def _flags(flags: Sequence[str]) -> str:
-    return " ".join(SHORT_FLAGS.get(flag, flag) for flag in flags) if flags else "-"
+def _flags(flags: Sequence[str], legend: Legend | None = None) -> str:
+    """The flags in words, or in letters noted in `legend` where it is given."""
+    if not flags:
+        return "-"
+    if legend is None:
+        return " ".join(SHORT_FLAGS.get(flag, flag) for flag in flags)
+    said = []
+    for flag in flags:
+        letter = FLAG_LETTERS.get(flag, flag)
+        if letter != flag and letter != "WRONG":
+            legend.names[letter] = SHORT_FLAGS[flag]
+        said.append(letter)
+    return " ".join(said)
 
 
-def _config(row: ResultRow | VariantSummary, stack_key: str | None = None) -> str:
+def _config(row: ResultRow | VariantSummary) -> str:
     """bf16 8192³, then only what differs from the harness's defaults (soaked from 1.3 on;
-    every older result is a cool start), and the stack's key where the table has several."""
+    every older result is a cool start)."""
     size = f"{row.m}³" if row.m == row.n == row.k else f"{row.m}x{row.n}x{row.k}"
     extra = [word for word, default in ((row.mode, "sustained"), (row.thermal, "soaked"),
                                         (f"{row.cache}-L2", "cold-L2"),
                                         (row.concurrency, "concurrent")) if word != default]
-    stack = [] if stack_key is None else [f"({stack_key})"]
-    return " ".join([row.dtype, size, *extra, *stack])
+    return " ".join([row.dtype, size, *extra])
+
+
+def _benchmarks(rows: Sequence[ResultRow | VariantSummary]
+                ) -> tuple[list[str], str, Legend]:
+    """Each row's benchmark as the table writes it, what the title says of them all, and
+    the legend: one benchmark and stack is said once in the title; several get a letter
+    each ("A"), spelled out under the table (a stack's label alone is ~45 characters,
+    more than 80 columns have to spare)."""
+    stacks = sorted({row.stack for row in rows})
+    if len(stacks) == 1:
+        said = [_config(row) for row in rows]
+        title = f"; {stacks[0]}"
+    else:
+        said = [f"{_config(row)}, {row.stack}" for row in rows]
+        title = ""
+    keys = {text: _letter(i) for i, text in enumerate(dict.fromkeys(said))}
+    legend = Legend("bench")
+    if len(keys) == 1:
+        return said, title, legend
+    legend.names = {key: text for text, key in keys.items()}
+    return [keys[text] for text in said], title, legend
 
 
 def _number(value: float | None, digits: int = 0) -> str:
@@ -329,44 +372,8 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-# How much of a host's or provider's name a table keeps on one line before folding it:
-# the flags and the benchmark fold first.
-HOLD = 12
-NAMES = ("provider", "host")
-
-
-def _table(title: str, columns: str, rows: Sequence[Sequence[str]]) -> Table:
-    """Columns named with a leading ">" are numbers, right-aligned. Cells are Text: a
-    host's strings are never read as rich markup."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    names = columns.split("|")
-    for i, column in enumerate(names):
-        number = column.startswith(">")
-        # A name of up to HOLD characters keeps its line; the flags fold first.
-        longest = max((len(row[i]) for row in rows), default=0)
-        table.add_column(column.lstrip(">"), no_wrap=number or column == "collected",
-                         overflow="fold", justify="right" if number else "left",
-                         min_width=min(longest, HOLD) if column in NAMES else None)
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    return table
-
-
-def _stack_keys(stacks: Iterable[str]) -> dict[str, str]:
-    """Several stacks get a letter each, named in the benchmark column and spelled out in
-    the title: a stack's label is ~45 characters, more than a table of 80-100 columns has
-    to spare."""
-    return {stack: _letter(i) for i, stack in enumerate(sorted(set(stacks)))}
-
-
 def _letter(i: int) -> str:
     return chr(ord("A") + i) if i < 26 else str(i + 1)
-
-
-def _stack_title(keys: dict[str, str]) -> str:
-    if len(keys) == 1:
-        return f"; {next(iter(keys))}"
-    return "; stacks: " + "; ".join(f"({key}) {stack}" for stack, key in keys.items())
 
 
 def _mhz_watts(row: ResultRow) -> str:
@@ -374,53 +381,103 @@ def _mhz_watts(row: ResultRow) -> str:
     return f"{_number(row.sm_clock_mhz_median)} {_number(row.power_w_median)}"
 
 
-def _shared(columns: str, rows: Sequence[Sequence[str]], hoisted: Sequence[str]
+def _shared(columns: str, rows: Sequence[Sequence[str]], hoisted: Sequence[str],
+            whole: Mapping[str, Mapping[str, str]] | None = None
             ) -> tuple[str, str, list[Sequence[str]]]:
     """Columns in `hoisted` whose every row says the same move into the title, as
-    `fleet bench` does: a filtered listing keeps its numbers in 80-100 columns."""
+    `fleet bench` does: a filtered listing keeps its numbers in 80 columns. `whole`: per
+    column, the whole name of a shortened cell, which the title says instead."""
     names = columns.split("|")
     shared = [i for i, name in enumerate(names) if name in hoisted and rows
               and len({row[i] for row in rows}) == 1]
-    said = ", ".join(rows[0][i] for i in shared)
+    said = ", ".join((whole or {}).get(names[i], {}).get(rows[0][i], rows[0][i])
+                     for i in shared)
     keep = [i for i in range(len(names)) if i not in shared]
     return ("|".join(names[i] for i in keep), said,
             [[row[i] for i in keep] for row in rows])
 
 
-def _results_table(rows: Sequence[ResultRow]) -> Table:
-    keys = _stack_keys(row.stack for row in rows)
-    several = len(keys) > 1
-    columns, said, cells = _shared(
-        "collected|provider|host|>GPU|variant|benchmark|>TFLOP/s|>repeat|>drop|>MHz W|>°C|"
-        "flags",
-        [(row.collected_at.strftime("%Y-%m-%d %H:%M"), row.provider, row.host,
-          str(row.gpu_index), row.variant, _config(row, keys[row.stack] if several else None),
-          f"{row.tflops:.1f}", _next_run(row), _share(row.soak_drop), _mhz_watts(row),
-          _number(row.temperature_load_c),
-          _flags(row.flags)) for row in rows],
-        ("provider", "variant", "benchmark"))
-    return _table(f"Benchmark results{': ' + said if said else ''} (newest first; times "
-                  f"UTC){_stack_title(keys)}", columns, cells)
+def _when(rows: Sequence[ResultRow]) -> tuple[str, str]:
+    """How the collected column writes a time, and what the title says of it: the year
+    once where every row shares it ("11-28 23:59"), else whole dates."""
+    years = {row.collected_at.year for row in rows}
+    if len(years) == 1:
+        return "%m-%d %H:%M", f"{years.pop()}, times UTC"
+    return "%Y-%m-%d %H:%M", "times UTC"
+
+
+def _legends(*legends: Legend) -> list[str]:
+    return [line for legend in legends if (line := legend.line()) is not None]
+
+
+def _results_table(rows: Sequence[ResultRow], width: int
+                   ) -> tuple[str, Table, list[str]]:
+    """The results in `width` columns: the title (what every row shares, the year once),
+    the table and the legend of what it shortened. Variants and flags are shortened only
+    where their whole words would not fit."""
+    benches, stack, bench_legend = _benchmarks(rows)
+    stamp, when = _when(rows)
+    title = ""
+    for short in (False, True):
+        variants = (short_variants(row.variant for row in rows) if short
+                    else {row.variant: row.variant for row in rows})
+        flags = Legend("flags")
+        columns, said, cells = _shared(
+            "collected|provider|host|>GPU|variant|bench|>TFLOP/s ±repeat|>drop|>MHz W|>°C|"
+            "flags",
+            [(row.collected_at.strftime(stamp), row.provider, row.host,
+              str(row.gpu_index), variants[row.variant], bench,
+              _next_run(row), _share(row.soak_drop), _mhz_watts(row),
+              _number(row.temperature_load_c), _flags(row.flags, flags if short else None))
+             for row, bench in zip(rows, benches, strict=True)],
+            ("provider", "variant", "bench"),
+            {"variant": {short: whole for whole, short in variants.items()}})
+        title = (f"Benchmark results{': ' + said if said else ''} (newest first; {when})"
+                 f"{stack}")
+        if natural_width(columns.split("|"), cells) <= width:
+            break
+    legend = Legend("variants")
+    if "variant" in columns.split("|"):
+        legend.add(variants)
+    return (title, fitted(columns.split("|"), cells, width),
+            _legends(legend, bench_legend, flags))
 
 
 def _next_run(row: ResultRow) -> str:
-    """Where a repeat run lands (95%), as ± the figure: narrow enough for 80 columns,
-    and the width is the point (CSV and JSON carry both ends)."""
+    """The figure and where a repeat run lands (95%), as ± the figure: "672.0 ±0.6%", one
+    cell for 80 columns, and the width is the point (CSV and JSON carry both ends)."""
     if row.repeat_low_tflops is None or row.repeat_high_tflops is None:
-        return "-"
-    return f"±{(row.repeat_high_tflops - row.repeat_low_tflops) / 2 / row.tflops:.1%}"
+        return f"{row.tflops:.1f}"
+    half = (row.repeat_high_tflops - row.repeat_low_tflops) / 2 / row.tflops
+    return f"{row.tflops:.1f} ±{half:.1%}"
 
 
-def _summary_table(rows: Sequence[VariantSummary]) -> Table:
-    keys = _stack_keys(row.stack for row in rows)
-    several = len(keys) > 1
-    return _table(
-        "Per provider and variant: median of per-GPU median TFLOP/s" + _stack_title(keys),
-        "variant|benchmark|harness|provider|>GPUs|>results|>TFLOP/s|>20 s|>drop|>GPU range",
-        [(row.variant, _config(row, keys[row.stack] if several else None),
-          row.harness_version, row.provider, str(row.gpus), str(row.results),
-          f"{row.median_tflops:.1f}", _number(row.first_20s_tflops, 1), _share(row.drop),
-          f"{row.min_gpu_tflops:.1f}-{row.max_gpu_tflops:.1f}") for row in rows])
+def _summary_table(rows: Sequence[VariantSummary], width: int
+                   ) -> tuple[str, Table, list[str]]:
+    """`fleet results --summary` in `width` columns: title, table, legend; variants
+    shortened only where whole they would not fit."""
+    benches, stack, bench_legend = _benchmarks(rows)
+    title = ""
+    for short in (False, True):
+        variants = (short_variants(row.variant for row in rows) if short
+                    else {row.variant: row.variant for row in rows})
+        columns, said, cells = _shared(
+            "variant|bench|harness|provider|>GPUs|>results|>TFLOP/s|>20 s|>drop|>GPU range",
+            [(variants[row.variant], bench,
+              row.harness_version, row.provider, str(row.gpus), str(row.results),
+              f"{row.median_tflops:.1f}", _number(row.first_20s_tflops, 1),
+              _share(row.drop), f"{row.min_gpu_tflops:.1f}-{row.max_gpu_tflops:.1f}")
+             for row, bench in zip(rows, benches, strict=True)],
+            ("variant", "bench", "harness"),
+            {"variant": {short: whole for whole, short in variants.items()}})
+        title = ("Per provider and variant: median of per-GPU median TFLOP/s"
+                 + (f": {said}" if said else "") + stack)
+        if natural_width(columns.split("|"), cells) <= width:
+            break
+    legend = Legend("variants")
+    if "variant" in columns.split("|"):
+        legend.add(variants)
+    return title, fitted(columns.split("|"), cells, width), _legends(legend, bench_legend)
 
 
 def _plain(row: ResultRow | VariantSummary) -> dict[str, Any]:
@@ -556,8 +613,16 @@ def results(provider: str | None, variant: str | None, host: str | None,
     elif not rows:
         err_console.print("No results match.", markup=False)
     else:
-        Console().print(_summary_table(rows) if isinstance(rows[0], VariantSummary)
-                        else _results_table(rows))
+        console = Console()
+        title, table, legends = (
+            _summary_table(cast("Sequence[VariantSummary]", rows), console.width) if summary
+            else _results_table(cast("Sequence[ResultRow]", rows), console.width))
+        # The title as lines of its own, wrapped between words: a table's title is cut at
+        # the table's width.
+        console.print(Text("\n".join(hanging(title, console.width, rest="")), style="bold"))
+        console.print(table)
+        for line in legends:
+            console.print(Text("\n".join(hanging(line, console.width)), style="dim"))
     if total > len(rows):
         err_console.print(f"Showing the newest {len(rows)} of {total} results; "
                           "--limit 0 shows all.", markup=False)

@@ -30,6 +30,7 @@ from fleet.errors import FleetError
 from fleet.probe.run import ProbeOptions
 from fleet.sanitize import safe
 from fleet.sweep.history import FAIL_KINDS, Findings
+from fleet.words import counted
 
 if TYPE_CHECKING:
     from fleet.sweep.run import Via
@@ -42,8 +43,9 @@ EXIT_INTERRUPTED = 130
 
 def print_findings(console: Console, findings: Findings, nights: int) -> None:
     """Print the night's findings against the earlier nights, section by section."""
-    console.print(f"Against {nights - 1} earlier night(s) of this sweep "
-                  f"(run #{findings.run_id}):", markup=False)
+    earlier = ("the first night of this sweep" if nights <= 1 else
+               f"against {counted(nights - 1, 'earlier night')} of this sweep")
+    console.print(f"{earlier[0].upper()}{earlier[1:]} (run #{findings.run_id}):", markup=False)
     sections = [
         ("regression", [r.describe() + ("" if r.new else " [lasting]")
                         for r in findings.regressions]),

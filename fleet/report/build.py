@@ -51,12 +51,14 @@ from fleet.analysis.older_rule import judge_again
 from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
 from fleet.analysis.whose import anonymized as anonymized_settings
-from fleet.report.charts import Chart, provider_charts
+from fleet.report.bands import Unit, job_units, matmul_units
+from fleet.report.charts import RowChart, crowd_medians, offer_chart, side_by_side
 from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cluster_section
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
 from fleet.report.not_measured import NotMeasuredSection, not_measured_section
+from fleet.report.offers import OfferInput, OfferLine, offer_lines
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.store.settings import read_settings
 from fleet.words import counted
@@ -154,7 +156,9 @@ class Report:
     cooling: tuple[CoolingComparison, ...]
     stragglers: tuple[Straggler, ...]
     cost: tuple[CostRow, ...]
-    charts: tuple[Chart, ...]
+    # Per variant, its providers side by side: every GPU, pair and node figure
+    # (fleet/report/charts.py `side_by_side`).
+    charts: tuple[RowChart, ...]
     failures: tuple[HostFailure, ...]
     excluded: tuple[Excluded, ...]
     shared: tuple[SharedHosts, ...]
@@ -181,6 +185,13 @@ class Report:
     # Each host's network (fabric NICs, GPUDirect RDMA) and its findings; the faults are
     # also in `dispute` (fleet/report/network.py).
     network: NetworkSection = field(default_factory=NetworkSection)
+    # The first screen (fleet/report/offers.py): each provider's GPUs of a variant in a line,
+    # what it buys and its verdict, worst first; each offer's GPUs, pairs and nodes against
+    # what a healthy one gives (`offer_charts`, one per offer that has figures), and every
+    # figure those charts draw (`units`).
+    offers: tuple[OfferLine, ...] = ()
+    offer_charts: tuple[RowChart, ...] = ()
+    units: tuple[Unit, ...] = ()
     # Each cluster's newest run between its nodes, judged (fleet/report/cluster.py): the
     # provider's faults also in `dispute` (kind "network"), the renter's in `renter`,
     # the unsettled in `unsettled`.
@@ -507,7 +518,11 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     health = told_elsewhere(fleet_health(data.gpus), {
         (issue.provider, issue.host, gpu) for issue in node.host_links
         if issue.problem == "below maximum" for gpu in issue.gpus})
-    return Report(
+    slow = frozenset((s.provider, s.host, f"GPU {s.gpu_index}") for s in stragglers)
+    points = _points(jobs.frame)
+    units = (matmul_units(data.measures, options.node.matmul) + list(node.units)
+             + job_units(job.gpus, points))
+    report = Report(
         generated_at=now or dt.datetime.now(dt.UTC), store=store,
         scope=data.scope.describe() + ("; software stacks compared as one"
                                        if options.across_stacks else ""),
@@ -534,7 +549,9 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
-        charts=tuple(provider_charts(data, stragglers)), failures=data.failures,
+        charts=tuple(chart for variant in sorted({u.variant for u in units})
+                     if (chart := side_by_side(variant, units, slow)) is not None),
+        failures=data.failures,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
@@ -544,4 +561,21 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         unsettled=tuple(Finding.of(item) for item in [
             *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
             *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled(),
-            *cluster.unsettled(), *not_measured.on("unsettled")]))
+            *cluster.unsettled(), *not_measured.on("unsettled")]),
+        units=tuple(units))
+    offers = offer_lines(OfferInput(report.found, data.hosts, mismatches, cost, job.rows,
+                                    points), report.listed())
+    crowd = crowd_medians(units)
+    return replace(report, offers=tuple(offers), offer_charts=tuple(
+        chart for o in offers
+        if (chart := offer_chart(o.provider, o.variant, units, crowd, slow)) is not None))
+
+
+def _points(frame: pd.DataFrame) -> dict[str, str | None]:
+    """Each job configuration key's decode point ("bandwidth", "latency"; None for
+    training): what the charts and the first screen take decode's figure at."""
+    if frame.empty or "point" not in frame:
+        return {}
+    return {str(key): point if isinstance(point, str) else None
+            for key, point in zip(frame["config"].tolist(), frame["point"].tolist(),
+                                  strict=True)}

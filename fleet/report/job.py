@@ -213,6 +213,31 @@ class JobSection:
             tables.setdefault(row.config, []).append(row)
         return [(config, tuple(rows)) for config, rows in tables.items()]
 
+    def laid_out(self, train: bool) -> list[tuple[JobConfig, tuple[JobRow, ...],
+                                                  list[tuple[JobConfig, tuple[JobRow, ...]]]]]:
+        """One workload's configurations as the report lays them out: each headline (the
+        fastest backend that passed its gate) with its rows and the backends measured
+        beside it, to be folded under it; a configuration with no headline of its kind
+        (a suite before 1.1.0, a backend whose headline is another's) stands as its own."""
+        mine = [(c, rows) for c, rows in self.by_config() if c.train == train]
+
+        def base(c: JobConfig) -> tuple[object, ...]:
+            return (c.workload, c.model, c.shape, c.dtype, c.compiled, c.graph,
+                    c.concurrency, c.gpus_in_run, c.thermal, c.suite_version, c.stack)
+        heads = [(c, rows) for c, rows in mine if c.headline]
+        laid: list[tuple[JobConfig, tuple[JobRow, ...],
+                         list[tuple[JobConfig, tuple[JobRow, ...]]]]] = [
+            (c, rows, []) for c, rows in heads]
+        home = {base(c): i for i, (c, _) in reversed(list(enumerate(heads)))}
+        for c, rows in mine:
+            if c.headline:
+                continue
+            if base(c) in home:
+                laid[home[base(c)]][2].append((c, rows))
+            else:
+                laid.append((c, rows, []))
+        return laid
+
     def gpus_of(self, key: str) -> tuple[JobGpu, ...]:
         """The per-GPU table's GPUs of the configuration `key`: those whose job keeps the
         least of their matmul first, at most GPU_ROWS."""

@@ -58,6 +58,7 @@ from fleet.analysis.whose import (
 from fleet.analysis.whose import (
     anonymized as anonymized_settings,
 )
+from fleet.report.bands import Unit, node_units
 from fleet.store.matmul_rerun import StoredRerun, read_matmul_reruns
 from fleet.store.node import read_node_results
 from fleet.store.query import contention_words
@@ -224,6 +225,9 @@ class NodeSection:
     # Findings measured under settings that can move them and never measured again
     # without them (fleet/analysis/whose.py): neither disputed nor the renter's.
     unsettled: tuple[Unsettled, ...] = ()
+    # Each GPU's memory copy, each pair's copies and each node's all-reduce measured alone,
+    # beside what a healthy node gives: what the report's charts draw (bands.py).
+    units: tuple[Unit, ...] = ()
 
     @property
     def gaps(self) -> tuple[NodeComparison, ...]:
@@ -386,7 +390,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
         contention=seen,
         shortfalls=settled.provider, renters_shortfalls=settled.renter,
         matmul_shortfalls=tuple(matmul), renters_matmul=tuple(renters_matmul),
-        unsettled=tuple(unsettled))
+        unsettled=tuple(unsettled), units=tuple(node_units(figures, options.shortfall)))
 
 
 def _judge_matmul(data: Dataset, names: dict[int, tuple[str, str]],

@@ -77,11 +77,13 @@ class LineChart:
     nights: tuple[tuple[float, str], ...]  # (x, label)
     lines: tuple[Line, ...]
     hidden_gpus: int  # GPUs without a line of their own (see PER_GPU_LINES)
+    provider: str = ""  # one provider's GPUs alone (an offer's nights); "" for every one
 
     @property
     def title(self) -> str:
-        """The chart's title: variant and benchmark."""
-        return f"{self.variant}: {self.benchmark}"
+        """The chart's title: provider where it is one's, variant and benchmark."""
+        who = f"{self.provider} · " if self.provider else ""
+        return f"{who}{self.variant}: {self.benchmark}"
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ class History:
     charts: tuple[LineChart, ...]
     regressed_last_night: int  # GPU results below their own past on the newest night
     rule: RegressionRule  # what "regressed" meant, for the report to say
+    # Each offer's (provider and variant's) nights apart, its GPUs and its median: what
+    # the report's fold of the offer shows.
+    offer_charts: tuple[LineChart, ...] = ()
 
 
 def _hide(nights: list[Night], names: Aliases) -> list[Night]:
@@ -148,7 +153,10 @@ def _changes(night: Findings, at: tuple[int, dt.datetime]) -> list[Event]:
     return events
 
 
-def _charts(nights: list[Night], regressed: set[tuple[str, str, int]]) -> list[LineChart]:
+def _charts(nights: list[Night], regressed: set[tuple[str, str, int]],
+            by_provider: bool = False) -> list[LineChart]:
+    """A chart per variant and benchmark, every provider on it; `by_provider`: a chart per
+    provider of each (an offer's nights)."""
     points = tflops_series(nights)
     x_of: dict[int, float] = {}
     inset = 28  # keeps the first and last nights' labels inside the chart
@@ -156,11 +164,11 @@ def _charts(nights: list[Night], regressed: set[tuple[str, str, int]]) -> list[L
     for i, night in enumerate(nights):
         x_of[night.run_id] = round(LEFT + inset + span * (0.5 if len(nights) == 1 else
                                                           i / (len(nights) - 1)), 2)
-    groups: dict[tuple[str, str], list[SeriesPoint]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[SeriesPoint]] = defaultdict(list)
     for p in points:
-        groups[(p.variant, p.benchmark)].append(p)
+        groups[(p.variant, p.benchmark, p.provider if by_provider else "")].append(p)
     charts = []
-    for (variant, benchmark), members in sorted(groups.items()):
+    for (variant, benchmark, provider), members in sorted(groups.items()):
         series: dict[tuple[str, str | None, int | None], list[SeriesPoint]] = defaultdict(
             list)
         for p in members:
@@ -196,7 +204,7 @@ def _charts(nights: list[Night], regressed: set[tuple[str, str, int]]) -> list[L
             variant, benchmark, WIDTH, HEIGHT, LEFT, WIDTH - RIGHT, TOP, bottom,
             tuple(Tick(y_of(t), f"{t:g}") for t in ticks),
             tuple((x_of[n.run_id], f"#{n.run_id} {n.started_at:%m-%d}") for n in nights),
-            tuple(lines), hidden))
+            tuple(lines), hidden, provider))
     return charts
 
 
@@ -217,7 +225,8 @@ def sweep_history(engine: Engine, sweep: str, upto_run: int | None = None,
     regressed = {(r.provider, r.host, r.gpu_index) for f in findings for r in f.regressions}
     return History(sweep, tuple((n.run_id, n.started_at) for n in nights),
                    tuple(_events(findings)), tuple(_charts(nights, regressed)),
-                   len(findings[-1].regressions), rule)
+                   len(findings[-1].regressions), rule,
+                   tuple(_charts(nights, regressed, by_provider=True)))
 
 
 def scoped_nights(engine: Engine, sweep: str, upto_run: int | None,

@@ -85,3 +85,38 @@ def test_every_metric_the_dashboard_queries_is_one_fleet_metrics_emits(tmp_path:
     assert any("on (UUID)" in e and "DCGM_FI_" in e for e in exprs)
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+# What fleet keeps night after night, each with a time-series panel of its own: the figures
+# a sweep measures again every night, the health of each card, the findings by side.
+KEPT = {"fleet_gpu_matmul_flops_per_second", "fleet_gpu_job_tokens_per_second",
+        "fleet_gpu_memory_copy_bytes_per_second", "fleet_node_allreduce_bus_bytes_per_second",
+        "fleet_open_findings", "fleet_gpu_health"}
+
+
+def series_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panels that draw a series over time, the nights."""
+    return [p for p in dashboard["panels"] if p["type"] == "timeseries"]
+
+
+def test_each_kept_series_has_a_panel_over_the_nights() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = series_panels(dashboard)
+    drawn = set().union(*(metric_names(t["expr"]) for p in panels for t in p["targets"]))
+    assert drawn == KEPT, drawn ^ KEPT
+    for panel in panels:
+        # A night's figure stands until the next night's: steps, over a month of nights.
+        assert panel["fieldConfig"]["defaults"]["custom"]["lineInterpolation"] == "stepAfter"
+        assert all(t.get("range") and not t.get("instant") for t in panel["targets"])
+    assert dashboard["time"]["from"] == "now-30d"
+    # Each GPU's own nights, as the sweep compares a GPU with its past.
+    assert any("{{gpu}}" in t["legendFormat"] and "fleet_gpu_matmul" in t["expr"]
+               for p in panels for t in p["targets"])
+    # No two panels overlap on the grid.
+    cells = set()
+    for p in dashboard["panels"]:
+        g = p["gridPos"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & mine, p["title"]
+        cells |= mine

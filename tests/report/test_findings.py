@@ -98,8 +98,9 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
     assert alpha.gpus == 16 and 69.0 < (alpha.temperature_c or 0) < 71.0
     assert 0.009 < (alpha.drop or 0) < 0.011 and alpha.power_limit_w == 700.0
     assert alpha.first_20s_tflops == pytest.approx(alpha.tflops / (1 - 0.01), rel=0.003)
-    # Each GPU's point in the charts carries its own soak.
-    labels = [p.label for chart in report.charts for p in chart.points]
+    # Each GPU's mark in the charts carries its own soak.
+    labels = [m.label for chart in report.charts for panel in chart.panels
+              for row in panel.rows for m in row.marks if panel.title.startswith("Matmul")]
     assert labels and all("; first 20 s " in label and "°C under load" in label
                           for label in labels)
     # beta's cap differs and gamma's SXM5 cards are one node: compared, never called.

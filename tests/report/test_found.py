@@ -122,13 +122,15 @@ def test_every_host_is_shown_as_found_in_chromium(found_url: str, tmp_path: Path
     assert page.console == []
     rows = _rows(page.dom)
     by_host = {row[0]: row for row in rows}
-    # Host, GPUs, variant, driver, power (settable), SM clock max / under load, memory
-    # clock max, virtualization, MIG, ECC, PCIe, NVLink, tenant may change, health (these
-    # agents read no health counters: never shown as healthy).
+    # Host, GPUs, variant, driver, power (settable), SM clock max / under load (the memory
+    # clock's max beneath), virtualization (MIG and ECC beneath), PCIe, NVLink, tenant may
+    # change, health (these agents read no health counters: never shown as healthy).
     assert by_host["alpha-02"] == [
         "alpha-02", "8", "H100 SXM5 80GB", "580.159.04 (13.0)", "700 W (200-700)",
-        "1980 / 1410 MHz", "2619 MHz", "passthrough", "off", "on", "Gen5 x16",
-        "18 of 18 links up", "nothing", "not read"]
+        "1980 / 1410 MHz", "passthrough", "Gen5 x16", "18 of 18 links up", "nothing",
+        "not read"]
+    assert '<div class="evidence">memory 2619 MHz</div>' in page.dom
+    assert '<div class="evidence">MIG off, ECC on</div>' in page.dom
     assert page.dom.count('<div class="evidence">2026-11-24 03:00 UTC</div>') == 5
     # alpha-01: seven GPUs alike, GPU 5 apart with what differs.
     at = rows.index(by_host["alpha-01"])
@@ -143,12 +145,12 @@ def test_every_host_is_shown_as_found_in_chromium(found_url: str, tmp_path: Path
     # The vGPU guest: a slice of an RTX A6000, its profile decoded, its power not visible.
     guest = by_host["gamma-01"]
     assert guest[1] == "1" and "RTXA6000-24Q" in guest[2] and "vGPU" in guest[2]
-    assert guest[4] == "not visible" and guest[7] == "vgpu RTXA6000-24Q"
-    assert guest[11] == "none"
+    assert guest[4] == "not visible" and guest[6] == "vgpu RTXA6000-24Q"
+    assert guest[8] == "none"
     # The MIG host, whose hostile name is text, not an element.
     mig = [row for row in rows if row[0] == EVIL_HOST]
-    assert len(mig) == 1 and mig[0][8] == "on: 3g.40gb, 3g.40gb, 1g.10gb"
-    assert mig[0][12] == "power_limit (unknown: ecc)"
+    assert len(mig) == 1 and mig[0][9] == "power_limit (unknown: ecc)"
+    assert "MIG on: 3g.40gb, 3g.40gb, 1g.10gb" in page.dom
     assert "<img" not in page.dom and "&lt;img src=x onerror=" in page.dom
     assert "pwned" not in re.search(r"<title>(.*?)</title>", page.dom, re.S).group(1)  # type: ignore[union-attr]
     summaries = re.findall(r"<summary><strong>(.*?)</strong>: (.*?)</summary>", page.dom)

@@ -65,8 +65,12 @@ def test_the_report_says_which_night_each_change_began(engine: Engine) -> None:
     assert all(len(line.points) == NIGHTS for line in chart.lines)
     assert [line.label for line in chart.lines if line.regressed] == ["alpha-02 GPU 5"]
 
+    # The sweep's chart: two providers' medians and 24 GPUs; each offer's nights apart.
+    assert [(c.provider, len(c.lines)) for c in history.offer_charts] == [
+        ("alpha", 1 + 16), ("beta", 1 + 8)]
     html = render(report, "html")
-    assert html.count('class="series') == 2 + 24
+    history_part = html[html.index('<section id="history">'):]
+    assert history_part.count('class="series') == 2 + 24
     assert "The night each change began" in html
     md = render(report, "md")
     assert f"#{runs[SLOW_FROM - 1]}" in md and "regression: alpha/alpha-02 GPU 5" in md

@@ -295,22 +295,28 @@ def test_the_job_section_renders_in_chromium(job_url: str, tmp_path: Path) -> No
     assert "pwned" not in re.search(r"<title>(.*?)</title>", page.dom, re.S).group(1)  # type: ignore[union-attr]
     section = _section(page.dom, "jobs")
     assert "<img" not in section and "&lt;img src=x onerror=" in section
-    assert section.count("<h3>Training step, llama3-8b") == 1
-    assert section.count("<h3>Decode, llama3-8b") == 1
+    # One table a workload: each headline configuration a row heading its providers' rows,
+    # the backends measured beside it folded under it.
+    # (the providers' table, then each GPU's, folded).
+    assert re.findall(r'<tr class="config"><th colspan="\d+">(Training step|Decode), llama3-8b',
+                      section) == ["Training step", "Training step", "Decode", "Decode"]
+    assert section.count('<details class="backends">') == 0  # the factory's: one backend
+    assert section.count("What this is not:") == 1
     rows = _cells(section)
     # The training table's row (decode has one column more: GB/s).
-    (alpha,) = [r for r in rows if r[:2] == ["2", "alpha"] and len(r) == 12]
-    # Rank, provider, variant, GPUs (hosts), tokens/s (range), TFLOP/s (causal), MFU of
-    # the peak, matmul of the same GPUs and runs, kept, peak memory, per million tokens
-    # (at the price), synchronous.
+    (alpha,) = [r for r in rows if r[:2] == ["2", "alpha"] and len(r) == 10]
+    # Rank, provider, variant, GPUs (hosts), tokens/s (range), TFLOP/s (causal, MFU of
+    # the peak), kept (of the matmul of the same GPUs and runs), peak memory, per million
+    # tokens (at the price), synchronous.
     assert alpha[3] == "7 (2)"
     flop, causal = job_factory.flop_per_token("train", job_factory.TRAIN)
     tokens = statistics.median(ALPHA_TRAIN)
-    assert alpha[5] == f"{tokens * flop / 1e12:.1f}; causal {tokens * causal / 1e12:.1f}"
-    assert alpha[6].endswith("; of 989 dense bf16")
-    assert alpha[7].startswith("700.") and alpha[7].endswith("; 7 GPUs")
-    assert re.fullmatch(r"6\d\.\d%", alpha[8]) and alpha[9] == "13.2 GB"
-    assert alpha[10] == f"{ALPHA_TRAIN_COST} USD; at 2.49 per GPU-hour"
+    assert alpha[5].startswith(f"{tokens * flop / 1e12:.1f}; causal "
+                               f"{tokens * causal / 1e12:.1f}; MFU ")
+    assert alpha[5].endswith(" of 989 dense bf16")
+    assert re.fullmatch(r"6\d\.\d%; of 700\.\d, 7 GPUs", alpha[6]), alpha[6]
+    assert alpha[7] == "13.2 GB"
+    assert alpha[8] == f"{ALPHA_TRAIN_COST} USD; at 2.49 per GPU-hour"
     finding = [r for r in rows if r[0] == "job_shortfall"]
     assert len(finding) == 1 and finding[0][1] == "beta"
     assert "likely cause: cooling" in finding[0][2]

@@ -71,9 +71,15 @@ def test_html_opens_in_chromium_without_errors_and_shows_names_as_text(
     assert "&lt;script&gt;document.title=\"pwned-provider\"&lt;/script&gt;" in page.dom
     assert "&lt;img src=x onerror=" in page.dom
     assert "<img" not in page.dom
-    assert page.dom.count("<svg") == 2  # one chart per variant: SXM5 and PCIe
-    circles = re.findall(r'<circle class="gpu( straggler)?"', page.dom)
-    assert len(circles) == 56 and circles.count(" straggler") == 1
+    # A chart per variant (SXM5 and PCIe), its providers side by side, and one per offer
+    # (alpha, beta, the hostile provider's SXM5, gamma's PCIe and SXM5), each with a mark
+    # per GPU.
+    charts = re.findall(r'<svg class="chart rows"[^>]*aria-label="([^"]*)"', page.dom)
+    assert len(charts) == 2 + 5, charts
+    side = page.dom[page.dom.index('<section id="charts">'):]
+    side = side[:side.index("</section>")]
+    marks = re.findall(r'<circle class="mark gpu( straggler)?"', side)
+    assert len(marks) == 56 and marks.count(" straggler") == 1
     for section in ("summary", "mismatches", "gaps", "cooling", "stragglers", "drift", "cost",
                     "charts"):
         assert f'id="{section}"' in page.dom
@@ -258,5 +264,5 @@ def test_one_gpu_is_counted_as_one(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     assert ("1 host (1 GPU fingerprinted), 1 GPU measured in 1 benchmark result from "
             "1 probe run") in done.stdout
-    assert "(median of 1 GPU)" in done.stdout
+    assert "**this-machine** H100 SXM5 80GB: 1 GPU on 1 host" in done.stdout
     assert not re.search(r"\b1 (GPU|host|probe run|benchmark result)s\b", done.output)
