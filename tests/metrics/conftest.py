@@ -1,6 +1,8 @@
 from tests.store.conftest import (  # noqa: F401 (fixtures, shared with the store tests)
     backend,
     postgres,
+    postgres_template,
     postgres_url,
+    sqlite_template,
     store_url,
 )

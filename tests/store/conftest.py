@@ -4,17 +4,25 @@ PostgreSQL is the server at 127.0.0.1:5432 (user postgres, trust authentication)
 one FLEET_TEST_POSTGRES names; `.ci/run` starts it. When it cannot be reached the
 PostgreSQL tests fail, with the reason, instead of being skipped: CI guarantees it runs,
 so a missing server is a broken environment, not an optional feature.
+
+Each test gets a database of its own at the newest schema without migrating it: the
+migrations run once per session (per pytest-xdist worker) into a template, a SQLite file
+that each test copies and a PostgreSQL database that each test's is created from
+(`CREATE DATABASE ... TEMPLATE`). Running the 22 migrations took 0.9-1.3 s a test and
+emptying a shared PostgreSQL database 0.5-0.75 s; a copy takes milliseconds.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, select
 
 from fleet.store.database import open_engine, resolve
 from fleet.store.models import Base
@@ -35,13 +43,22 @@ class Scratch:
         self.prefix = f"fleet_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.names: list[str] = []
 
-    def create(self) -> str:
+    def create(self, template: str | None = None) -> str:
+        """A new database, empty or a copy of the database `template` (a URL of this
+        server nothing is connected to)."""
         name = f"{self.prefix}_{len(self.names)}"
+        copy = "" if template is None else f' TEMPLATE "{template.rsplit("/", 1)[1]}"'
         with _admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
         self.names.append(name)
         base = ADMIN_URL.rsplit("/", 1)[0]
         return f"{base}/{name}"
+
+    def drop(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.names.remove(name)
 
     def drop_all(self) -> None:
         with _admin() as conn:
@@ -68,8 +85,9 @@ def postgres() -> Iterator[Scratch]:
 
 
 @pytest.fixture(scope="session")
-def postgres_url(postgres: Scratch) -> str:
-    """One scratch database at the newest schema, shared by the session's tests."""
+def postgres_template(postgres: Scratch) -> str:
+    """A database at the newest schema that every test's PostgreSQL database copies; nothing
+    stays connected to it, as CREATE DATABASE ... TEMPLATE requires."""
     url = postgres.create()
     engine = open_engine(resolve(url))
     upgrade(engine)
@@ -77,12 +95,35 @@ def postgres_url(postgres: Scratch) -> str:
     return url
 
 
-def truncate(url: str) -> None:
-    engine = open_engine(resolve(url))
-    tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
-    with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+@pytest.fixture
+def postgres_url(postgres: Scratch, postgres_template: str) -> Iterator[str]:
+    """An empty PostgreSQL database at the newest schema, the test's own."""
+    url = postgres.create(template=postgres_template)
+    yield url
+    postgres.drop(url)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file at the newest schema, migrated once, that every test's copies."""
+    path = tmp_path_factory.mktemp("template") / "fleet.db"
+    migrate_sqlite(path)
+    return path
+
+
+def migrate_sqlite(path: Path) -> None:
+    engine = open_engine(resolve(f"sqlite:///{path}"))
+    upgrade(engine)
     engine.dispose()
+    # The last connection closed checkpoints the write-ahead log into the file and
+    # removes it, so the file alone is the whole database.
+    assert not path.with_name(path.name + "-wal").exists()
+
+
+def sqlite_copy(template: Path, path: Path) -> str:
+    """The URL of `path`, made a copy of the migrated `template`."""
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=BACKENDS)
@@ -95,15 +136,9 @@ def store_url(backend: str, tmp_path_factory: pytest.TempPathFactory,
               request: pytest.FixtureRequest) -> str:
     """An empty fleet database at the newest schema, on each backend."""
     if backend == "sqlite":
-        path = tmp_path_factory.mktemp("store") / "fleet.db"
-        url = f"sqlite:///{path}"
-        engine = open_engine(resolve(url))
-        upgrade(engine)
-        engine.dispose()
-        return url
-    url = str(request.getfixturevalue("postgres_url"))
-    truncate(url)
-    return url
+        template: Path = request.getfixturevalue("sqlite_template")
+        return sqlite_copy(template, tmp_path_factory.mktemp("store") / "fleet.db")
+    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture

@@ -22,7 +22,9 @@ from tests.store.conftest import (  # noqa: F401
     backend,
     engine,
     postgres,
+    postgres_template,
     postgres_url,
+    sqlite_template,
     store_url,
 )
 
