@@ -164,7 +164,7 @@ def test_a_fault_fails_its_host_alone(fault: str, workspace: Workspace,
     assert_good_hosts_stored(workspace)
     assert "faulty/host" not in workspace.documents()
     assert workspace.host_errors()["faulty/host"] == [(stage, host["reason"])]
-    assert elapsed < 60
+    assert elapsed < 120  # --timeout 6 honoured, with room for a busy machine
     if fault == "agent hangs":
         pid = int((workspace.root / "hang.pid").read_text())
         assert not _alive(pid), "the hanging agent was left running on the host"
