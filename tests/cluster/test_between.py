@@ -58,8 +58,9 @@ def table(stdout: str) -> dict[str, list[str]]:
             for line in stdout.splitlines() if line.startswith("│")}
 
 
-def agent_processes() -> list[str]:
-    """Command lines of the agent's cluster steps and ranks still running on this machine."""
+def agent_processes(port: int) -> list[str]:
+    """Command lines of the agent's cluster steps and ranks of the cluster at rendezvous
+    `port` still running on this machine (other tests may run steps of their own)."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -68,7 +69,8 @@ def agent_processes() -> list[str]:
             line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "agent.cluster" in line or " cluster --address" in line:
+        if ("agent.cluster" in line or " cluster --address" in line) and \
+                f" --port {port} " in line:
             found.append(line)
     return found
 
@@ -113,7 +115,7 @@ def test_two_nodes_measured_judged_and_stored(tmp_path: Path, client_key: Path, 
         assert run.results[0].algo is None
     finally:
         engine.dispose()
-    assert agent_processes() == []
+    assert agent_processes(port) == []
 
 
 def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
@@ -166,7 +168,7 @@ def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
     assert "Against its past runs: 4 steps compared with their own earlier runs (up to 7): " \
            "4 below" in text
     assert "(whose: unsettled): Pair h1 and h2:" in text
-    assert agent_processes() == []
+    assert agent_processes(port) == []
 
 
 def test_a_node_that_cannot_reach_the_rendezvous_starts_nothing(
@@ -222,7 +224,7 @@ def test_a_node_dying_mid_collective_fails_its_steps_and_stops_the_others(
             assert conn.execute(select(func.count()).select_from(ClusterFigure)).scalar() == 0
     finally:
         engine.dispose()
-    assert agent_processes() == []
+    assert agent_processes(port) == []
 
 
 def test_probe_measures_the_cluster_after_its_nodes(tmp_path: Path, client_key: Path,  # noqa: F811

@@ -68,6 +68,11 @@ from tests.sweep.conftest import (
     wait_for,
 )
 
+# On one pytest-xdist worker, one test after another: the module's set-up deletes the
+# queues that earlier runs left behind, which another worker's test could be using, and
+# the workers' names (w-fast@test, ...) are the same in every test.
+pytestmark = pytest.mark.xdist_group("celery")
+
 BROKER = os.environ.get("FLEET_TEST_REDIS", "redis://127.0.0.1:6379/0")
 # The sweep's --timeout and the visibility timeout: a host's budget is its timeout plus
 # three connect attempts of 10 s and their backoff (48 s), which the visibility timeout
@@ -390,7 +395,7 @@ def test_a_sweep_whose_broker_cannot_be_reached_stops_before_its_run(
     done = workspace.fleet("sweep", str(inventory), "--via", "celery",
                            "--broker", "redis://:hunter2@127.0.0.1:1/0", "--db", postgres_url,
                            "--fingerprint-only", "--no-report")
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 120  # not the probe's timeout of 180 s
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
     assert "the Celery broker redis://:***@127.0.0.1:1/0 failed while checking it" \
