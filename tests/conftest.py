@@ -9,6 +9,14 @@ from pathlib import Path
 
 import pytest
 
+# One thread for torch's CPU kernels, here and in every process the tests start (the
+# loopback sshd hosts set it for their sessions too, tests/probe/sshd.py): a small product
+# split over two threads ran ~100x slower whenever another process held a core, as the
+# other pytest-xdist worker does, which made the CPU benchmarks slow and their first
+# seconds far from the rest. MKL_NUM_THREADS, which torch reads, rather than
+# OMP_NUM_THREADS: the agent records OMP_NUM_THREADS among a host's settings.
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 GPU_CASES = FIXTURES / "gpus"
