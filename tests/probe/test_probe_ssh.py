@@ -265,7 +265,7 @@ providers:
       gpu-behind-bastion:
         env: {{FLEET_NVML_REPLAY: {recording("h100-sxm5-mig")}}}
 """)
-    check = workspace.fleet("inventory", "check", str(inventory))
+    check = workspace.fleet_in_process("inventory", "check", str(inventory))
     assert check.returncode == 0, check.stderr
     assert check.stdout.count(f"{USER}@127.0.0.1:{b.port} via {USER}@127.0.0.1:{a.port}") == 2
     result = workspace.probe(inventory, "--fingerprint-only", "--accept-new-host-keys")

@@ -83,7 +83,8 @@ def test_a_killed_sweep_resumed_stores_every_host_once(workspace: Workspace) -> 
     assert [r.id for r in runs] == [run.id] and runs[0].finished_at is not None
     engine.dispose()
 
-    again = workspace.fleet("sweep", str(inventory), "--resume", "--db", str(workspace.db))
+    again = workspace.fleet_in_process("sweep", str(inventory), "--resume", "--db",
+                                       str(workspace.db))
     assert again.returncode == 2 and "no unfinished sweep named 'nightly'" in again.stderr
 
 
