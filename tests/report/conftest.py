@@ -6,6 +6,5 @@ from tests.store.conftest import (  # noqa: F401 (fixtures, shared with the stor
     postgres,
     postgres_template,
     postgres_url,
-    sqlite_template,
     store_url,
 )

@@ -6,18 +6,20 @@ PostgreSQL tests fail, with the reason, instead of being skipped: CI guarantees 
 so a missing server is a broken environment, not an optional feature.
 
 Each test gets a database of its own at the newest schema without migrating it: the
-migrations run once per session (per pytest-xdist worker) into a template, a SQLite file
-that each test copies and a PostgreSQL database that each test's is created from
+migrations run once per pytest-xdist worker into a template, a SQLite file that each test
+copies (`migrated_sqlite`) and a PostgreSQL database that each test's is created from
 (`CREATE DATABASE ... TEMPLATE`). Running the 22 migrations took 0.9-1.3 s a test and
 emptying a shared PostgreSQL database 0.5-0.75 s; a copy takes milliseconds.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import queue
 import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -127,26 +129,24 @@ def postgres_url(postgres: Scratch, postgres_template: str) -> Iterator[str]:
     postgres.drop(url)
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file at the newest schema, migrated once, that every test's copies."""
-    path = tmp_path_factory.mktemp("template") / "fleet.db"
-    migrate_sqlite(path)
-    return path
+_template: list[Path] = []
 
 
-def migrate_sqlite(path: Path) -> None:
-    engine = open_engine(resolve(f"sqlite:///{path}"))
-    upgrade(engine)
-    engine.dispose()
-    # The last connection closed checkpoints the write-ahead log into the file and
-    # removes it, so the file alone is the whole database.
-    assert not path.with_name(path.name + "-wal").exists()
-
-
-def sqlite_copy(template: Path, path: Path) -> str:
-    """The URL of `path`, made a copy of the migrated `template`."""
-    shutil.copyfile(template, path)
+def migrated_sqlite(path: Path) -> str:
+    """The URL of `path`, made a fleet database at the newest schema: a copy of a file this
+    process migrated once (any test may call it, fixture or not)."""
+    if not _template:
+        directory = Path(tempfile.mkdtemp(prefix="fleet-test-schema-"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        template = directory / "fleet.db"
+        engine = open_engine(resolve(f"sqlite:///{template}"))
+        upgrade(engine)
+        engine.dispose()
+        # The last connection closed checkpoints the write-ahead log into the file and
+        # removes it: the file alone is the whole database.
+        assert not template.with_name(template.name + "-wal").exists()
+        _template.append(template)
+    shutil.copyfile(_template[0], path)
     return f"sqlite:///{path}"
 
 
@@ -160,8 +160,7 @@ def store_url(backend: str, tmp_path_factory: pytest.TempPathFactory,
               request: pytest.FixtureRequest) -> str:
     """An empty fleet database at the newest schema, on each backend."""
     if backend == "sqlite":
-        template: Path = request.getfixturevalue("sqlite_template")
-        return sqlite_copy(template, tmp_path_factory.mktemp("store") / "fleet.db")
+        return migrated_sqlite(tmp_path_factory.mktemp("store") / "fleet.db")
     return str(request.getfixturevalue("postgres_url"))
 
 

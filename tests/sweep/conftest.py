@@ -24,7 +24,6 @@ from tests.store.conftest import (  # noqa: F401
     postgres,
     postgres_template,
     postgres_url,
-    sqlite_template,
     store_url,
 )
 
