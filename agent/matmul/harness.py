@@ -567,8 +567,14 @@ def _quick_load(runner: Runner, cfg: Config, target: GpuTarget, coordinator: Coo
     """Warm-up in windows of about window_s until steady (and, when concurrent, until every
     GPU is), or the cap; then a measurement of at least measure_s that goes on while its
     sub-windows disagree, until the whole run reaches max_total_s."""
+    load0 = time.perf_counter()
     first = runner.timed(3)
     per_run_ms = max(sorted(first)[1], 1e-3)
+    if not runner.cuda:
+        # On the CPU, sized by the wall time of the first runs too, as the soaked load is:
+        # the flush before each run (64 MiB zeroed) takes far longer there than a small
+        # product, and windows sized by the product alone lasted 10-20 s, not window_s.
+        per_run_ms = max(per_run_ms, (time.perf_counter() - load0) * 1e3 / 3)
     window_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + 0.05)))
     burst_runs = max(3, int(cfg.window_s * 1e3 / (per_run_ms + cfg.pause_ms)))
     windows: List[float] = []

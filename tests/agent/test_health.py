@@ -390,7 +390,9 @@ def test_kmsg_records_read_as_dmesg_prints_them() -> None:
 def test_this_machines_kernel_log_is_read_or_said_unreadable_within_the_bound() -> None:
     started = time.monotonic()
     log = health.read_kernel_log.__wrapped__()
-    assert time.monotonic() - started < health.KMSG_SECONDS + health.DMESG_SECONDS + 1
+    # Bounded (a blocking read of /dev/kmsg would wait for the next message forever), with
+    # room for a busy machine to start dmesg.
+    assert time.monotonic() - started < health.KMSG_SECONDS + health.DMESG_SECONDS + 20
     if log.readable:
         assert log.note.startswith(("/dev/kmsg", "dmesg"))
         assert all(health.XID_MARK in line for line in log.lines)

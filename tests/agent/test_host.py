@@ -362,8 +362,9 @@ def test_torch_probe_with_fake_torch(name: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     started = time.monotonic()
     assert host.run_torch_probe(python=sys.executable, timeout=timeout, env=env) == expected
-    # Killing only the child would leave the grandchild's pipe open for seconds more.
-    assert time.monotonic() - started < timeout + 4
+    # Killing only the child would leave the grandchild's pipe open until its sleep of
+    # 60 s ends; a busy machine takes seconds past the timeout to start and stop them.
+    assert time.monotonic() - started < timeout + 30
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,

@@ -149,7 +149,10 @@ def test_settle_measures_the_short_pair_and_host_copy_again_in_a_child() -> None
         assert again["without"] == ["CUDA_LAUNCH_BLOCKING"] and again["floor_gbs"] == 1e6
         assert "CUDA_LAUNCH_BLOCKING" not in again["ran_with"]
         assert "NCCL_ALGO" in again["ran_with"]  # only what moves a copy was taken out
-        assert again["gbs"] > 1.0 and len(again["samples_gbs"]) == cfg.repeats
+        # Measured again in the child: its own samples, whatever this machine's copies
+        # run at (a busy 2-core machine read 0.7 GB/s).
+        assert len(again["samples_gbs"]) == cfg.repeats
+        assert all(sample > 0 for sample in again["samples_gbs"])
         assert again["min_gbs"] <= again["gbs"] <= again["max_gbs"]
     assert said == [
         "node: link copies short (GPU 0 device to host (pageable) at 1 GB/s under 1e+06; "

@@ -1,6 +1,7 @@
 from tests.store.conftest import (  # noqa: F401 (fixtures, shared with the store tests)
     backend,
     postgres,
+    postgres_template,
     postgres_url,
     store_url,
 )

@@ -16,9 +16,9 @@ import pytest
 from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
-from fleet.store.schema import upgrade
 from tests.conftest import ROOT
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 
 SCRIPT = ROOT / "examples" / "h100_tflops_per_dollar.py"
 SXM = {"variant": "H100 SXM5 80GB"}
@@ -45,9 +45,8 @@ def _store(ingest: Ingest, provider: str, host: str, tflops: float, price: float
     ingest.store(AgentDocument.model_validate(document), Origin(provider, host, listing))
 
 
-def _fill(url: str) -> None:
-    engine = open_engine(resolve(url))
-    upgrade(engine)
+def _fill(db: Path) -> None:
+    engine = open_engine(resolve(migrated_sqlite(db)))
     with Ingest(engine, RunInfo(kind="probe")) as ingest:
         for provider, (hosts, tflops, price) in OFFERS.items():
             for host in hosts:
@@ -92,7 +91,7 @@ def _check(rows: list[list[str]]) -> None:
 
 def test_the_example_ranks_providers_by_tflops_per_dollar(tmp_path: Path) -> None:
     db = tmp_path / "fleet.db"
-    _fill(f"sqlite:///{db}")
+    _fill(db)
     _check(_run([f"sqlite:///{db}"], _env(tmp_path), tmp_path))
 
 
@@ -101,7 +100,7 @@ def test_the_example_reads_the_clis_default_store(tmp_path: Path) -> None:
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     default = tmp_path / "data" / "fleet" / "fleet.db"
     default.parent.mkdir(parents=True)
-    _fill(f"sqlite:///{default}")
+    _fill(default)
     _check(_run([], env, tmp_path))
 
 
@@ -116,8 +115,7 @@ def test_the_docs_from_python_example_runs(tmp_path: Path) -> None:
     from tests.report.scene import store_scene
 
     db = tmp_path / "fleet.db"
-    engine = open_engine(resolve(f"sqlite:///{db}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(db)))
     store_scene(engine)  # collected 2026-11-22: after the example's 2026-11-01
     engine.dispose()
     env = _env(tmp_path)

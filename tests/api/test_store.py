@@ -22,7 +22,6 @@ from fleet.store.sweeps import create_run, finish_run
 from tests.conftest import GPU_CASES
 from tests.report.scene import WHEN, store_scene
 from tests.store import factory
-from tests.store.conftest import truncate
 
 NEXT_NIGHT = WHEN + dt.timedelta(days=1)
 
@@ -240,7 +239,6 @@ def test_the_default_store_is_the_clis(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_sqlite_and_postgresql_give_the_same_frames(tmp_path: Path, postgres_url: str
                                                     ) -> None:
-    truncate(postgres_url)
     frames = []
     for url in (f"sqlite:///{tmp_path / 'fleet.db'}", postgres_url):
         with fleet.Store(url) as store:

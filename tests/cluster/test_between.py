@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sqlite3
+import subprocess
 import sys
-from dataclasses import replace
+from contextlib import closing
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +61,9 @@ def table(stdout: str) -> dict[str, list[str]]:
             for line in stdout.splitlines() if line.startswith("│")}
 
 
-def agent_processes() -> list[str]:
-    """Command lines of the agent's cluster steps and ranks still running on this machine."""
+def agent_processes(port: int) -> list[str]:
+    """Command lines of the agent's cluster steps and ranks of the cluster at rendezvous
+    `port` still running on this machine (other tests may run steps of their own)."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -68,20 +72,44 @@ def agent_processes() -> list[str]:
             line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "agent.cluster" in line or " cluster --address" in line:
+        if ("agent.cluster" in line or " cluster --address" in line) and \
+                f" --port {port} " in line:
             found.append(line)
     return found
 
 
-def test_two_nodes_measured_judged_and_stored(tmp_path: Path, client_key: Path,  # noqa: F811
-                                             servers: list[SshServer]) -> None:  # noqa: F811
+def run_args(inventory: Path, db: str) -> tuple[str, ...]:
+    return ("cluster", "run", str(inventory), "--cpu", "--db", db, "--accept-new-host-keys",
+            "--connect-retries", "0", "--sizes", "64K,1M")
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    root: Path  # the runs' HOME and directory
+    inventory: Path
+    db: Path
+    port: int
+    done: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory, client_key: Path,  # noqa: F811
+              servers: list[SshServer]) -> FirstRun:  # noqa: F811
+    """The first `fleet cluster run` of h1 and h2 into a new store, made once: the test of
+    a first run reads it, the test of a run below its past starts from it."""
+    root = tmp_path_factory.mktemp("first-run")
     port = free_port()
-    path = write_inventory(tmp_path, client_key, {"h1": ssh(servers[0]),
-                                                  "h2": ssh(servers[1])}, port)
-    db = f"sqlite:///{tmp_path / 'fleet.db'}"
-    done = fleet(tmp_path, "cluster", "run", str(path), "--cpu", "--db", db,
-                 "--accept-new-host-keys", "--connect-retries", "0", "--sizes", "64K,1M",
-                 timeout=240)
+    inventory = write_inventory(root, client_key, {"h1": ssh(servers[0]),
+                                                   "h2": ssh(servers[1])}, port)
+    db = root / "fleet.db"
+    done = fleet(root, *run_args(inventory, f"sqlite:///{db}"), timeout=240)
+    return FirstRun(root, inventory, db, port, done)
+
+
+@pytest.mark.xdist_group("cluster-first-run")
+def test_two_nodes_measured_judged_and_stored(first_run: FirstRun) -> None:
+    port, done = first_run.port, first_run.done
+    db = f"sqlite:///{first_run.db}"
     assert done.returncode == 0, done.stdout + done.stderr
     assert_80_columns(done.stdout)
     rows = table(done.stdout)
@@ -113,21 +141,23 @@ def test_two_nodes_measured_judged_and_stored(tmp_path: Path, client_key: Path, 
         assert run.results[0].algo is None
     finally:
         engine.dispose()
-    assert agent_processes() == []
+    assert agent_processes(port) == []
 
 
+@pytest.mark.xdist_group("cluster-first-run")
 def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
-        tmp_path: Path, client_key: Path, servers: list[SshServer]) -> None:  # noqa: F811
+        tmp_path: Path, first_run: FirstRun) -> None:
     # Five earlier runs stored at 100 x what loopback gives: the next real run of the
     # same steps is far under its own past, and `fleet cluster run` says so, with whose
     # it is (nothing changed in the settings: unsettled) and what to do, and exits 3.
-    port = free_port()
-    path = write_inventory(tmp_path, client_key, {"h1": ssh(servers[0]),
-                                                  "h2": ssh(servers[1])}, port)
+    port, first = first_run.port, first_run.done
+    # A copy of the first run's store (through SQLite's backup, which reads what is
+    # still in its write-ahead log), so that the first run's own test sees it unchanged.
+    with closing(sqlite3.connect(first_run.db)) as source, \
+            closing(sqlite3.connect(tmp_path / "fleet.db")) as copy:
+        source.backup(copy)
     db = f"sqlite:///{tmp_path / 'fleet.db'}"
-    argv = ("cluster", "run", str(path), "--cpu", "--db", db, "--accept-new-host-keys",
-            "--connect-retries", "0", "--sizes", "64K,1M")
-    first = fleet(tmp_path, *argv, timeout=240)
+    argv = run_args(first_run.inventory, db)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "against its past: no step has 5 earlier runs to compare with yet" in \
         " ".join(first.stdout.split())
@@ -144,7 +174,7 @@ def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
                             for r in results}, provider="lab")
     finally:
         engine.dispose()
-    done = fleet(tmp_path, *argv, timeout=240)
+    done = fleet(first_run.root, *argv, timeout=240)
     assert done.returncode == 3, done.stdout + done.stderr
     assert_80_columns(done.stdout)
     said = " ".join(done.stdout.split())
@@ -159,14 +189,14 @@ def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
     assert "do: Measure the pair again with its nodes otherwise idle" in said
     # The report says it too, among what is not settled.
     report = tmp_path / "r.md"
-    made = fleet(tmp_path, "report", "--db", db, "--format", "md", "-o", str(report),
+    made = fleet(first_run.root, "report", "--db", db, "--format", "md", "-o", str(report),
                  timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
     text = report.read_text()
     assert "Against its past runs: 4 steps compared with their own earlier runs (up to 7): " \
            "4 below" in text
     assert "(whose: unsettled): Pair h1 and h2:" in text
-    assert agent_processes() == []
+    assert agent_processes(port) == []
 
 
 def test_a_node_that_cannot_reach_the_rendezvous_starts_nothing(
@@ -222,7 +252,7 @@ def test_a_node_dying_mid_collective_fails_its_steps_and_stops_the_others(
             assert conn.execute(select(func.count()).select_from(ClusterFigure)).scalar() == 0
     finally:
         engine.dispose()
-    assert agent_processes() == []
+    assert agent_processes(port) == []
 
 
 def test_probe_measures_the_cluster_after_its_nodes(tmp_path: Path, client_key: Path,  # noqa: F811

@@ -182,8 +182,8 @@ def test_a_node_on_another_network_is_named_with_the_reason(
             "clusters.pod.rendezvous_address") in result.message
     assert "1 of 3 nodes cannot reach" in result.message
     # The listener waited for a node that never came: fleet stopped it, long before its
-    # own timeout, and the port is free for the ranks.
-    assert took < 30
+    # own timeout (62 s here), and the port is free for the ranks.
+    assert took < 50
     assert port_free(port)
 
 

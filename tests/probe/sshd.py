@@ -85,6 +85,7 @@ AllowTcpForwarding yes
 MaxStartups 200
 MaxSessions 50
 LogLevel VERBOSE
+SetEnv MKL_NUM_THREADS={os.environ.get("MKL_NUM_THREADS", "1")}
 """)
         return config
 

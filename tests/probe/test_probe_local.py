@@ -33,7 +33,8 @@ def test_readme_first_command_probes_this_machine(workspace: Workspace) -> None:
 
 
 def test_checking_the_readme_inventory_counts_one_host(workspace: Workspace) -> None:
-    result = workspace.fleet("inventory", "check", str(ROOT / "inventory" / "local.yaml"))
+    result = workspace.fleet_in_process("inventory", "check",
+                                        str(ROOT / "inventory" / "local.yaml"))
     assert result.returncode == 0, result.stderr
     assert "valid, 1 host from 1 provider (nothing was contacted)" in result.stdout
 

@@ -164,7 +164,7 @@ def test_a_fault_fails_its_host_alone(fault: str, workspace: Workspace,
     assert_good_hosts_stored(workspace)
     assert "faulty/host" not in workspace.documents()
     assert workspace.host_errors()["faulty/host"] == [(stage, host["reason"])]
-    assert elapsed < 60
+    assert elapsed < 120  # --timeout 6 honoured, with room for a busy machine
     if fault == "agent hangs":
         pid = int((workspace.root / "hang.pid").read_text())
         assert not _alive(pid), "the hanging agent was left running on the host"
@@ -265,7 +265,7 @@ providers:
       gpu-behind-bastion:
         env: {{FLEET_NVML_REPLAY: {recording("h100-sxm5-mig")}}}
 """)
-    check = workspace.fleet("inventory", "check", str(inventory))
+    check = workspace.fleet_in_process("inventory", "check", str(inventory))
     assert check.returncode == 0, check.stderr
     assert check.stdout.count(f"{USER}@127.0.0.1:{b.port} via {USER}@127.0.0.1:{a.port}") == 2
     result = workspace.probe(inventory, "--fingerprint-only", "--accept-new-host-keys")

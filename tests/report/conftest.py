@@ -4,6 +4,7 @@ from tests.store.conftest import (  # noqa: F401 (fixtures, shared with the stor
     empty_url,
     engine,
     postgres,
+    postgres_template,
     postgres_url,
     store_url,
 )

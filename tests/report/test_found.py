@@ -27,9 +27,9 @@ from fleet.cli import main
 from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
-from fleet.store.schema import upgrade
 from tests.report.browser import open_page, screenshot
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 
 WHEN = dt.datetime(2026, 11, 24, 3, 0, tzinfo=dt.UTC)
 EVIL_PROVIDER = '<script>document.title="pwned-provider"</script>'
@@ -76,9 +76,8 @@ def _mig_host() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def found_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('found') / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path_factory.mktemp("found") / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     sxm = Listing({"variant": "H100 SXM5 80GB", "gpu_count": 8}, 2.49, "USD", ())
     hosts = [("alpha", "alpha-01", _alpha_01(), sxm),
              ("alpha", "alpha-02", factory.document(host="alpha-02", gpus=8,

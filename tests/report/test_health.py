@@ -24,8 +24,8 @@ from fleet.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Origin, RunInfo
-from fleet.store.schema import upgrade
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 from tests.store.health import give_health, health
 from tests.store.node_factory import with_node
 
@@ -118,9 +118,8 @@ def test_an_anonymized_report_names_the_unwell_gpus_by_alias(engine: Engine) -> 
 @pytest.fixture
 def fleet_url(tmp_path: Path) -> str:
     """The fleet in SQLite, with a hostile reason on alpha-02's GPU 0."""
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     store_fleet(engine)
     with Ingest(engine, RunInfo(kind="probe")) as ingest:
         ingest.store(_document("zeta-01", {0: health("degraded", [EVIL])}, health()),
@@ -176,9 +175,8 @@ def test_fail_on_health_exits_one_and_every_form_shows_the_finding(
 
 
 def test_fail_on_health_passes_a_healthy_fleet(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     store_fleet(engine, unwell=False)
     engine.dispose()
     done = fleet("report", "--fail-on", "health", "-o", "/dev/null", db=url)

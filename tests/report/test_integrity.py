@@ -87,7 +87,10 @@ def test_two_cards_that_disagree_are_both_named(engine: Engine) -> None:
     assert "GPUs 0, 1" in found.title and found.cause == UNDECIDED
 
 
-def test_a_constructed_corruption_on_the_cpu_path_is_called(engine: Engine) -> None:
+@pytest.fixture(scope="module")
+def corrupted_on_cpu() -> AgentDocument:
+    """The real agent's document, its product flipped under load by the test hook: made
+    once, and stored on each backend."""
     pytest.importorskip("torch")
     env = dict(os.environ, FLEET_INTEGRITY_FLIP_AFTER="2", FLEET_NVML_REPLAY=str(
         ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
@@ -95,8 +98,13 @@ def test_a_constructed_corruption_on_the_cpu_path_is_called(engine: Engine) -> N
         [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s", "0.2",
          "--soak-window-s", "0.05", "--soak-span-s", "0.5", "--soak-cap-s", "1.5"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
-    document = parse_document(json.loads(proc.stdout.splitlines()[-1])["document"],
-                              "agent bench")
+    return parse_document(json.loads(proc.stdout.splitlines()[-1])["document"], "agent bench")
+
+
+@pytest.mark.xdist_group("corrupted-on-cpu")  # both backends on one worker: one agent run
+def test_a_constructed_corruption_on_the_cpu_path_is_called(
+        engine: Engine, corrupted_on_cpu: AgentDocument) -> None:
+    document = corrupted_on_cpu
     result = document.benchmarks[0]
     assert result.integrity is not None and result.integrity.mismatches == 1
     (found,) = corruption(report_of(engine, document))

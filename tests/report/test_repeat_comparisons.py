@@ -21,13 +21,13 @@ from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.models import BenchmarkResult
-from fleet.store.schema import upgrade
 from fleet.store.sweeps import create_run, finish_run
 from fleet.sweep.history import GpuState, HostNight, Night, compare_night
 from fleet.sweep.nights import read_nights
 from tests.bench import scripts
 from tests.report.synthetic import SOAKED, dataset, measure
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = "H100-SXM5-80GB"  # agent/timing/repeat.py's spread: 9 dof, so 13 with five nights
@@ -169,8 +169,7 @@ def test_nights_without_a_stated_sd_take_the_variants_spread() -> None:
 
 
 def test_nights_carry_each_labels_median_repeat_sd_from_the_store(tmp_path: Path) -> None:
-    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(tmp_path / "fleet.db")))
     try:
         for day, harness in enumerate(("1", "1.3.0", "1.3.0"), start=1):
             run_id = create_run(engine, RunInfo(kind="sweep", sweep="n", inventory="i.yaml"))
@@ -226,9 +225,8 @@ def test_the_report_states_the_repeat_margin_of_a_one_host_a_side_gap(tmp_path: 
 
     from fleet.cli import main
 
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     try:
         # One 8-GPU soaked host a provider, 2.5% apart. Each result's sd is the widest
         # measured spread (the factory's "H100 SXM5 80GB" is no catalog label): 0.571%,

@@ -16,10 +16,10 @@ from fleet.cli import main
 from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
-from fleet.store.schema import upgrade
 from tests.report.browser import open_page, screenshot
 from tests.report.scene import WHEN, hot_hosts, store_scene
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 
 EVIL_PROVIDER = '<script>document.title="pwned-provider"</script>'
 EVIL_HOST = '<img src=x onerror="document.title=\'pwned-host\'">'
@@ -39,9 +39,8 @@ def _evil_host() -> tuple[str, str, dict[str, Any], Listing]:
 def scene_url(tmp_path: Path) -> str:
     """The scene in SQLite: the command's output does not depend on the backend, which
     tests/report/test_findings.py runs on both."""
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     store_scene(engine, extra=[_evil_host()])
     engine.dispose()
     return url
@@ -50,9 +49,8 @@ def scene_url(tmp_path: Path) -> str:
 @pytest.fixture
 def hot_scene_url(tmp_path: Path) -> str:
     """The scene with zeta's hosts, which cool worse than alpha's (tests/report/scene.py)."""
-    url = f"sqlite:///{tmp_path / 'hot.db'}"
+    url = migrated_sqlite(tmp_path / "hot.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     store_scene(engine, extra=hot_hosts())
     engine.dispose()
     return url
@@ -203,9 +201,8 @@ def test_bad_output_and_dates_are_clear_errors(scene_url: str, tmp_path: Path) -
 
 
 def test_run_picks_one_probe_run(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     store_scene(engine)  # run 1
     store_scene(engine, when=WHEN + dt.timedelta(days=1), extra=[_evil_host()])  # run 2
     engine.dispose()
@@ -252,9 +249,8 @@ def test_a_stored_body_that_no_longer_validates_does_not_change_the_report(
 
 def test_one_gpu_is_counted_as_one(tmp_path: Path) -> None:
     # `fleet probe inventory/local.yaml` on a one-GPU machine makes this store.
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = migrated_sqlite(tmp_path / "fleet.db")
     engine = open_engine(resolve(url))
-    upgrade(engine)
     with Ingest(engine, RunInfo(kind="probe")) as ingest:
         data = factory.document(host="box", gpus=1, collected_at=WHEN)
         ingest.store(AgentDocument.model_validate(data),

@@ -30,7 +30,6 @@ from fleet.store.models import Gpu, JobResult
 from fleet.store.query import load_document
 from tests.conftest import FIXTURES
 from tests.store import factory, job_factory, node_factory
-from tests.store.conftest import truncate
 from tests.store.refuse import refusing
 
 Counts = Callable[[Engine], dict[str, int]]
@@ -372,7 +371,6 @@ def test_jobs_filters(filled: fleet.Store) -> None:
 
 def test_sqlite_and_postgresql_give_the_same_frame(tmp_path: Path, postgres_url: str
                                                    ) -> None:
-    truncate(postgres_url)
     frames = []
     for url in (f"sqlite:///{tmp_path / 'fleet.db'}", postgres_url):
         with fleet.Store(url) as store:

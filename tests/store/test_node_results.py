@@ -26,7 +26,6 @@ from fleet.store.node import NODE_COLUMNS, read_node_results
 from fleet.store.prune import prune_samples
 from fleet.store.query import load_document
 from tests.store import factory, node_factory
-from tests.store.conftest import truncate
 from tests.store.node_factory import GiB, MiB
 from tests.store.refuse import refusing
 
@@ -304,7 +303,6 @@ def test_the_reader_takes_documents_in_chunks_and_a_connection(filled: fleet.Sto
 
 def test_sqlite_and_postgresql_give_the_same_frame(tmp_path: Path, postgres_url: str
                                                    ) -> None:
-    truncate(postgres_url)
     frames = []
     for url in (f"sqlite:///{tmp_path / 'fleet.db'}", postgres_url):
         with fleet.Store(url) as store:

@@ -22,6 +22,7 @@ from tests.store.conftest import (  # noqa: F401
     backend,
     engine,
     postgres,
+    postgres_template,
     postgres_url,
     store_url,
 )

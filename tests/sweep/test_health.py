@@ -16,13 +16,13 @@ from fleet.document import AgentDocument
 from fleet.errors import InputError
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
-from fleet.store.schema import upgrade
 from fleet.store.sweeps import create_run, finish_run
 from fleet.sweep.history import GpuState, HealthNews, HostNight, Night, compare_night
 from fleet.sweep.nights import read_nights
 from fleet.sweep.run import check_fail_on
 from tests.probe.conftest import Workspace
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 from tests.store.health import give_health, health
 from tests.sweep.conftest import engine_of
 
@@ -147,8 +147,10 @@ def test_fleet_sweep_fails_on_the_night_a_health_counter_rose(workspace: Workspa
     for night, block in enumerate([health(energy_mj=1_000), health(energy_mj=5_000),
                                    health(energy_mj=9_000, ecc_corrected_volatile=3)],
                                   start=1):
+        # At the newest schema from the first night on: the sweeps keep it there.
+        if not workspace.db.exists():
+            migrated_sqlite(workspace.db)
         engine = engine_of(f"sqlite:///{workspace.db}")
-        upgrade(engine)
         run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly",
                                             inventory=str(inventory)))
         data = give_health(factory.document(host="b", gpus=1, seed=night,

@@ -15,11 +15,11 @@ from fleet.inventory import Expect
 from fleet.store import sweeps
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
-from fleet.store.schema import upgrade
 from fleet.store.sweeps import create_run, end_run, finish_run
 from fleet.sweep.history import GpuState, HostNight, Night, RegressionRule, compare_night
 from fleet.sweep.nights import read_nights
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 
 LABEL = "bf16 8192x8192x8192 sustained cold-L2 concurrent harness 1.1.0"
 START = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.UTC)
@@ -96,8 +96,7 @@ def _store_night(engine: object, name: str, night: int, finish: bool,
 
 
 def test_read_nights_leaves_out_unfinished_runs_but_the_reported_one(tmp_path: Path) -> None:
-    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(tmp_path / "fleet.db")))
     try:
         one = _store_night(engine, "nightly", 1, finish=True)
         killed = _store_night(engine, "nightly", 2, finish=False)
@@ -118,8 +117,7 @@ def test_listing_verdicts_come_from_the_fingerprint_columns_as_from_the_document
         tmp_path: Path) -> None:
     """The nights judge each host's listing from the stored fingerprint columns, without
     reading a body again; the verdict must be the one the document itself gives."""
-    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(tmp_path / "fleet.db")))
     listed = {"variant": "H100 SXM5 80GB", "gpu_count": 2, "min_power_limit_w": 600}
     hosts = {  # host -> its document's keyword arguments
         "a": {"gpus": 2},
@@ -167,8 +165,7 @@ def test_a_stored_document_that_no_longer_validates_is_left_out_with_a_warning(
 
     from fleet.store.models import Document
 
-    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(tmp_path / "fleet.db")))
     try:
         first = _store_night(engine, "nightly", 1, finish=True)
         second = _store_night(engine, "nightly", 2, finish=True)
@@ -192,8 +189,7 @@ def test_a_stored_document_that_no_longer_validates_is_left_out_with_a_warning(
 
 def test_a_new_software_stack_is_a_change_and_soaked_nights_are_their_own_series(
         tmp_path: Path) -> None:
-    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(tmp_path / "fleet.db")))
     try:
         for night, stack in ((1, factory.OLD_STACK), (2, factory.NEW_STACK)):
             run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly"))
@@ -233,8 +229,7 @@ def test_a_night_measured_beside_another_process_is_no_regression(
     """Five steady nights, then one at half speed: beside another process (the report's
     contention) it is no regression and no night of the GPU's series; the same night
     uncontended is one, so the rule still bites."""
-    engine = open_engine(resolve(f"sqlite:///{tmp_path / 'fleet.db'}"))
-    upgrade(engine)
+    engine = open_engine(resolve(migrated_sqlite(tmp_path / "fleet.db")))
     try:
         for night in range(1, 7):
             run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly",

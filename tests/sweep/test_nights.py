@@ -19,6 +19,7 @@ from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.sweeps import create_run, documents_stored, newest_run
 from tests.probe.conftest import Workspace
 from tests.store import factory
+from tests.store.conftest import migrated_sqlite
 from tests.sweep.conftest import engine_of, recording_copy
 
 NAME = "nightly"
@@ -54,10 +55,10 @@ def _night(workspace: Workspace, night: int, recording: Path, hosts_c: bool, hos
     if host_d:
         hosts["nebius/d"] = workspace.ssh_host(servers[3], "provider-b-a100-sxm4")
     inventory = workspace.inventory(hosts, f"night-{night}.yaml")
+    # At the newest schema from the first night on: the sweeps keep it there.
+    if not workspace.db.exists():
+        migrated_sqlite(workspace.db)
     engine = engine_of(f"sqlite:///{workspace.db}")
-    from fleet.store.schema import upgrade
-
-    upgrade(engine)
     run_id = create_run(engine, RunInfo(kind="sweep", sweep=NAME, inventory=str(inventory)))
     document = factory.document(
         host="b", gpus=2, tflops=tflops, seed=night,

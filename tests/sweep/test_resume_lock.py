@@ -24,7 +24,7 @@ from fleet.store.sweeps import (
 )
 from fleet.sweep.lock import KEEPALIVE_IDLE_S, SweepLock, SweepLocked, lock_key
 from tests.probe.conftest import Workspace
-from tests.store.conftest import Scratch, truncate
+from tests.store.conftest import Scratch
 from tests.sweep.conftest import engine_of, fleet_process, hang_once, kill_marked, wait_for
 
 CASES = ["provider-b-a100-sxm4", "provider-a-a100-pcie", "h100-sxm5-passthrough",
@@ -83,7 +83,8 @@ def test_a_killed_sweep_resumed_stores_every_host_once(workspace: Workspace) -> 
     assert [r.id for r in runs] == [run.id] and runs[0].finished_at is not None
     engine.dispose()
 
-    again = workspace.fleet("sweep", str(inventory), "--resume", "--db", str(workspace.db))
+    again = workspace.fleet_in_process("sweep", str(inventory), "--resume", "--db",
+                                       str(workspace.db))
     assert again.returncode == 2 and "no unfinished sweep named 'nightly'" in again.stderr
 
 
@@ -92,11 +93,7 @@ def test_a_second_sweep_is_refused_naming_the_holder(
         workspace: Workspace, backend: str, request: pytest.FixtureRequest) -> None:
     inventory = workspace.inventory(
         {"lambda/a": workspace.ssh_host(workspace.servers[0], "provider-b-a100-sxm4")})
-    if backend == "sqlite":
-        db = str(workspace.db)
-    else:
-        db = request.getfixturevalue("postgres_url")
-        truncate(db)
+    db = str(workspace.db) if backend == "sqlite" else request.getfixturevalue("postgres_url")
     with open_store(db) as store, SweepLock(store.location, "nightly"):
         refused = workspace.fleet("sweep", str(inventory), "--fingerprint-only",
                                   "--accept-new-host-keys", "--db", db, timeout=60)
@@ -154,7 +151,6 @@ def test_resume_refuses_another_inventory_and_a_run_that_a_newer_one_followed(
 
 
 def test_the_postgresql_lock_connection_keeps_alive(postgres_url: str) -> None:
-    truncate(postgres_url)
     with open_store(postgres_url) as store, SweepLock(store.location, "nightly") as lock:
         assert lock._conn is not None
         raw = lock._conn.connection.dbapi_connection

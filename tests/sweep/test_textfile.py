@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.document import parse_document
 from fleet.store.ingest import Ingest, Origin, RunInfo
-from fleet.store.schema import upgrade
 from fleet.store.sweeps import create_run
 from tests.conftest import FIXTURES
 from tests.probe.conftest import Workspace
+from tests.store.conftest import migrated_sqlite
 from tests.sweep.conftest import engine_of
 
 NODE = FIXTURES / "nodes" / "h200-sxm-x4-lent" / "document.json"
@@ -24,8 +24,7 @@ def test_the_sweep_writes_its_metrics_for_the_textfile_collector(workspace: Work
     """The lent H200 node's real document is stored into the night's run before the sweep
     resumes it (the loopback host has no GPU), as tests/sweep/test_health.py does."""
     inventory = workspace.inventory({"lambda/n1": workspace.ssh_host(workspace.servers[0])})
-    engine = engine_of(f"sqlite:///{workspace.db}")
-    upgrade(engine)
+    engine = engine_of(migrated_sqlite(workspace.db))
     run_id = create_run(engine, RunInfo(kind="sweep", sweep="nightly",
                                         inventory=str(inventory)))
     document = parse_document(json.loads(NODE.read_text()), str(NODE))

@@ -148,12 +148,9 @@ def test_a_node_that_never_arrives_fails_the_other_within_the_timeout() -> None:
     # Node 0 hosts the store and waits for node 1; node 1 of another step waits for a
     # store nobody hosts. Both at once: the two sides of the rendezvous.
     ports = [_free_port(), _free_port()]
-    started = time.monotonic()
     alone = [_node(ports[0], 2, 0, 1, "--timeout-s", "3"),
              _node(ports[1], 2, 1, 1, "--timeout-s", "3")]
-    results = [_finish(node, 30) for node in alone]
-    # The ranks' own timeout, not the command's backstop (3 + GRACE_S): torch's reason said.
-    assert time.monotonic() - started < 3 + 15 < 3 + step.GRACE_S
+    results = [_finish(node, 120) for node in alone]
     for port, (code, body) in zip(ports, results, strict=True):
         assert code == 3
         assert body["figures"] == []
@@ -161,6 +158,9 @@ def test_a_node_that_never_arrives_fails_the_other_within_the_timeout() -> None:
         assert error["stage"] == "rendezvous"
         assert error["message"].startswith(
             f"could not join the rendezvous 127.0.0.1:{port} within 3 s: "), error
+        # The ranks' own timeout with torch's reason, not the command's backstop
+        # (3 + GRACE_S of silence, which says only that).
+        assert "said nothing" not in error["message"], error
     assert "waiting for clients" in results[0][1]["errors"][0]["message"]
     assert "trying to connect" in results[1][1]["errors"][0]["message"]
     assert _wait_gone(ports[0], 2) == [] and _wait_gone(ports[1], 2) == []
@@ -168,17 +168,18 @@ def test_a_node_that_never_arrives_fails_the_other_within_the_timeout() -> None:
 
 def test_a_node_killed_mid_collective_fails_the_other_and_leaves_no_rank() -> None:
     port = _free_port()
-    # gloo's default sizes (1M, 16M): seconds of work left once the first is timed.
-    survivor = _node(port, 2, 0, 1, "--timeout-s", "20")
-    victim = _node(port, 2, 1, 1, "--timeout-s", "20")
-    _read_until(victim, "all_reduce of 1 MiB over 2 ranks: checked", 30)
+    # gloo's default sizes (1M, 16M): seconds of work left once the first is timed. The
+    # timeout is long, so that only seeing the peer gone ends the survivor before it.
+    survivor = _node(port, 2, 0, 1, "--timeout-s", "90")
+    victim = _node(port, 2, 1, 1, "--timeout-s", "90")
+    _read_until(victim, "all_reduce of 1 MiB over 2 ranks: checked", 180)
     victims_ranks = _ranks_alive(port)
     assert len(victims_ranks) == 2  # one a node
     # The node's command alone, SIGKILL: its ranks must see it gone and follow.
     os.kill(victim.pid, signal.SIGKILL)
     started = time.monotonic()
-    code, body = _finish(survivor, 40)
-    assert time.monotonic() - started < 20
+    code, body = _finish(survivor, 150)
+    assert time.monotonic() - started < 90
     assert code == 3 and body["figures"] == []
     [error] = body["errors"]
     assert error["stage"] in ("all_reduce", "all_gather")
@@ -194,7 +195,7 @@ def test_a_stopped_step_kills_its_ranks_and_says_so(how: str, said: str) -> None
     port = _free_port()
     node = _node(port, 2, 0, 2, "--timeout-s", "60", "--stop-on-eof",
                  stdin=subprocess.PIPE)
-    _read_until(node, "joining 127.0.0.1", 30)
+    _read_until(node, "joining 127.0.0.1", 180)
     assert len(_ranks_alive(port)) == 2
     assert node.stdin is not None
     if how == "eof":
@@ -203,8 +204,9 @@ def test_a_stopped_step_kills_its_ranks_and_says_so(how: str, said: str) -> None
         node.send_signal(signal.SIGTERM)
     started = time.monotonic()
     out = node.stdout.read() if node.stdout else ""
-    node.wait(timeout=10)
-    assert time.monotonic() - started < 3
+    node.wait(timeout=60)
+    # Stopped at once, not at the ranks' timeout of 60 s.
+    assert time.monotonic() - started < 30
     assert node.returncode == 3
     _, body = _events(out)
     assert body["errors"] == [{"stage": "stopped", "message": said}]
@@ -285,26 +287,32 @@ def test_a_rank_that_stalls_is_killed_by_the_command_past_the_timeout() -> None:
     # A hung CUDA call or an NCCL bootstrap that never returns looks like this: a rank
     # alive that says nothing. The command's own backstop, past the ranks' timeout.
     port = _free_port()
-    peer = _node(port, 2, 1, 1, "--timeout-s", "3")
+    # Timeouts long enough for ranks that import torch on a busy machine to meet: silence
+    # longer than timeout + grace before the first word kills them as stalled too.
+    peer = _node(port, 2, 1, 1, "--timeout-s", "10")
     said: list[dict[str, Any]] = []
     cfg = step.Config(address="127.0.0.1", port=port, nodes=2, node_rank=0,
-                      ranks_per_node=1, backend="gloo", timeout_s=3.0, grace_s=1.0)
+                      ranks_per_node=1, backend="gloo", timeout_s=10.0, grace_s=1.0)
     done: list[tuple[dict[str, Any], int]] = []
     worker = threading.Thread(target=lambda: done.append(step.run(cfg, said.append)))
     worker.start()
-    deadline = time.monotonic() + 30
-    while not any("checked" in e["message"] for e in said) and time.monotonic() < deadline:
+    # Until a collective was checked: the ranks start torch first, which takes a busy
+    # machine far longer than an idle one.
+    deadline = time.monotonic() + 180
+    while (not any("checked" in e["message"] for e in said) and not done
+           and time.monotonic() < deadline):
         time.sleep(0.05)
+    assert any("checked" in e["message"] for e in said), (said, done)
     [mine] = [pid for pid in _ranks_alive(port)
               if b"--rank\0000\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     os.kill(mine, signal.SIGSTOP)
-    worker.join(timeout=30)
+    worker.join(timeout=120)
     [(body, code)] = done
     assert code == 3 and body["figures"] == []
     [error] = body["errors"]
     assert error["stage"] == "timeout"
-    assert re.match(r"the ranks said nothing for 4 s after: all_(reduce|gather) of \d+ MiB "
+    assert re.match(r"the ranks said nothing for 11 s after: all_(reduce|gather) of \d+ MiB "
                     r"over 2 ranks: checked; 5 warm-up, 20 timed; killed$", error["message"])
-    peer.communicate(timeout=20)
+    peer.communicate(timeout=60)
     assert peer.returncode == 3
     assert _wait_gone(port, 5) == []
