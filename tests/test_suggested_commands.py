@@ -52,9 +52,12 @@ def resolve(line: str) -> tuple[list[click.Command], list[str]]:
         group = chain[-1]
         if isinstance(group, click.Group) and not options:
             # `show|remove`: each must be a subcommand; the first stands for the walk.
-            names = word.split("|")
-            if all(name in group.commands for name in names):
-                chain.append(group.commands[names[0]])
+            # get_command, not .commands: fleet's group imports its commands on first use,
+            # so .commands holds only those some earlier test happened to load.
+            ctx = click.Context(group)
+            found = [group.get_command(ctx, name) for name in word.split("|")]
+            if all(found) and found[0] is not None:
+                chain.append(found[0])
                 continue
             if not PLACEHOLDER.match(word) and word.islower() and word.isalpha():
                 raise AssertionError(f"{group.name} has no command {word!r}")
