@@ -66,18 +66,41 @@ def _name(pid: int, proc: str) -> Optional[str]:
         return None
 
 
+def holds_a_gpu(pid: int, proc: str = "/proc") -> Optional[bool]:
+    """Whether /proc here shows `pid` holding an NVIDIA device file open: None where its
+    open files cannot be read (another user's, without the privilege)."""
+    if not os.path.isdir(os.path.join(proc, str(pid))):
+        return False
+    fds = os.path.join(proc, str(pid), "fd")
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if os.readlink(os.path.join(fds, name)).startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def seen_from_here(process: Dict[str, Any], proc: str = "/proc") -> Dict[str, Any]:
     """A fingerprint's process with what /proc here says of it: `visible` (whether this
-    machine's /proc shows the pid: a process the renter's run can see), and where it
-    does, its `name` (comm), `user` and whether it is the agent's `own` user's. NVML in a
-    container may list a host pid that /proc does not show: visible False, nothing
-    guessed. Only for a live GPU: a recording's pids are another machine's."""
+    machine's /proc shows the pid holding a GPU: a process the renter's run can see), and
+    where it does, its `name` (comm), `user` and whether it is the agent's `own` user's.
+
+    A pid alone is not enough: NVML in a container may list a host pid, and the
+    container's own process of the same number is another program. So visible is True
+    only where that pid holds an NVIDIA device open, False where /proc has no such pid or
+    shows it holding none (nothing of it named), None where its open files cannot be read.
+    Only for a live GPU: a recording's pids are another machine's."""
     pid = int(process.get("pid", -1))
-    known = owner(pid, proc) if pid > 0 else {"uid": None, "user": None, "own": None}
-    name = _name(pid, proc) if pid > 0 else None
-    visible = pid > 0 and (known["uid"] is not None or name is not None
-                           or os.path.isdir(os.path.join(proc, str(pid))))
-    return {**process, "visible": visible, "name": name, "user": known["user"],
+    holds = holds_a_gpu(pid, proc) if pid > 0 else False
+    if holds is False:
+        return {**process, "visible": False, "name": None, "user": None, "own": None}
+    known = owner(pid, proc)
+    return {**process, "visible": holds, "name": _name(pid, proc), "user": known["user"],
             "own": known["own"]}
 
 

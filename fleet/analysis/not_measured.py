@@ -9,9 +9,10 @@ The rule, and what it reads:
   OutOfMemoryError, CUDA_ERROR_OUT_OF_MEMORY) is judged by what held the GPU's memory
   when the run began, as the fingerprint read it from NVML
   (nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetMemoryInfo) and /proc:
-  - memory held by a process the run could see (NVML listed it and /proc showed it, or
-    an agent that did not look): **the renter's** to free, the process named with how
-    much it held;
+  - memory held by a process the run could see (NVML listed it and /proc showed that
+    pid holding an NVIDIA device): **the renter's** to free, the process named with how
+    much it held; one the agent could not look at (a recording, an older agent, another
+    user's open files): **not settled**, named;
   - memory in use beyond the driver's own (`RESERVED_MIB`) with no process the run could
     see: **the provider's** to explain (another tenant's context, a host process);
   - neither: **not settled** (the suite's own need, or memory taken after the
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fleet.document import AgentDocument, GpuProcess
+from fleet.sanitize import safe
 
 Party = Literal["provider", "renter", "unsettled", "none"]
 RULE = "fleet/analysis/not_measured.py"
@@ -76,8 +78,9 @@ class NotMeasured:
         return self.party != "none"
 
     def line(self) -> str:
-        """One line for a terminal: what, cause, whose."""
-        return f"{self.what}: {self.cause} ({PARTY_WORDS[self.party]})"
+        """One line for a terminal: what, cause, whose. The cause carries a host's words
+        (its error, a process's name and user): control characters made visible."""
+        return safe(f"{self.what}: {self.cause} ({PARTY_WORDS[self.party]})")
 
 
 PARTY_WORDS: dict[str, str] = {"provider": "the provider's to explain",
@@ -126,8 +129,12 @@ def _out_of_memory(memory: GpuMemory | None, index: int) -> tuple[Party, str, st
                 "fingerprinted", "probe the host again", "no fingerprint of the GPU")
     total = memory.total_mib
     of = f" of its {_mib(total)}" if total else ""
-    held = [p for p in memory.processes if p.used_mib and p.visible is not False]
+    # Seen means /proc showed the pid holding a GPU (agent/timing/contention.py); a
+    # process not looked at (a recording, an older agent, another user's open files)
+    # blames no one.
+    held = [p for p in memory.processes if p.used_mib and p.visible is True]
     unseen = [p for p in memory.processes if p.used_mib and p.visible is False]
+    unknown = [p for p in memory.processes if p.used_mib and p.visible is None]
     used = memory.used_mib
     source = (f"GPU {index}'s fingerprint: the processes NVML listed, their memory and "
               "whether /proc showed them; memory in use "
@@ -139,6 +146,11 @@ def _out_of_memory(memory: GpuMemory | None, index: int) -> tuple[Party, str, st
                 f"free it ({'stop it' if len(held) == 1 else 'stop them'}, or probe when "
                 "the GPU is free): a process the run can see is on your side of the "
                 "rental", source)
+    if unknown:
+        names = ", ".join(f"{p} held {_mib(p.used_mib or 0)}" for p in unknown)
+        return ("unsettled", f"out of memory: {names}{of} when the run began, a process "
+                "the agent could not tell the run's own or not", "see whether you run it "
+                "(`nvidia-smi` on the host); if not, ask the provider what it is", source)
     listed = sum(p.used_mib or 0 for p in memory.processes)
     hidden = (used or 0) - listed - RESERVED_MIB
     if unseen or hidden > 0:
@@ -149,7 +161,8 @@ def _out_of_memory(memory: GpuMemory | None, index: int) -> tuple[Party, str, st
                 f"with no process the run can see{who}",
                 "ask the provider what holds it (another tenant, a host process, a leaked "
                 "context): a GPU rented whole should be free", source)
-    free = f"{_mib(total - (used or 0))} free" if total else "its free memory not read"
+    free = (f"{_mib(total - used)} free" if total and used is not None
+            else "its free memory not read")
     return ("unsettled", f"out of memory with {free} when the run began and no other "
             "process seen", "probe again; if it repeats on an idle GPU, send the document "
             "to fleet's maintainers (the suite's own need)", source)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from agent.job.rerun import RECORDS_BY_SUITE, RECORDS_MARGIN
+from agent.job.rerun import RECORDS_BY_SUITE, RECORDS_MARGIN, record
 from fleet.analysis.dataset import GpuMeasure
 from fleet.analysis.job import JobGpu
 from fleet.analysis.shortfall import (
@@ -192,13 +192,15 @@ def node_units(figures: pd.DataFrame, options: ShortfallOptions | None = None) -
 
 
 def _records_figure(gpu: JobGpu, point: str | None) -> float | None:
-    """What healthy lent cards of the GPU's variant gave on its job and backend, where the
-    records hold it (agent/job/rerun.py)."""
+    """What healthy lent cards of the GPU's variant gave on its job and backend (a
+    compiled step's own where held), by the rule the job's findings use
+    (agent/job/rerun.py `record`), so a mark under its band is a figure called short."""
     # The configuration names its suite by major.minor ("1.3"), the records in whole.
-    for suite, records in RECORDS_BY_SUITE.items():
+    for suite in RECORDS_BY_SUITE:
         if gpu.config.suite_version in (suite, suite.rsplit(".", 1)[0]):
-            found = records.get((gpu.variant, gpu.config.workload, point,
-                                 gpu.config.attention))
+            found = record({"suite_version": suite, "workload": gpu.config.workload,
+                            "point": point, "attention": gpu.config.attention,
+                            "compiled": gpu.config.compiled}, gpu.variant)
             if found is not None:
                 return found
     return None

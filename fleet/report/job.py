@@ -222,7 +222,8 @@ class JobSection:
         mine = [(c, rows) for c, rows in self.by_config() if c.train == train]
 
         def base(c: JobConfig) -> tuple[object, ...]:
-            return (c.workload, c.model, c.shape, c.dtype, c.compiled, c.graph,
+            # Not `compiled`: a compiled headline folds the eager backends beside it.
+            return (c.workload, c.model, c.shape, c.dtype, c.graph,
                     c.concurrency, c.gpus_in_run, c.thermal, c.suite_version, c.stack)
         heads = [(c, rows) for c, rows in mine if c.headline]
         laid: list[tuple[JobConfig, tuple[JobRow, ...],

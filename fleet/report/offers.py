@@ -20,20 +20,24 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from fleet.analysis.cost import CostRow
-from fleet.analysis.dataset import HostState
+from fleet.analysis.dataset import Config, HostState
 from fleet.analysis.found import FoundHost
 from fleet.analysis.health import NOT_READ, UNWELL
+from fleet.analysis.job import JobConfig
 from fleet.analysis.job_cost import JobRow
 from fleet.analysis.listing import Mismatch
 from fleet.words import counted
 
 if TYPE_CHECKING:
     from fleet.report.build import Finding
+
+K = TypeVar("K")
+R = TypeVar("R")
 
 # A verdict and the side whose findings decide it, worst first.
 VERDICTS = (("dispute", "provider"), ("yours to fix", "renter"), ("not settled", "unsettled"))
@@ -117,6 +121,18 @@ class OfferLine:
     # The id of its part of the page, by its place in the list: a host's strings never
     # make an id.
     anchor: str = ""
+    # The matmul's, training's and decode's configuration: what each figure was taken at
+    # (its variant's common one), or what the offer was measured at instead.
+    compared: tuple[_Picked[CostRow], _Picked[JobRow], _Picked[JobRow]] | None = None
+
+    def at(self, figure: str) -> str:
+        """Words under a figure ("matmul", "train", "decode"): its configuration, or, where
+        the offer was measured only at another than its variant's others, that one."""
+        if self.compared is None:
+            return ""
+        picked = self.compared[("matmul", "train", "decode").index(figure)]
+        return picked.at or (f"not comparable: measured at {picked.elsewhere}"
+                             if picked.elsewhere else "")
 
     @property
     def verdict_class(self) -> str:
@@ -165,22 +181,88 @@ def _health(setups: Iterable[tuple[str, int]]) -> tuple[str, int]:
     return ", ".join(said) or "not read", sum(counts[v] for v in UNWELL)
 
 
-def _best_cost(rows: Sequence[CostRow]) -> CostRow | None:
-    """The offer's matmul row: the default benchmark on the most GPUs."""
+DEFAULT_MATMUL = ("bf16", 8192, "soaked", "sustained", "cold")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def _job_base(c: JobConfig) -> tuple[object, ...]:
+    """A job configuration less its attention backend: each offer's headline is its
+    fastest backend that passed its gate, and headlines compare within one of these."""
+    return (c.workload, c.model, c.shape, c.dtype, c.compiled, c.graph, c.concurrency,
+            c.gpus_in_run, c.thermal, c.suite_version, c.stack)
+
+
+def _common(measured: Mapping[tuple[str, str], Sequence[K]], variant: str,
+            newest: Callable[[K], tuple[object, ...]]) -> K | None:
+    """The configuration the offers of `variant` are compared at: the one most of them
+    were measured at, the newest (`newest`) among equals."""
+    offers: Counter[K] = Counter()
+    for (_, v), keys in measured.items():
+        if v == variant:
+            offers.update(set(keys))
+    if not offers:
+        return None
+    return max(offers, key=lambda k: (offers[k], newest(k)))
+
+
+def _newest_matmul(c: Config) -> tuple[object, ...]:
+    return (_version(c.harness_version),)
+
+
+def _newest_job(base: tuple[object, ...]) -> tuple[object, ...]:
+    """`_job_base`'s suite, then its GPUs at once: the newer suite, the fuller node."""
+    return (_version(str(base[9])), base[7])
+
+
+def _job_words(c: JobConfig) -> str:
+    return (f"{c.attention}{' compiled' if c.compiled else ''}, suite {c.suite_version}, "
+            f"{counted(c.gpus_in_run, 'GPU')} at once")
+
+
+def _matmul_words(c: Config) -> str:
+    return f"harness {c.harness_version}, {c.concurrency}"
+
+
+@dataclass(frozen=True)
+class _Picked(Generic[R]):
+    """An offer's row at its variant's common configuration, or the words of what it
+    was measured at instead (`elsewhere`: "" where it was not measured at all)."""
+
+    row: R | None
+    at: str
+    elsewhere: str = ""
+
+
+def _pick_cost(rows: Sequence[CostRow], common: Config | None) -> _Picked[CostRow]:
     default = [r for r in rows if (r.config.dtype, r.config.m, r.config.thermal,
-                                   r.config.mode, r.config.cache)
-               == ("bf16", 8192, "soaked", "sustained", "cold")]
-    pool = default or list(rows)
-    return max(pool, key=lambda r: (r.gpus, r.config.harness_version)) if pool else None
+                                   r.config.mode, r.config.cache) == DEFAULT_MATMUL]
+    mine = [r for r in default if r.config == common]
+    if mine:
+        best = max(mine, key=lambda r: r.gpus)
+        return _Picked(best, _matmul_words(best.config))
+    if default:
+        return _Picked(None, "", _matmul_words(default[0].config))
+    return _Picked(None, "")
 
 
-def _best_job(rows: Sequence[JobRow], train: bool, points: Mapping[str, str | None]
-              ) -> JobRow | None:
-    """The offer's headline training step, or its headline decode at the bandwidth
-    point, on the most GPUs."""
-    pool = [r for r in rows if r.config.headline and r.config.train == train
+def _headlines(rows: Sequence[JobRow], train: bool, points: Mapping[str, str | None]
+               ) -> list[JobRow]:
+    """The offer's headline training steps, or headline decodes at the bandwidth point."""
+    return [r for r in rows if r.config.headline and r.config.train == train
             and (train or points.get(r.config.key) == "bandwidth")]
-    return max(pool, key=lambda r: (r.gpus, r.config.suite_version)) if pool else None
+
+
+def _pick_job(rows: Sequence[JobRow], common: tuple[object, ...] | None) -> _Picked[JobRow]:
+    mine = [r for r in rows if _job_base(r.config) == common]
+    if mine:
+        best = max(mine, key=lambda r: r.gpus)
+        return _Picked(best, _job_words(best.config))
+    if rows:
+        return _Picked(None, "", _job_words(rows[0].config))
+    return _Picked(None, "")
 
 
 def _listed(provider: str, variant: str, hosts: Sequence[HostState],
@@ -221,6 +303,20 @@ def offer_lines(given: OfferInput, listed: Sequence[tuple[str, Finding]]) -> lis
     for job in given.jobs:
         jobs[(job.provider, job.variant)].append(job)
     offers = sorted(set(gpus) | set(cost) | set(jobs))
+    # Each variant's offers compared at one configuration each of the matmul, training and
+    # decode: a figure of another (an older suite, fewer GPUs at once, another harness) is
+    # said, not ranked beside them.
+    defaults = {key: [r.config for r in rows if (r.config.dtype, r.config.m, r.config.thermal,
+                                                 r.config.mode, r.config.cache) == DEFAULT_MATMUL]
+                for key, rows in cost.items()}
+    heads = {train: {key: _headlines(rows, train, given.points) for key, rows in jobs.items()}
+             for train in (True, False)}
+    common = {variant: (_common(defaults, variant, _newest_matmul),
+                        _common({k: [_job_base(r.config) for r in v]
+                                 for k, v in heads[True].items()}, variant, _newest_job),
+                        _common({k: [_job_base(r.config) for r in v]
+                                 for k, v in heads[False].items()}, variant, _newest_job))
+              for variant in {v for _, v in offers}}
     findings = placed(listed, offers, host_variants)
     numbers: dict[int, int] = {}
     count: Counter[str] = Counter()
@@ -234,9 +330,11 @@ def offer_lines(given: OfferInput, listed: Sequence[tuple[str, Finding]]) -> lis
         key = (provider, variant)
         states = [by_host[(provider, name)] for name in sorted(host_names[key])
                   if (provider, name) in by_host]
-        matmul = _best_cost(cost[key])
-        train = _best_job(jobs[key], True, given.points)
-        decode = _best_job(jobs[key], False, given.points)
+        at_matmul, at_train, at_decode = common[variant]
+        picked_matmul = _pick_cost(cost[key], at_matmul)
+        picked_train = _pick_job(heads[True].get(key, []), at_train)
+        picked_decode = _pick_job(heads[False].get(key, []), at_decode)
+        matmul, train, decode = picked_matmul.row, picked_train.row, picked_decode.row
         said, as_listed = _listed(provider, variant, states, given.mismatches)
         health_text, unwell = _health(health[key])
         price = next((r.price_per_gpu_hour for r in (matmul, train, decode)
@@ -271,7 +369,8 @@ def offer_lines(given: OfferInput, listed: Sequence[tuple[str, Finding]]) -> lis
                              None if not state.listing.expect
                              else (provider, state.host) not in wrong,
                              *verdicts.get(state.host, ("not read", 0)))
-                  for state in states)))
+                  for state in states),
+            compared=(picked_matmul, picked_train, picked_decode)))
     return _judged(lines, findings)
 
 

@@ -137,3 +137,37 @@ def test_the_settings_a_run_is_under() -> None:
     got = collective.settings(env)
     assert got == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1",
                    "NCCL_SOCKET_IFNAME": "y" * 128}
+
+
+def _holder(tmp_path: Path, pid: int, targets: list[str], comm: str = "python3") -> str:
+    """A /proc entry for `pid` whose open files point at `targets`."""
+    folder = tmp_path / "proc" / str(pid)
+    (folder / "fd").mkdir(parents=True)
+    (folder / "status").write_text(f"Name:\t{comm}\nUid:\t{os.getuid()}\t0\t0\t0\n")
+    (folder / "comm").write_text(comm + "\n")
+    for fd, target in enumerate(targets):
+        os.symlink(target, folder / "fd" / str(fd))
+    return str(tmp_path / "proc")
+
+
+def test_a_listed_pid_is_seen_only_where_it_holds_a_gpu(tmp_path: Path) -> None:
+    # Issue 54's renter process: the pid NVML lists, /dev/nvidia2 among its open files.
+    proc = _holder(tmp_path, 4242, ["/dev/null", "/dev/nvidiactl", "/dev/nvidia2"])
+    seen = contention.seen_from_here({"pid": 4242, "used_memory_mib": 134956}, proc)
+    assert (seen["visible"], seen["name"], seen["own"]) == (True, "python3", True)
+    assert seen["used_memory_mib"] == 134956
+
+    # In a container NVML may list a host pid; the container's own pid of that number is
+    # another program, holding no GPU: not the holder, and nothing of it named.
+    proc = _holder(tmp_path / "c", 4243, ["/dev/null", "pipe:[1234]"], comm="bash")
+    seen = contention.seen_from_here({"pid": 4243}, proc)
+    assert (seen["visible"], seen["name"], seen["user"]) == (False, None, None)
+
+    assert contention.seen_from_here({"pid": 999}, proc)["visible"] is False
+
+
+def test_a_listed_pid_whose_files_cannot_be_read_is_not_settled(tmp_path: Path) -> None:
+    proc = _proc(tmp_path, 77, uid=0)  # /proc/77 without fd/: another user's, unread
+    seen = contention.seen_from_here({"pid": 77}, proc)
+    assert seen["visible"] is None
+    assert (seen["name"], seen["user"]) == (None, "root")

@@ -48,16 +48,19 @@ def _titan() -> tuple[ModuleType, Any] | None:
     return script, tt
 
 
-TITAN = _titan()
 INSTALL = ("pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3 tyro==1.0.17 "
            "docstring_parser==0.18.0 typeguard==4.6.1 triton==3.9.0 (bash .ci/run does)")
+# torchtitan and Triton imported by these tests, once, on the worker that runs them: not
+# at collection, where every worker would import them for nothing.
+pytestmark = pytest.mark.xdist_group("torchtitan")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def titan() -> tuple[ModuleType, Any]:
-    if TITAN is None:
+    found = _titan()
+    if found is None:
         pytest.fail(f"torchtitan does not import here: {INSTALL}", pytrace=False)
-    return TITAN
+    return found
 
 
 def _inputs(dtype: Any) -> tuple[Any, Any]:

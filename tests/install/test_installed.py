@@ -12,10 +12,16 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from fleet.payload import PACKAGED_SUFFIXES
 from fleet.store.schema import head_revision
 from tests.install.conftest import Installed, tracked
 from tests.store import factory
+
+# One wheel and one venv for both modules (conftest.py's `installed`): on one xdist
+# worker, or each worker would build its own.
+pytestmark = pytest.mark.xdist_group("installed")
 
 HEAD = head_revision()
 # Where each folder of the checkout lands in the wheel: reports/ and migrations/ travel

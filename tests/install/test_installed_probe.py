@@ -26,6 +26,10 @@ from tests.conftest import GPU_CASES
 from tests.install.conftest import Installed
 from tests.probe.sshd import SshServer, generate_key, sshd_missing, start_servers
 
+# One wheel and one venv for both modules (conftest.py's `installed`): on one xdist
+# worker, or each worker would build its own.
+pytestmark = pytest.mark.xdist_group("installed")
+
 SETTING = "CUDA_LAUNCH_BLOCKING"
 RECORDING = GPU_CASES / "h100-sxm5-passthrough" / "nvml-recording.json"
 

@@ -7,9 +7,10 @@ import dataclasses
 
 from sqlalchemy import Engine
 
-from fleet.report import ReportOptions, build_report
+from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Finding
 from fleet.report.offers import OfferInput, offer_lines, placed
+from tests.report.real_scene import store_real
 from tests.report.scene import store_scene
 
 
@@ -84,3 +85,26 @@ def test_a_finding_is_placed_by_the_host_it_names_first() -> None:
     assert [f.kind for _, f in found[("p", "B")]] == ["peer", "mismatch"]
     assert [f.kind for _, f in found[("p", "A")]] == ["gap", "mismatch"]
     assert ("q", "A") not in found
+
+
+def test_offers_are_compared_at_one_configuration_each(engine: Engine) -> None:
+    """The lent nodes' real documents: lambda's H100s ran job suite 1.1 on 4 GPUs at once,
+    runpod's suite 1.0 on 2 (13.8% apart between suites alone): runpod's training figure
+    is said with what it was measured at, not ranked beside lambda's."""
+    store_real(engine)
+    report = build_report(engine, ReportOptions(), "test")
+    h100 = {o.provider: o for o in report.offers if o.variant.startswith("H100")}
+    lam, run = h100["lambda"], h100["runpod"]
+    assert lam.train_tokens is not None and lam.at("train").startswith("cudnn, suite 1.1, ")
+    assert run.train_tokens is None and run.train_cost is None
+    assert run.at("train").startswith("not comparable: measured at flash, suite 1.0, 2 GPUs")
+    # Nothing of runpod's training enters lambda's ranking.
+    # Nothing of runpod's training enters lambda's ranking (it once said "1 cheaper offer
+    # has findings against it", runpod's suite-1.0 figure priced beside it).
+    assert lam.reason.endswith("per million training tokens, the only clean offer of its "
+                               "variant")
+    page = render(report, "html")
+    assert "not comparable: measured at flash, suite 1.0" in page
+    for o in report.offers:
+        if o.tflops is not None:
+            assert o.at("matmul").startswith("harness ")
