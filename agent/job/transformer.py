@@ -459,10 +459,16 @@ class Stack(nn.Module):
 
     def compile_layers(self, attention: str) -> None:
         """torch.compile as torchtitan applies it (distributed/compile.py apply_compile:
-        each layer on its own, fullgraph; the loss apart), with `attention` traced in."""
+        each layer on its own, fullgraph; the loss apart), with `attention` traced in.
+
+        Static shapes (dynamic=False): the gate compiles the same layer code first at its
+        small shape, and Dynamo's automatic dynamic shapes would then compile the timed
+        full shape as a dynamic-shape graph, unlike torchtitan's one static compile and
+        unlike the graph the gate checked."""
         self.compiled_attention = attention
-        self.compiled = [torch.compile(layer, fullgraph=True) for layer in self.layers]
-        self.compiled_loss = torch.compile(token_loss)
+        self.compiled = [torch.compile(layer, fullgraph=True, dynamic=False)
+                         for layer in self.layers]
+        self.compiled_loss = torch.compile(token_loss, dynamic=False)
 
     def forward(self, x: torch.Tensor, compiled: bool = False) -> torch.Tensor:
         rope = cast(torch.Tensor, self.rope)
