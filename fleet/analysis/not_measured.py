@@ -92,7 +92,7 @@ PARTY_WORDS: dict[str, str] = {"provider": "the provider's to explain",
 class Held:
     """A process NVML listed on a GPU when the run began, with what /proc said of it."""
 
-    pid: int
+    pid: int | None  # None: withheld (an anonymized report)
     used_mib: int | None
     visible: bool | None = None  # None: not looked (a recording, an older agent)
     name: str | None = None
@@ -106,7 +106,8 @@ class Held:
     def __str__(self) -> str:
         words = [w for w in (self.name, None if self.user is None else f"user {self.user}")
                  if w]
-        return f"pid {self.pid}" + (f" ({', '.join(words)})" if words else "")
+        said = "a process" if self.pid is None else f"pid {self.pid}"
+        return said + (f" ({', '.join(words)})" if words else "")
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def _out_of_memory(memory: GpuMemory | None, index: int) -> tuple[Party, str, st
     hidden = (used or 0) - listed - RESERVED_MIB
     if unseen or hidden > 0:
         amount = max(sum(p.used_mib or 0 for p in unseen), (used or 0) - RESERVED_MIB)
-        pids = ", ".join(f"pid {p.pid}" for p in unseen)
+        pids = ", ".join(str(p) for p in unseen)
         who = f" (NVML listed {pids}, which the run cannot see)" if unseen else ""
         return ("provider", f"out of memory: {_mib(amount)}{of} in use when the run began "
                 f"with no process the run can see{who}",

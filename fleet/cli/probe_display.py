@@ -19,6 +19,7 @@ from rich.text import Text
 
 from fleet.analysis.duplicates import SharedGpus, same_gpus_note
 from fleet.analysis.not_measured import gpus_not_measured, judge
+from fleet.document import AgentDocument
 from fleet.inventory import Expect, LoadedInventory, Target
 from fleet.probe.run import HostOutcome, ProbeReport, headline_tflops, variants_found
 from fleet.sanitize import safe
@@ -110,12 +111,19 @@ def _listed(expect: Expect | None) -> str:
 
 
 def _tflops(outcome: HostOutcome) -> str:
-    headline = headline_tflops(outcome.document)
-    if headline is None:
+    return tflops_cell(outcome.document)
+
+
+def tflops_cell(document: AgentDocument | None) -> str:
+    """The matmul's median and how many GPUs it rests on, of the GPUs the run measured."""
+    headline = headline_tflops(document)
+    if headline is None or document is None:
         return "-"
     value, gpus = headline
-    # A GPU the matmul could not measure is counted, not dropped from the median's note.
-    cards = len(outcome.document.gpus) if outcome.document is not None else gpus
+    # A GPU the matmul could not measure is counted, not dropped from the median's note;
+    # a GPU the run was not asked to measure (--gpus) is neither.
+    cards = len({r.gpu_index for r in document.benchmarks}
+                | {e.gpu for e in document.errors if e.stage == "benchmark" and e.gpu is not None})
     if gpus < cards:
         return f"{value:.1f} ({gpus} of {cards} GPUs)"
     return f"{value:.1f}" + (f" ({gpus} GPUs)" if gpus > 1 else "")
@@ -133,6 +141,9 @@ def _short_reason(outcome: HostOutcome) -> str:
     return first if len(first) <= 90 else first[:87] + "..."
 
 
+MAX_MISSED = 3
+
+
 def _notes(outcome: HostOutcome, shared: list[SharedGpus]) -> Text:
     if not outcome.ok:
         return Text(safe(_short_reason(outcome)), style="red")
@@ -144,8 +155,12 @@ def _notes(outcome: HostOutcome, shared: list[SharedGpus]) -> Text:
         notes += outcome.expectation.unchecked
     if outcome.document is not None:
         # Every stage that failed, judged: what was not measured, and whose it is.
-        notes += ["not measured: " + n.line() if n.finding else n.line()
+        missed = ["not measured: " + n.line() if n.finding else n.line()
                   for n in judge(outcome.document)]
+        # A node failing on every GPU says the first few; `fleet results` lists them all.
+        notes += missed[:MAX_MISSED] + ([f"and {len(missed) - MAX_MISSED} more not measured "
+                                         "(fleet results lists them)"]
+                                        if len(missed) > MAX_MISSED else [])
     if outcome.already_stored:
         notes.append("this document was already stored")
     return Text(safe("; ".join(notes)))

@@ -165,10 +165,21 @@ def placed(listed: Iterable[tuple[str, Finding]], offers: Iterable[tuple[str, st
                 about = variants & mine
                 break
         if not about:
-            about = {v for v in mine if v in finding.title}
+            about = _named(finding.title, mine)
         for variant in sorted(about or mine):
             found[(finding.provider, variant)].append((side, finding))
     return found
+
+
+def _named(title: str, variants: Iterable[str]) -> set[str]:
+    """The variants `title` names, each where it stands in the title, not inside a longer
+    variant's name ("H100 SXM5 80GB" is not named by "H100 SXM5 80GB MIG 1g.10gb")."""
+    named = set()
+    for variant in sorted(variants, key=len, reverse=True):
+        if variant in title:
+            named.add(variant)
+            title = title.replace(variant, "\0")
+    return named
 
 
 def _health(setups: Iterable[tuple[str, int]]) -> tuple[str, int]:

@@ -169,6 +169,17 @@ def test_the_providers_memory_is_disputed_and_an_anonymized_report_names_no_proc
     page = render(report, "html")
     assert "h100x4" not in page and "Process 4242 has" not in page
     assert "withheld in an anonymized report" not in (found.cause or "")
+    # The pid NVML listed is the host's too: said as a process, never by number.
+    assert "NVML listed a process, which the run cannot see" in (found.cause or "")
+    assert "4242" not in page
+
+
+def test_an_anonymized_report_names_the_renters_process_by_no_pid_or_user(
+        engine: Engine) -> None:
+    _store(engine, _failed())
+    [found] = [f for f in _report(engine, anonymize=True).renter if f.kind == "not_measured"]
+    assert found.cause == "out of memory: a process held 78,000 MiB of its 81,559 MiB when " \
+        "the run began"
 
 
 def test_ingest_results_and_metrics_say_it_too(tmp_path: Path) -> None:

@@ -87,6 +87,16 @@ def test_a_finding_is_placed_by_the_host_it_names_first() -> None:
     assert ("q", "A") not in found
 
 
+def test_a_variant_named_inside_a_longer_ones_name_is_not_named() -> None:
+    whole, mig = "H100 SXM5 80GB", "H100 SXM5 80GB MIG 1g.10gb"
+    offers = [("p", whole), ("p", mig)]
+    found = placed([("provider", Finding("gap", "p", f"p is 4% slower than q on {mig}", "e")),
+                    ("provider", Finding("gap", "p", f"p is 2% slower than q on {whole}", "e"))],
+                   offers, {})
+    assert [f.title for _, f in found[("p", mig)]] == [f"p is 4% slower than q on {mig}"]
+    assert [f.title for _, f in found[("p", whole)]] == [f"p is 2% slower than q on {whole}"]
+
+
 def test_offers_are_compared_at_one_configuration_each(engine: Engine) -> None:
     """The lent nodes' real documents: lambda's H100s ran job suite 1.1 on 4 GPUs at once,
     runpod's suite 1.0 on 2 (13.8% apart between suites alone): runpod's training figure
@@ -98,7 +108,6 @@ def test_offers_are_compared_at_one_configuration_each(engine: Engine) -> None:
     assert lam.train_tokens is not None and lam.at("train").startswith("cudnn, suite 1.1, ")
     assert run.train_tokens is None and run.train_cost is None
     assert run.at("train").startswith("not comparable: measured at flash, suite 1.0, 2 GPUs")
-    # Nothing of runpod's training enters lambda's ranking.
     # Nothing of runpod's training enters lambda's ranking (it once said "1 cheaper offer
     # has findings against it", runpod's suite-1.0 figure priced beside it).
     assert lam.reason.endswith("per million training tokens, the only clean offer of its "
