@@ -54,8 +54,8 @@ from fleet.analysis.whose import anonymized as anonymized_settings
 from fleet.report.bands import Unit, job_units, matmul_units
 from fleet.report.charts import RowChart, crowd_medians, offer_chart, side_by_side
 from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cluster_section
-from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.host_storage import HostStorageSection, host_storage_section
+from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
 from fleet.report.not_measured import NotMeasuredSection, not_measured_section
