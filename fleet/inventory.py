@@ -493,6 +493,9 @@ def _error_message(err: Mapping[str, Any], path: Path_) -> str:
             return "give an ISO 4217 code in capitals, e.g. USD or EUR"
         if what in ("python", "cache_dir"):
             return "give one path or command name, without spaces or shell characters"
+        if what in ("scratch", "shared_fs") or (len(path) >= 2 and path[-2] == "shared_fs"):
+            return ("give the folder on the host as an absolute path, without spaces or "
+                    f"shell characters, e.g. /mnt/data (got {_short(err.get('input'))})")
         if what == "interface":
             return ("give interface names or prefixes as NCCL_SOCKET_IFNAME takes them, "
                     "comma-separated, e.g. eth0, ens,ib or ^docker,lo (got "
