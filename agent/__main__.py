@@ -57,6 +57,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "all-reduce), then storage; gemm: the matmul alone; node: "
                             "the node suite alone; job: the job suite alone; storage: "
                             "the storage suite alone (default %(default)s)")
+    bench.add_argument("--no-torch", action="store_true",
+                       help="do not probe torch's versions nor time its import among the "
+                            "host facts (the suites still import it)")
     bench.add_argument("--scratch", metavar="DIR",
                        help="the node's local scratch to measure (default: the "
                             "temporary folder, or home where that is memory)")
@@ -140,8 +143,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             + [StorageTarget(p, "shared", "inventory") for p in args.shared_fs],
             budget_s=args.storage_budget_s,
             checkpoint_bytes=int(args.checkpoint_gib * (1 << 30)))
-        if args.cpu:  # the tests' sizes
-            storage.file_bytes, storage.small_files = 64 << 20, 200
+        if args.cpu:  # the tests' sizes: a few seconds beside the CPU suites
+            storage.file_bytes, storage.small_files = 8 << 20, 100
+            storage.checkpoint_bytes = min(storage.checkpoint_bytes, 16 << 20)
+            storage.budget_s = min(storage.budget_s, 5.0)
     job: Optional[JobConfig] = None
     if args.command == "bench" and args.suite in ("all", "job"):
         job = JobConfig.for_cpu() if args.cpu else JobConfig()

@@ -245,12 +245,17 @@ def collect(
     # A recording or nvidia-smi file describes another machine: the host facts are then
     # those of the machine that read it (source.kind says so), and torch there is moot.
     replaying = source["kind"] not in ("nvml", "none") and source_path is not None
-    # Before the torch probe: the run's first `import torch` is the one a job's start
-    # meets (agent/host/software.py).
+    # The torch probe's child is the run's first `import torch`, the one a job's start
+    # meets: the host's limits take its time rather than import torch once more.
+    timings: Dict[str, Optional[float]] = {}
+    probed = probe_torch and not replaying
+    facts = host.collect_host_facts(probe_torch=probed, timings=timings)
     progress("host", "reading the host's limits: CPUs, memory, /dev/shm, ulimits, IOMMU")
-    limits, unread = document_host_limits(probe_torch=probe_torch and not replaying)
+    limits, unread = document_host_limits({
+        "import_torch_s": timings.get("import_torch_s"),
+        "import_torch_error": None if timings.get("import_torch_s") is not None
+        else "not probed" if not probed else facts.get("torch_error") or "not timed"})
     errors += unread
-    facts = host.collect_host_facts(probe_torch=probe_torch and not replaying)
     progress("network", "reading the network: RDMA devices, interfaces, GPUDirect RDMA")
     network, unread = document_network(source["kind"] if replaying else None)
     errors += unread

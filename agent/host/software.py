@@ -1,7 +1,7 @@
-"""What the tenant meets beside the limits: how long a fresh `import torch` takes, the
-versions of the software a provider patches that the GPU fingerprint does not read
-(NVIDIA's container toolkit and fabric manager; the driver, CUDA and NIC firmware are
-read with the GPUs and the network), and vboost as nvidia-smi lists it.
+"""The versions of the software a provider patches that the GPU fingerprint does not
+read (NVIDIA's container toolkit and fabric manager; the driver, CUDA and NIC firmware
+are read with the GPUs and the network), and vboost as nvidia-smi lists it. The time
+to import torch is the torch probe's own (agent/gpu/host.py, run_torch_probe).
 
 Each is asked of a command with a timeout; a command that is absent leaves its value
 None with the reason, never a guess. Reads only: `nvidia-smi boost-slider -l` lists.
@@ -12,42 +12,12 @@ Standard library only, Python 3.8.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any, Dict, Optional
 
 from agent.gpu.host import run_command
 
-IMPORT_TIMEOUT_S = 120.0
 VERSION_TIMEOUT_S = 10.0
-# A child prints the seconds its `import torch` took, timed inside it, so that Python's
-# own start is not counted.
-IMPORT_SCRIPT = ("import time; t = time.perf_counter(); import torch; "
-                 "print('fleet-import-s', time.perf_counter() - t)")
 VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)*)")
-
-
-def parse_import(stdout: str) -> Optional[float]:
-    """The seconds the child's import took, from its `fleet-import-s` line."""
-    for line in stdout.splitlines():
-        if line.startswith("fleet-import-s "):
-            try:
-                return round(float(line.split()[1]), 3)
-            except ValueError:
-                return None
-    return None
-
-
-def time_import_torch(python: Optional[str] = None) -> Dict[str, Any]:
-    """{"import_torch_s", "import_torch_error"}: the first `import torch` of the run, in
-    a fresh process, with the page cache as the host left it (the agent drops no cache:
-    a node that imported torch a moment ago answers from memory, as a job's second
-    start would)."""
-    done = run_command([python or sys.executable, "-c", IMPORT_SCRIPT], IMPORT_TIMEOUT_S)
-    seconds = parse_import(done.stdout) if done.returncode == 0 else None
-    if seconds is not None:
-        return {"import_torch_s": seconds, "import_torch_error": None}
-    why = done.error or (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"import_torch_s": None, "import_torch_error": why[:256]}
 
 
 def parse_version(text: str) -> Optional[str]:

@@ -29,7 +29,10 @@ FORMAT = "fleet-storage/1"
 STAGE = "storage"
 GIB = 1 << 30
 MAX_TARGETS = 8
+# A checkpoint smaller than this says little of a disk (a few writes): not run.
+MIN_CHECKPOINT = 64 << 20
 MAX_SHARED_MOUNTS = 32
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 # Shares of a target's time: the sequential write, its read, the small files; the
 # checkpoint has what is left.
 WRITE_SHARE, READ_SHARE, SMALL_SHARE = 0.25, 0.15, 0.15
@@ -65,7 +68,7 @@ def default_scratch() -> str:
     """The temporary folder, unless it is memory (tmpfs): then the home folder."""
     found = tempfile.gettempdir()
     mount = mount_table.mount_of(found, mount_table.read_mounts())
-    if mount is not None and mount["fs_type"] in ("tmpfs", "ramfs"):
+    if mount is not None and mount["fs_type"] in MEMORY_FILESYSTEMS:
         return os.path.expanduser("~")
     return found
 
@@ -147,6 +150,9 @@ def _run(found: Dict[str, Any], folder: str, config: Config, seconds: float,
     found["write_bytes"], found["read_bytes"] = seq["write_bytes"], seq["read_bytes"]
     found["write_gbps"] = _gbps(seq["write_bytes"], seq["write_s"])
     found["read_gbps"] = _gbps(seq["read_bytes"], seq["read_s"])
+    if found["fs_type"] in MEMORY_FILESYSTEMS:
+        found["notes"].append(f"{found['fs_type']} is memory: these are memory's figures, "
+                              "not a disk's")
     if not seq["direct"]:
         found["notes"].append("O_DIRECT refused here: written and read through the page "
                               "cache, none of it dropped; the read may be memory's")
@@ -163,13 +169,12 @@ def _run(found: Dict[str, Any], folder: str, config: Config, seconds: float,
     # quarter of what is left, at that rate, is what fits.
     rate = (found["write_gbps"] or 0.0) * 1e9
     size = min(config.checkpoint_bytes, int(rate * max(left, 0.0) / 4))
-    if size < 64 << 20:
+    smallest = min(MIN_CHECKPOINT, config.checkpoint_bytes)
+    if size < smallest:
         found["checkpoint_error"] = (f"not run: {max(left, 0.0):.1f} s of the budget left "
-                                     "holds no checkpoint of 64 MiB at this write rate")
+                                     f"holds no checkpoint of {smallest >> 20} MiB at this "
+                                     "write rate")
         return
-    if size < config.checkpoint_bytes:
-        found["notes"].append(f"checkpoint of {size / GIB:.2f} GiB, not "
-                              f"{config.checkpoint_bytes / GIB:.2f}: what the budget held")
     try:
         saved = checkpoint(os.path.join(folder, "checkpoint.pt"), size)
     except ImportError as exc:
@@ -182,6 +187,12 @@ def _run(found: Dict[str, Any], folder: str, config: Config, seconds: float,
     found["checkpoint_write_gbps"] = _gbps(saved["bytes"], saved["write_s"])
     found["checkpoint_read_gbps"] = _gbps(saved["bytes"], saved["read_s"])
     found["checkpoint_evicted"] = saved["evicted"]
+    if size < config.checkpoint_bytes:
+        found["notes"].append(f"checkpoint of {size / GIB:.2f} GiB, not "
+                              f"{config.checkpoint_bytes / GIB:.2f}: what the budget held")
+    if not saved["evicted"]:
+        found["notes"].append("the checkpoint's pages could not be dropped before its load: "
+                              "the read may be memory's")
 
 
 def _gbps(size: int, seconds: float) -> Optional[float]:
