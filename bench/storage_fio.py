@@ -2,10 +2,13 @@
 
 For each of `--runs` rounds, on one folder: the agent's own sequential write and read
 (agent/storage/sequential.py: one stream, O_DIRECT, `--block` writes, the write's time
-with its fsync), then fio with the same file size, block size and direct I/O, one
+with its fsync) and fio with the same file size, block size and direct I/O, one
 synchronous job as the agent is (`--ioengine=psync --direct=1 --end_fsync=1`), write then
-read of the same file. Prints each round and the medians, and whether the agent's
-medians are within `--tolerance` of fio's; exits 1 where they are not.
+read of a new file; `--fallocate=none`, since the agent (as a job writing a checkpoint)
+does not reserve the file's blocks first. The two take turns going first, so that a
+disk whose load drifts (a shared one) weighs on both alike. Prints each round and the
+medians, and whether the agent's medians are within `--tolerance` of fio's; exits 1
+where they are not.
 
     python bench/storage_fio.py /var/tmp --size-mib 1024 --block-mib 4 --runs 5
 
@@ -27,14 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.storage.sequential import write_then_read  # noqa: E402
+from agent.storage.sequential import write_then_read
 
 
 def fio(path: str, mode: str, size_mib: int, block_mib: int) -> tuple[float, list[str]]:
     """fio's bandwidth in GB/s (1e9 bytes) for one job, and its command line."""
     argv = ["fio", f"--name=fleet-{mode}", f"--filename={path}", f"--rw={mode}",
             f"--bs={block_mib}M", f"--size={size_mib}M", "--direct=1", "--ioengine=psync",
-            "--numjobs=1", "--iodepth=1", "--output-format=json"]
+            "--numjobs=1", "--iodepth=1", "--fallocate=none", "--output-format=json"]
     if mode == "write":
         argv.append("--end_fsync=1")
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", help="a folder on the disk to measure")
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--block-mib", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--tolerance", type=float, default=0.10)
     args = parser.parse_args(argv)
     if shutil.which("fio") is None:
@@ -59,22 +62,26 @@ def main(argv: list[str] | None = None) -> int:
     commands: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix=".fleet-fio-", dir=args.folder) as folder:
         for run in range(args.runs):
-            ours = write_then_read(os.path.join(folder, "agent.dat"), size, block,
-                                   write_s=1e9, read_s=1e9)
-            os.unlink(os.path.join(folder, "agent.dat"))
-            if not ours["direct"]:
-                print("O_DIRECT refused on this filesystem: no like-for-like comparison",
-                      file=sys.stderr)
-                return 2
-            figures["agent write"].append(ours["write_bytes"] / ours["write_s"] / 1e9)
-            figures["agent read"].append(ours["read_bytes"] / ours["read_s"] / 1e9)
-            target = os.path.join(folder, "fio.dat")
-            for mode in ("write", "read"):
-                value, command = fio(target, mode, args.size_mib, args.block_mib)
-                figures[f"fio {mode}"].append(value)
-                if run == 0:
-                    commands.append(command)
-            os.unlink(target)
+            order = ("agent", "fio") if run % 2 == 0 else ("fio", "agent")
+            for who in order:
+                if who == "agent":
+                    ours = write_then_read(os.path.join(folder, "agent.dat"), size, block,
+                                           write_s=1e9, read_s=1e9)
+                    os.unlink(os.path.join(folder, "agent.dat"))
+                    if not ours["direct"]:
+                        print("O_DIRECT refused on this filesystem: no like-for-like "
+                              "comparison", file=sys.stderr)
+                        return 2
+                    figures["agent write"].append(ours["write_bytes"] / ours["write_s"] / 1e9)
+                    figures["agent read"].append(ours["read_bytes"] / ours["read_s"] / 1e9)
+                    continue
+                target = os.path.join(folder, "fio.dat")
+                for mode in ("write", "read"):
+                    value, command = fio(target, mode, args.size_mib, args.block_mib)
+                    figures[f"fio {mode}"].append(value)
+                    if run == 0:
+                        commands.append(command)
+                os.unlink(target)
             print(f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in figures.items())
                   + " GB/s", flush=True)
     print("fio commands (each run):")
@@ -83,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     medians = {k: statistics.median(v) for k, v in figures.items()}
     within = True
     for mode in ("write", "read"):
-        ours, theirs = medians[f"agent {mode}"], medians[f"fio {mode}"]
-        apart = ours / theirs - 1
+        agent_median, theirs = medians[f"agent {mode}"], medians[f"fio {mode}"]
+        apart = agent_median / theirs - 1
         ok = abs(apart) <= args.tolerance
         within = within and ok
-        print(f"{mode}: agent {ours:.3f} GB/s, fio {theirs:.3f} GB/s, {apart:+.1%} "
+        print(f"{mode}: agent {agent_median:.3f} GB/s, fio {theirs:.3f} GB/s, {apart:+.1%} "
               f"({'within' if ok else 'NOT within'} {args.tolerance:.0%}); runs "
               f"agent {min(figures[f'agent {mode}']):.3f}-{max(figures[f'agent {mode}']):.3f}, "
               f"fio {min(figures[f'fio {mode}']):.3f}-{max(figures[f'fio {mode}']):.3f}")
