@@ -37,12 +37,21 @@ def _version_of(argvs: Any) -> Dict[str, Optional[str]]:
 
 
 def parse_vboost(text: str) -> Dict[int, Dict[str, int]]:
-    """nvidia-smi boost-slider -l's vboost rows: {GPU: {"current", "max"}}."""
+    """nvidia-smi boost-slider -l's vboost rows: {GPU: {"current", "max"}}, the two value
+    columns taken in the order the table's header names them ("Current Value" and "Max
+    Value"); current first where no header says."""
+    max_first = False
+    for line in text.splitlines():
+        low = line.lower()
+        if "current" in low and "max" in low:
+            max_first = low.index("max") < low.index("current")
+            break
     found: Dict[int, Dict[str, int]] = {}
     for match in re.finditer(r"^\|?\s*(\d+)\s+vboost\s+(\d+)\s+(\d+)", text,
                              re.MULTILINE | re.IGNORECASE):
-        found[int(match.group(1))] = {"current": int(match.group(2)),
-                                      "max": int(match.group(3))}
+        first, second = int(match.group(2)), int(match.group(3))
+        found[int(match.group(1))] = ({"current": second, "max": first} if max_first
+                                      else {"current": first, "max": second})
     return found
 
 

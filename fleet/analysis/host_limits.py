@@ -18,9 +18,13 @@ Rules, one node on its own:
   (pins) its buffers; NCCL's troubleshooting guide asks for `--ulimit memlock=-1`, and
   InfiniBand verbs fail to register memory past the limit.
 - **fewer CPUs or less memory than listed, or than a job needs** (`cpus`, `memory`):
-  under the listing's `cpu_cores_per_gpu` / `memory_gb_per_gpu` by more than 5%; without
-  a listing, under 2 CPUs a GPU (a rank's own thread and one data-loading worker), or
-  less memory a GPU than the GPU holds (a checkpoint of its state cannot be staged).
+  under the listing's `cpu_cores_per_gpu` / `memory_gb_per_gpu` by more than 5%, the
+  provider's; without a listing, under 2 CPUs a GPU (a rank's own thread and one
+  data-loading worker) or less memory a GPU than the GPU holds (a checkpoint of its
+  state cannot be staged) where a cgroup below the host's own cut it, whoever set the
+  limit (the container's rule). A machine that simply has that little, with nothing
+  listed, is what was rented: said beside the host, not disputed (the lent 1x H200 VM:
+  126 GiB for a 141 GB GPU).
 - **CPU governor not performance** (`governor`): CPUs that clock down between launches
   slow a launch-bound step and data loading; ClusterMAX's health checks read it. Under
   intel_pstate and amd-pstate-epp "powersave" lets the hardware choose and is not called.
@@ -147,58 +151,92 @@ def _memlock(node: HostNode) -> list[LimitFinding]:
         "fall back to sockets", fix, SOURCE_MEMLOCK)]
 
 
-def _cpus_and_memory(node: HostNode) -> list[LimitFinding]:
-    found: list[LimitFinding] = []
+@dataclass(frozen=True)
+class _Share:
+    """CPUs or memory a GPU: as found, as listed, and whether a cgroup below the host's
+    own cut it (a limit someone set, not what the machine is)."""
+
+    what: Literal["cpus", "memory"]
+    per_gpu: float
+    listed: float | None
+    floor: float | None
+    cut: bool
+    evidence: str
+
+
+def _shares(node: HostNode) -> list[_Share]:
     limits, expect, gpus = node.limits, node.expect or {}, max(node.gpu_count, 1)
-    cpus = limits.cpus_available()
+    found = []
+    cpus, memory = limits.cpus_available(), limits.memory_available_mib()
     if cpus is not None and node.gpu_count:
-        per_gpu = cpus / gpus
         listed = expect.get("cpu_cores_per_gpu")
-        cgroup_cut = (limits.cgroup.cpu_limit is not None
-                      and limits.cpus_usable is not None
-                      and limits.cgroup.cpu_limit < limits.cpus_usable)
-        party, why = (whose_container(node) if cgroup_cut and listed is None
-                      else ("provider", "the host's"))
-        if listed is not None and per_gpu < float(listed) * (1 - LISTED_TOLERANCE):
-            found.append(LimitFinding(
-                node.host, "cpus", "provider",
-                f"{node.host}: {per_gpu:.1f} CPUs a GPU, listed {float(listed):g}",
-                f"{cpus:g} CPUs for {gpus} GPUs", "data loading and the host side of each "
-                "rank get fewer CPUs than bought", "ask for the CPUs listed", SOURCE_LISTED))
-        elif listed is None and per_gpu < CPUS_PER_GPU_FLOOR:
-            found.append(LimitFinding(
-                node.host, "cpus", party,
-                f"{node.host}: {per_gpu:.1f} CPUs a GPU, under {CPUS_PER_GPU_FLOOR:g}",
-                f"{cpus:g} CPUs for {gpus} GPUs ({why})",
-                "each rank's launch thread and its data loading share a CPU: steps wait "
-                "on the host", "ask for more CPUs, or lift the cgroup's CPU quota",
-                SOURCE_LISTED))
-    memory = limits.memory_available_mib()
+        found.append(_Share(
+            "cpus", cpus / gpus, None if listed is None else float(listed),
+            CPUS_PER_GPU_FLOOR,
+            limits.cgroup.cpu_limit is not None and limits.cpus_usable is not None
+            and limits.cgroup.cpu_limit < limits.cpus_usable, f"{cpus:g} CPUs for {gpus} GPUs"))
     if memory is not None and node.gpu_count:
-        per_gpu_gb = memory * 1.048576 / 1000 / gpus
         listed = expect.get("memory_gb_per_gpu")
-        cgroup_cut = (limits.cgroup.memory_limit_bytes is not None
-                      and limits.memory_total_mib is not None
-                      and limits.cgroup.memory_limit_bytes >> 20 < limits.memory_total_mib)
-        party, why = (whose_container(node) if cgroup_cut and listed is None
-                      else ("provider", "the host's"))
         gpu_gb = None if node.gpu_memory_mib is None else node.gpu_memory_mib * 1.048576 / 1000
-        if listed is not None and per_gpu_gb < float(listed) * (1 - LISTED_TOLERANCE):
-            found.append(LimitFinding(
-                node.host, "memory", "provider",
-                f"{node.host}: {per_gpu_gb:.0f} GB of memory a GPU, listed {float(listed):g}",
-                f"{memory:,} MiB for {gpus} GPUs", "less host memory than bought for "
-                "data, pinned buffers and checkpoints", "ask for the memory listed",
-                SOURCE_LISTED))
-        elif listed is None and gpu_gb is not None and per_gpu_gb < gpu_gb:
-            found.append(LimitFinding(
-                node.host, "memory", party,
-                f"{node.host}: {per_gpu_gb:.0f} GB of memory a GPU, less than the GPU's "
-                f"{gpu_gb:.0f}", f"{memory:,} MiB for {gpus} GPUs ({why})",
-                "a checkpoint of the GPUs' state cannot be staged in host memory, and "
-                "offloading runs out first", "ask for more memory, or lift the cgroup's "
-                "memory limit", SOURCE_LISTED))
+        found.append(_Share(
+            "memory", memory * 1.048576 / 1000 / gpus, None if listed is None else float(listed),
+            gpu_gb, limits.cgroup.memory_limit_bytes is not None
+            and limits.memory_total_mib is not None
+            and limits.cgroup.memory_limit_bytes >> 20 < limits.memory_total_mib,
+            f"{memory:,} MiB for {gpus} GPUs"))
     return found
+
+
+def _share_words(share: _Share) -> str:
+    if share.what == "cpus":
+        return f"{share.per_gpu:.1f} CPUs a GPU"
+    return f"{share.per_gpu:.0f} GB of memory a GPU"
+
+
+COSTS = {"cpus": "each rank's launch thread and its data loading share a CPU: steps wait "
+                 "on the host",
+         "memory": "a checkpoint of the GPUs' state cannot be staged in host memory, and "
+                   "offloading runs out first"}
+
+
+def _cpus_and_memory(node: HostNode) -> list[LimitFinding]:
+    """Under the listing: the provider's. Under a floor because a cgroup cut the host's
+    own: whoever set the limit (the container's rule). Under a floor on a machine that
+    is so (nothing listed, nothing cut) is what was rented: said in `notes`, not
+    disputed."""
+    found = []
+    for share in _shares(node):
+        rule: Rule = share.what
+        if share.listed is not None:
+            if share.per_gpu < share.listed * (1 - LISTED_TOLERANCE):
+                found.append(LimitFinding(
+                    node.host, rule, "provider",
+                    f"{node.host}: {_share_words(share)}, listed {share.listed:g}",
+                    share.evidence, COSTS[share.what],
+                    f"ask for the {'CPUs' if share.what == 'cpus' else 'memory'} listed",
+                    SOURCE_LISTED))
+        elif share.cut and share.floor is not None and share.per_gpu < share.floor:
+            party, why = whose_container(node)
+            under = (f"under {share.floor:g}" if share.what == "cpus"
+                     else f"less than the GPU's {share.floor:.0f}")
+            found.append(LimitFinding(
+                node.host, rule, party, f"{node.host}: {_share_words(share)}, {under}",
+                f"{share.evidence}, cut by the cgroup's limit ({why})", COSTS[share.what],
+                f"lift the cgroup's {'CPU quota' if share.what == 'cpus' else 'memory limit'}"
+                " (docker run --cpus / --memory)", SOURCE_LISTED))
+    return found
+
+
+def _spec_notes(node: HostNode) -> list[str]:
+    said = []
+    for share in _shares(node):
+        if share.listed is None and not share.cut and share.floor is not None \
+                and share.per_gpu < share.floor:
+            under = (f"under {share.floor:g}" if share.what == "cpus"
+                     else f"less than the GPU's {share.floor:.0f}")
+            said.append(f"{_share_words(share)}, {under} ({share.evidence}): what the "
+                        f"machine has, nothing listed to dispute; {COSTS[share.what]}")
+    return said
 
 
 def _governor(node: HostNode) -> list[LimitFinding]:
@@ -258,7 +296,7 @@ def judge_limits(node: HostNode) -> list[LimitFinding]:
 def notes(node: HostNode) -> list[str]:
     """What the section says of the host that is no finding: profiling, vboost, ACS
     unread, the import of torch."""
-    limits, said = node.limits, []
+    limits, said = node.limits, _spec_notes(node)
     if limits.import_torch_s is not None:
         said.append(f"import torch: {limits.import_torch_s:.1f} s in a fresh process")
     elif limits.import_torch_error:

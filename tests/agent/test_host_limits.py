@@ -89,6 +89,11 @@ def test_software_answers() -> None:
            "|   1  vboost          2              4         |\n")
     assert software.parse_vboost(smi) == {0: {"current": 0, "max": 4},
                                           1: {"current": 2, "max": 4}}
+    # The columns as the header orders them; the lent H200's rows read "0 vboost 4 0".
+    swapped = smi.replace("Current Value  Max Value", "Max Value  Current Value")
+    assert software.parse_vboost(swapped) == {0: {"current": 4, "max": 0},
+                                              1: {"current": 4, "max": 2}}
+    assert software.parse_vboost("0  vboost  4  0\n") == {0: {"current": 4, "max": 0}}
     assert software.parse_version("NVIDIA Container Toolkit CLI version 1.17.8\ncommit: x") \
         == "1.17.8"
     assert software.parse_version("Fabric Manager version is : 550.127.05") == "550.127.05"

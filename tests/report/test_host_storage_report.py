@@ -6,6 +6,7 @@ host's strings reaching the page as text."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -17,7 +18,10 @@ from fleet.report.build import Report
 from fleet.store import models
 from fleet.store.host_storage import read_host_limits, read_storage
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
+from tests.conftest import FIXTURES
 from tests.store import host_storage_factory as make
+
+LENT = FIXTURES / "nodes" / "h200-lent-host-storage" / "document.json"
 
 
 def _store(engine: Engine, *documents: tuple[str, dict[str, Any], dict[str, Any] | None],
@@ -62,7 +66,6 @@ def test_a_misconfigured_bare_metal_node_is_the_providers_to_fix(engine: Engine)
         "hgx", "bare-metal", make.limits("hgx-bare-metal", toolkit="1.16.1",
                                          fabric_manager="570.86.15")), None))
     assert _sides(report, "hgx") == {"provider": [
-        "hgx: 1.0 CPUs a GPU, under 2",
         "hgx: CPU governor powersave on 2 CPUs",
         "hgx: IOMMU translates the DMA of 1 GPUs",
         "hgx: PCIe ACS redirects peer traffic on 2 bridges",
@@ -72,6 +75,9 @@ def test_a_misconfigured_bare_metal_node_is_the_providers_to_fix(engine: Engine)
     (acs,) = [f for f in report.dispute if "ACS" in f.title]
     assert acs.evidence.startswith("ACS P2P redirect on 0000:17:00.0, 0000:17:01.0")
     (line,) = report.host_storage.hosts
+    # 4 CPUs for 4 GPUs is what the machine has: said, not disputed, with nothing listed.
+    assert line.notes[0].startswith("1.0 CPUs a GPU, under 2 (4 CPUs for 4 GPUs): what "
+                                    "the machine has, nothing listed to dispute")
     assert ("locked memory", "unlimited") in line.limits
     assert ("ACS", "redirect on 2 of 4 bridges") in line.limits
     md = render(report, "md")
@@ -122,3 +128,18 @@ def test_the_blocks_read_back_as_sent_and_hostile_paths_are_text(engine: Engine)
     assert section is not None
     assert "<script>alert" not in section.group(1)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section.group(1)
+
+
+def test_the_lent_h200s_own_document_is_told_and_disputes_nothing(engine: Engine) -> None:
+    # bench/records/2026-11-29-h200-host-storage: the agent on a lent 1x H200 VM.
+    data = json.loads(LENT.read_text())
+    report = _store(engine, ("h200", data, None))
+    assert _sides(report, "h200") == {}
+    (line,) = report.host_storage.hosts
+    assert ("import torch", "6.2 s") in line.limits and ("locked memory", "unlimited") \
+        in line.limits
+    assert line.notes[0].startswith("135 GB of memory a GPU, less than the GPU's 151")
+    (scratch,) = line.storage
+    assert (scratch.path, scratch.fs_type) == ("/tmp", "ext4")
+    assert scratch.sequential == "write 1.98, read 1.92 GB/s (O_DIRECT)"
+    assert scratch.checkpoint == "2.0 GiB: written 0.74, read 1.44 GB/s"
