@@ -20,6 +20,8 @@ from agent.job.suite import Config as JobConfig
 from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE, DTYPES
 from agent.matmul.harness import Config as HarnessConfig
 from agent.node.suite import Config as NodeConfig
+from agent.storage.suite import Config as StorageConfig
+from agent.storage.suite import Target as StorageTarget
 from agent.timing.soak import MEASURE_S as SOAK_MEASURE_S
 
 
@@ -47,12 +49,28 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="do not look for torch and the CUDA runtime")
     bench = sub.add_parser("bench", help="fingerprint, then run the standard matmul harness, "
                                          "the node suite and the job suite")
-    bench.add_argument("--suite", choices=("all", "gemm", "node", "job"), default="all",
+    bench.add_argument("--suite", choices=("all", "gemm", "node", "job", "storage"),
+                       default="all",
                        help="all: the matmul, then the job suite (a transformer's "
                             "training step and decode, while the cards hold the matmul's "
                             "heat), then the node suite (memory, host links, GPU pairs, "
-                            "all-reduce); gemm: the matmul alone; node: the node suite "
-                            "alone; job: the job suite alone (default %(default)s)")
+                            "all-reduce), then storage; gemm: the matmul alone; node: "
+                            "the node suite alone; job: the job suite alone; storage: "
+                            "the storage suite alone (default %(default)s)")
+    bench.add_argument("--no-torch", action="store_true",
+                       help="do not probe torch's versions nor time its import among the "
+                            "host facts (the suites still import it)")
+    bench.add_argument("--scratch", metavar="DIR",
+                       help="the node's local scratch to measure (default: the "
+                            "temporary folder, or home where that is memory)")
+    bench.add_argument("--shared-fs", metavar="DIR", action="append", default=[],
+                       help="a shared filesystem to measure (repeatable); shared mounts "
+                            "the host has are measured too, where writable")
+    bench.add_argument("--storage-budget-s", type=float, default=StorageConfig.budget_s,
+                       help="the storage suite's time on the node (default %(default)s)")
+    bench.add_argument("--checkpoint-gib", type=float, default=2.0,
+                       help="the checkpoint's size in GiB, shrunk to what the budget "
+                            "holds (default %(default)s)")
     bench.add_argument(
         "--job-compile", action="store_true",
         help="the job suite's training step under torch.compile too, beside eager: with "
@@ -117,6 +135,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "bench" and args.suite in ("all", "node"):
         node = NodeConfig.for_cpu() if args.cpu else NodeConfig()
         node.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+    storage: Optional[StorageConfig] = None
+    if args.command == "bench" and args.suite in ("all", "storage"):
+        storage = StorageConfig(
+            targets=([StorageTarget(args.scratch, "scratch", "inventory")]
+                     if args.scratch else [])
+            + [StorageTarget(p, "shared", "inventory") for p in args.shared_fs],
+            budget_s=args.storage_budget_s,
+            checkpoint_bytes=int(args.checkpoint_gib * (1 << 30)))
+        if args.cpu:  # the tests' sizes: a few seconds beside the CPU suites
+            storage.file_bytes, storage.small_files = 8 << 20, 100
+            storage.checkpoint_bytes = min(storage.checkpoint_bytes, 16 << 20)
+            storage.budget_s = min(storage.budget_s, 5.0)
     job: Optional[JobConfig] = None
     if args.command == "bench" and args.suite in ("all", "job"):
         job = JobConfig.for_cpu() if args.cpu else JobConfig()
@@ -155,6 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             bench=config,
             node=node,
             job=job,
+            storage=storage,
         )
     except SourceError as exc:
         sys.stderr.write(f"fleet-agent: {exc}\n")

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent import DOCUMENT_FORMAT, __version__
 from agent.gpu import host
 from agent.gpu.fingerprint import LIVE_SMI_ORIGIN, fingerprint_gpu, read_system
+from agent.host.document import document_host_limits
 from agent.job.share import set_copy_shares
 from agent.job.suite import Config as JobConfig
 from agent.matmul.harness import Config as HarnessConfig
@@ -33,6 +34,8 @@ from agent.source.nvml import (
     RecordingNvml,
     ReplayNvml,
 )
+from agent.storage.suite import Config as StorageConfig
+from agent.storage.suite import document_storage
 from agent.timing import contention
 
 Emit = Callable[[Dict[str, Any]], None]
@@ -220,6 +223,7 @@ def collect(
     bench: Optional[HarnessConfig] = None,
     node: Optional[NodeConfig] = None,
     job: Optional[JobConfig] = None,
+    storage: Optional[StorageConfig] = None,
 ) -> Dict[str, Any]:
     """Fingerprint every GPU of this host, benchmark them when `bench` asks, measure the
     node (memory, links, all-reduce) when `node` does and run the job suite (a training
@@ -241,7 +245,17 @@ def collect(
     # A recording or nvidia-smi file describes another machine: the host facts are then
     # those of the machine that read it (source.kind says so), and torch there is moot.
     replaying = source["kind"] not in ("nvml", "none") and source_path is not None
-    facts = host.collect_host_facts(probe_torch=probe_torch and not replaying)
+    # The torch probe's child is the run's first `import torch`, the one a job's start
+    # meets: the host's limits take its time rather than import torch once more.
+    timings: Dict[str, Optional[float]] = {}
+    probed = probe_torch and not replaying
+    facts = host.collect_host_facts(probe_torch=probed, timings=timings)
+    progress("host", "reading the host's limits: CPUs, memory, /dev/shm, ulimits, IOMMU")
+    limits, unread = document_host_limits({
+        "import_torch_s": timings.get("import_torch_s"),
+        "import_torch_error": None if timings.get("import_torch_s") is not None
+        else "not probed" if not probed else facts.get("torch_error") or "not timed"})
+    errors += unread
     progress("network", "reading the network: RDMA devices, interfaces, GPUDirect RDMA")
     network, unread = document_network(source["kind"] if replaying else None)
     errors += unread
@@ -305,6 +319,13 @@ def collect(
                 json.dump(recorder.recording, fh, indent=1, sort_keys=True)
                 fh.write("\n")
             progress("record", f"wrote NVML recording {record_path}")
+    # Storage last: its writes and the checkpoint's load would disturb no GPU figure,
+    # and nothing after it waits on the disks it filled and emptied.
+    stored: Optional[Dict[str, Any]] = None
+    if storage is not None:
+        progress("storage", "measuring storage: sequential, small files, a checkpoint")
+        stored, failed = document_storage(storage)
+        errors += failed
     if nvml is None and bench is not None:
         if bench.device == "cpu":
             benchmarks, failures = _benchmark(bench, [], None, progress)
@@ -332,6 +353,8 @@ def collect(
         "probe_writes": probe_writes,
         "host": facts,
         "network": network,
+        "host_limits": limits,
+        "storage": stored,
         "system": system,
         "gpus": gpus,
         "benchmarks": benchmarks,

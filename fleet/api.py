@@ -248,7 +248,8 @@ NIGHT_COLUMNS = _columns(
 FINDING_COLUMNS = _columns(
     ("kind", "category", "mismatch, gap, cooling, drift, straggler, regression, duplicate, "
                          "health, hostlink, peer, shortfall, contention, corruption, "
-                         "job_shortfall, network or not_measured"),
+                         "job_shortfall, network, not_measured, host_limit, storage or "
+                         "bulletin"),
     ("side", "category", '"provider" (what to dispute), "renter" (what the renter\'s '
                          'own side disturbed: measure again once fixed) or "unsettled" '
                          "(not settled: measure again)"),

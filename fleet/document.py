@@ -41,10 +41,12 @@ from fleet.model.base import (
     Verdict,
     Watts,
 )
+from fleet.model.host_limits import HostLimits
 from fleet.model.job import JobResult
 from fleet.model.matmul import MatmulRerun
 from fleet.model.network import NetworkFingerprint
 from fleet.model.settings import Setting, SettingsRerun
+from fleet.model.storage import Storage
 
 DOCUMENT_FORMAT = "fleet-agent/1"
 
@@ -830,6 +832,11 @@ class AgentDocument(Strict):
     # The node's network (agent/network/, fleet/model/network.py); None where the agent
     # could not read it (an error with stage "network" says why) or predates it.
     network: NetworkFingerprint | None = None
+    # The host's limits and the software versions beside the GPUs' (agent/host/,
+    # fleet/model/host_limits.py), and the storage suite's figures (agent/storage/,
+    # fleet/model/storage.py); None where not read or measured, or from older agents.
+    host_limits: HostLimits | None = None
+    storage: Storage | None = None
 
 
 def parse_document(data: Any, origin: str) -> AgentDocument:

@@ -56,6 +56,9 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]*
                                         max_length=128)]
 Word = Annotated[str, StringConstraints(pattern=r"^[^\s'\"`$\\;&|<>]+$", max_length=1024)]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s,]+$")]
+# A folder on the host: absolute, no shell metacharacters (it reaches the agent's argv).
+AbsolutePath = Annotated[str, StringConstraints(pattern=r"^/[^\s'\"`$\\;&|<>]*$",
+                                                max_length=1024)]
 # NCCL_SOCKET_IFNAME's own form: names or prefixes, comma-separated, after an optional `^`
 # (all but these) and `=` (exact names); Linux caps an interface name at 15 characters.
 IFNAME = r"^\^?=?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*$"
@@ -96,6 +99,33 @@ class Expect(BaseModel):
     fabric_rate_gbps: Annotated[float, Field(ge=1, le=3200)] | None = Field(
         None, description="Each fabric port's rate in Gb/s the listing promised (400 for "
                           "NDR, 200 for HDR); an Active port below it is disputed.")
+    # Storage and the host's limits (issue 58): fleet/analysis/storage.py and
+    # host_limits.py judge what the agent found against these.
+    scratch: AbsolutePath | None = Field(
+        None, description="The node's local scratch folder (NVMe) the listing promised, "
+                          "e.g. /scratch; measured by the storage suite instead of the "
+                          "temporary folder.")
+    shared_fs: Annotated[list[AbsolutePath], BeforeValidator(_as_list),
+                         Field(max_length=4)] | None = Field(
+        None, description="Shared filesystem folder(s) the listing promised (NFS, Lustre, "
+                          "Weka, GPFS, a bucket's FUSE mount), e.g. /mnt/data; each is "
+                          "measured, and one not mounted is disputed.")
+    scratch_read_gbps: Annotated[float, Field(gt=0, le=1000)] | None = Field(
+        None, description="Sequential read of the local scratch the listing promised, "
+                          "in GB/s; more than 10% below is disputed.")
+    scratch_write_gbps: Annotated[float, Field(gt=0, le=1000)] | None = Field(
+        None, description="Sequential write of the local scratch promised, in GB/s.")
+    shared_read_gbps: Annotated[float, Field(gt=0, le=1000)] | None = Field(
+        None, description="Sequential read of each shared filesystem promised, in GB/s.")
+    cpu_cores_per_gpu: Annotated[float, Field(gt=0, le=1024)] | None = Field(
+        None, description="CPUs the job may use per GPU, as listed (e.g. 16 for 128 "
+                          "vCPUs on 8 GPUs); fewer found is disputed.")
+    memory_gb_per_gpu: Annotated[float, Field(gt=0, le=100_000)] | None = Field(
+        None, description="Host memory per GPU, in GB as listed; less found is disputed.")
+    container: Literal["renter", "provider"] | None = Field(
+        None, description="Who starts the container the agent runs in: renter (your own "
+                          "image and `docker run` options: its /dev/shm, ulimits and "
+                          "cgroup limits are yours to fix) or provider (theirs).")
 
 
 class RuntimeSettings(BaseModel):
@@ -463,6 +493,9 @@ def _error_message(err: Mapping[str, Any], path: Path_) -> str:
             return "give an ISO 4217 code in capitals, e.g. USD or EUR"
         if what in ("python", "cache_dir"):
             return "give one path or command name, without spaces or shell characters"
+        if what in ("scratch", "shared_fs") or (len(path) >= 2 and path[-2] == "shared_fs"):
+            return ("give the folder on the host as an absolute path, without spaces or "
+                    f"shell characters, e.g. /mnt/data (got {_short(err.get('input'))})")
         if what == "interface":
             return ("give interface names or prefixes as NCCL_SOCKET_IFNAME takes them, "
                     "comma-separated, e.g. eth0, ens,ib or ^docker,lo (got "

@@ -16,8 +16,10 @@ Cardinality, all bounded by the fleet's size and fleet's own vocabularies:
   jobs (one per workload and decode point: 3 for suite 1.1), health (5 verdicts) and
   health action (5 states), all states emitted 0 or 1 as kube-state-metrics does;
   per pair of GPUs in a node, 2 (one way, both ways); per node, 1 all-reduce per rank count;
-  findings: 14 kinds x 3 sides x providers, zeros included, so that `sum` and alerts see
+  findings: 19 kinds x 3 sides x providers, zeros included, so that `sum` and alerts see
   a finding go away.
+  per host, 5 limits, 1 software info; per storage folder (at most 8), 4 figures and 1
+  small-file rate (issue 58).
 Label values a host or an inventory sent are cut to MAX_LABEL characters and escaped by
 prometheus_client, never by hand. Nothing secret goes out: no serials, prices, process
 lists, users or contention texts, no store URL.
@@ -43,7 +45,7 @@ from sqlalchemy import select
 from agent.health.card import ACTIONS
 from fleet.errors import InputError
 from fleet.report.build import FINDING_KINDS
-from fleet.store.models import Document
+from fleet.store.models import Document, HostLimitsRow, StorageTargetRow
 from fleet.writable import writable_file
 
 if TYPE_CHECKING:
@@ -95,6 +97,10 @@ class Snapshot:
     providers: tuple[str, ...]
     # Store.not_measured(): what each host's newest document could not measure.
     not_measured: pd.DataFrame | None = None
+    # Each host's newest limits and storage folders (issue 58, `_host_rows`): records of
+    # host_limits and storage_target with their provider and host.
+    host_limits: tuple[Record, ...] = ()
+    storage: tuple[Record, ...] = ()
 
 
 def bounded(value: str) -> str:
@@ -153,11 +159,32 @@ def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
         ("unsettled", report.unsettled)) for f in found)
     providers = sorted({*report.providers, *(p for _, _, p in findings),
                         *(str(p) for p in fingerprints["provider"].unique())})
+    limits, storage = _host_rows(store, fingerprints)
     return Snapshot(fingerprints, store.results(sweep=sweep, latest=True),
                     store.node_results(sweep=sweep, latest=True),
                     store.jobs(sweep=sweep, latest=True),
                     _hostnames(store, fingerprints), findings, tuple(providers),
-                    store.not_measured(sweep=sweep))
+                    store.not_measured(sweep=sweep), limits, storage)
+
+
+def _host_rows(store: Store, fingerprints: pd.DataFrame
+               ) -> tuple[tuple[Record, ...], tuple[Record, ...]]:
+    """The newest documents' host_limits and storage_target rows, with provider and host."""
+    if fingerprints.empty:
+        return (), ()
+    documents = {int(d): (str(p), str(h)) for d, p, h in fingerprints[
+        ["document", "provider", "host"]].drop_duplicates().itertuples(index=False)}
+    limits: list[Record] = []
+    storage: list[Record] = []
+    with store.engine.connect() as conn:
+        for table, out in ((HostLimitsRow, limits), (StorageTargetRow, storage)):
+            columns = [c for c in table.__table__.columns if c.name != "body"]
+            for row in conn.execute(select(*columns).where(
+                    table.document_id.in_(documents))).mappings():
+                provider, host = documents[int(row["document_id"])]
+                out.append({**{str(k): v for k, v in row.items()}, "provider": provider,
+                            "host": host})
+    return tuple(limits), tuple(storage)
 
 
 def _hostnames(store: Store, fingerprints: pd.DataFrame) -> dict[tuple[str, str], str]:
@@ -212,7 +239,7 @@ def families(data: Snapshot) -> tuple[Family, ...]:
     label = _Labeller(data)
     return (*_identity(data, label), *_matmul(data, label), *_node(data, label),
             *_jobs(data, label), *_health(data, label), _not_measured(data, label),
-            _findings(data))
+            _findings(data), *_host_storage(data, label))
 
 
 def _identity(data: Snapshot, label: _Labeller) -> Iterator[Family]:
@@ -383,6 +410,41 @@ def _findings(data: Snapshot) -> Family:
                 found.add({"kind": kind, "side": side, "provider": provider},
                           counts.get((kind, side, provider), 0))
     return found
+
+
+def _host_storage(data: Snapshot, label: _Labeller) -> Iterator[Family]:
+    """The host's limits and versions, and each storage folder's figures (issue 58)."""
+    host = Family("fleet_host_limit", "A limit a job meets on the host, in its unit: "
+                  "cpus_available (CPUs), memory_available_bytes, shm_bytes, memlock_bytes "
+                  "(absent: unlimited), import_torch_seconds", (*HOST_LABELS, "limit"))
+    software = Family("fleet_host_software_info", "The versions a provider patches that "
+                      "the GPUs' info does not carry: value 1", (*HOST_LABELS,
+                                                                 "container_toolkit",
+                                                                 "fabric_manager", "governor"))
+    for row in data.host_limits:
+        labels = label.host(row)
+        memory = row["memory_available_mib"]
+        for name, value in (("cpus_available", row["cpus_available"]),
+                            ("memory_available_bytes", None if memory is None
+                             else memory * 1048576),
+                            ("shm_bytes", row["shm_bytes"]),
+                            ("memlock_bytes", row["memlock_bytes"]),
+                            ("import_torch_seconds", row["import_torch_s"])):
+            host.add({**labels, "limit": name}, value)
+        software.add({**labels, "container_toolkit": _text(row["container_toolkit"]),
+                      "fabric_manager": _text(row["fabric_manager"]),
+                      "governor": _text(row["governor"])}, 1)
+    speed = Family("fleet_storage_bytes_per_second", "A storage folder's figure: sequential "
+                   "read and write (O_DIRECT where the filesystem takes it), and a torch "
+                   "checkpoint's write and read", (*HOST_LABELS, "path", "role", "figure"))
+    small = Family("fleet_storage_small_files_per_second", "Small files opened and read a "
+                   "second in a storage folder", (*HOST_LABELS, "path", "role"))
+    for row in data.storage:
+        labels = {**label.host(row), "path": str(row["path"]), "role": str(row["role"])}
+        for name in ("read", "write", "checkpoint_write", "checkpoint_read"):
+            speed.add({**labels, "figure": name}, _scaled(row[f"{name}_gbps"], GIGA))
+        small.add(labels, row["small_read_per_s"])
+    yield from (host, software, speed, small)
 
 
 # --- writing --------------------------------------------------------------------------------

@@ -98,13 +98,16 @@ MARK = __MARK__
 def emit(doc):
     sys.stdout.write(MARK + json.dumps(doc) + "\n")
     sys.stdout.flush()
+import time
+started = time.perf_counter()
 try:
     import torch
 except BaseException as exc:
     emit({"error": "torch is not importable: %s: %s" % (type(exc).__name__, exc)})
     raise SystemExit(0)
 doc = {"torch_version": str(getattr(torch, "__version__", "")) or None,
-       "cuda_runtime_version": None, "cudnn_version": None, "cublas_version": None}
+       "cuda_runtime_version": None, "cudnn_version": None, "cublas_version": None,
+       "import_s": time.perf_counter() - started}
 try:
     doc["cuda_runtime_version"] = torch.version.cuda
 except Exception:
@@ -617,14 +620,32 @@ def read_virt_signals(cpuinfo: Optional[str] = None) -> VirtSignals:
     )
 
 
+def parse_import_seconds(stdout: str) -> Optional[float]:
+    """How long the probe child's `import torch` took (agent/host/, issue 58)."""
+    for line in stdout.splitlines():
+        if line.startswith(TORCH_PROBE_MARK):
+            try:
+                value = json.loads(line[len(TORCH_PROBE_MARK):]).get("import_s")
+            except (ValueError, AttributeError):
+                return None
+            return round(float(value), 3) if isinstance(value, (int, float)) else None
+    return None
+
+
 def run_torch_probe(python: Optional[str] = None, timeout: float = TORCH_PROBE_TIMEOUT_S,
-                    env: Optional[Mapping[str, str]] = None) -> Dict[str, Optional[str]]:
+                    env: Optional[Mapping[str, str]] = None,
+                    timings: Optional[Dict[str, Optional[float]]] = None
+                    ) -> Dict[str, Optional[str]]:
     """torch, CUDA runtime, cuDNN and cuBLAS versions as `python` sees them, asked in a
-    child process; all None with a reason in torch_error when that fails."""
+    child process; all None with a reason in torch_error when that fails. `timings`,
+    where given, gets the child's import time as "import_torch_s": the run's first
+    import of torch, timed in the one child that asks for its versions."""
     interpreter = python if python is not None else sys.executable
     if not interpreter:
         return _torch_failure("no Python executable to run the torch probe with")
     done = run_command([interpreter, "-c", TORCH_PROBE], timeout, env)
+    if timings is not None:
+        timings["import_torch_s"] = parse_import_seconds(done.stdout)
     if done.returncode is None:
         return _torch_failure(f"torch probe: {done.error}")
     return parse_torch_probe(done.returncode, done.stdout, done.stderr)
@@ -638,9 +659,11 @@ def _effective_user() -> Optional[str]:
         return None
 
 
-def collect_host_facts(probe_torch: bool = True) -> Dict[str, Any]:
+def collect_host_facts(probe_torch: bool = True,
+                       timings: Optional[Dict[str, Optional[float]]] = None) -> Dict[str, Any]:
     """This machine's facts, JSON-serialisable; the `host` part of the fleet-agent/1
-    document (fleet.document.Host). Missing values are None."""
+    document (fleet.document.Host). Missing values are None. `timings` gets the torch
+    probe's import time (run_torch_probe)."""
     os_release = parse_os_release(
         _read_text("/etc/os-release") or _read_text("/usr/lib/os-release") or "")
     cpuinfo = _read_text("/proc/cpuinfo")
@@ -661,7 +684,7 @@ def collect_host_facts(probe_torch: bool = True) -> Dict[str, Any]:
     facts["python_version"] = platform.python_version()
     facts["python_executable"] = _clip(sys.executable, TEXT_LIMIT) if sys.executable else None
     if probe_torch:
-        facts.update(run_torch_probe())
+        facts.update(run_torch_probe(timings=timings))
     else:
         facts.update(_torch_failure("not probed (probe_torch=False)"))
     facts["is_root"] = os.geteuid() == 0

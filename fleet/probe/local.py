@@ -46,7 +46,11 @@ JOB_SUITE_MARGIN_S = 90.0
 # whole 4-layer stack took 22.7 s on a lent H100 (suite 1.0), a layer's is less, and a
 # second run loads it from the host's cache. The allowance is a cold compile on a slow host.
 JOB_COMPILE_PER_GPU_S = 45.0
-SUITES = ("all", "gemm", "node", "job")
+SUITES = ("all", "gemm", "node", "job", "storage")
+# The storage suite (agent/storage/suite.py): its budget, 30 s a node by default (issue
+# 58), and a margin for a checkpoint's load and the folder's removal past it.
+STORAGE_SUITE_S = 30.0
+STORAGE_MARGIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,8 @@ class BenchOptions:
     lock_clocks_mhz: int | None = None
     cpu: bool = False
     # "all": the matmul, then the job suite (a training step and decode), then the node
-    # suite (memory, host links, GPU pairs, all-reduce); "gemm": the matmul alone
-    # (--gemm-only); "node": the node suite alone; "job": the job suite alone.
+    # suite (memory, host links, GPU pairs, all-reduce), then storage; "gemm": the matmul
+    # alone (--gemm-only); "node", "job", "storage": that suite alone.
     suite: str = "all"
     # The job suite's training step compiled too, beside eager.
     job_compile: bool = False
@@ -125,6 +129,9 @@ class BenchOptions:
         soak with JOB_SUITE_BEYOND_SOAK_S)."""
         # The job suite runs the node's GPUs together, or one after another (--sequential).
         turns = gpus if self.sequential else 1
+        storage = STORAGE_SUITE_S + STORAGE_MARGIN_S
+        if self.suite == "storage":
+            return storage
         if self.suite == "job":
             return self._job_timeout_s(gpus) * turns
         node = NODE_SUITE_S + NODE_SUITE_PER_GPU_S * gpus
@@ -132,7 +139,8 @@ class BenchOptions:
             return node
         if self.suite == "gemm":
             return self._gemm_timeout_s(gpus)
-        return node + self._job_timeout_s(gpus) * turns + self._gemm_timeout_s(gpus)
+        return (node + self._job_timeout_s(gpus) * turns + self._gemm_timeout_s(gpus)
+                + storage)
 
     def _job_timeout_s(self, gpus: int) -> float:
         """One turn of the job suite: its soak to the matmul's cap, after the matmul or

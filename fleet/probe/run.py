@@ -33,6 +33,7 @@ from fleet.events import read_events
 from fleet.inventory import LoadedInventory, Target
 from fleet.payload import Launched, NoPython, Payload, build_payload, launch_agent
 from fleet.probe.local import FINGERPRINT_TIMEOUT_S, BenchOptions
+from fleet.probe.storage_args import storage_args
 from fleet.runtime.pin import RuntimeFailure
 from fleet.runtime.provision import INSTALL_TIMEOUT_S, RuntimeReady, prepare_runtime
 from fleet.store.database import Location, database_failure
@@ -357,7 +358,9 @@ class _HostProbe:
         python = self._prepare_runtime(transport)
         self._enter("start", "starting the agent")
         deadline = time.monotonic() + ctx.options.timeout_for(target)
-        self.launched = launch_agent(transport, ctx.payload, target, ctx.options.agent_args(),
+        self.launched = launch_agent(transport, ctx.payload, target,
+                                     ctx.options.agent_args() + storage_args(
+                                         target.expect, ctx.options.bench),
                                      deadline, ctx.cancel, self._enter, python)
         self.uploaded = bool(self.uploaded) or self.launched.uploaded
         self._enter("agent", "agent running")

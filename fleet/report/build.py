@@ -54,6 +54,7 @@ from fleet.analysis.whose import anonymized as anonymized_settings
 from fleet.report.bands import Unit, job_units, matmul_units
 from fleet.report.charts import RowChart, crowd_medians, offer_chart, side_by_side
 from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cluster_section
+from fleet.report.host_storage import HostStorageSection, host_storage_section
 from fleet.report.job import JobOptions, JobSection, job_section, read_jobs
 from fleet.report.network import NetworkSection, network_section
 from fleet.report.node import NodeOptions, NodeSection, node_section
@@ -65,7 +66,8 @@ from fleet.words import counted
 
 FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
                  "duplicate", "health", "hostlink", "peer", "shortfall", "contention",
-                 "corruption", "job_shortfall", "network", "not_measured")
+                 "corruption", "job_shortfall", "network", "not_measured",
+                 "host_limit", "storage", "bulletin")
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,9 @@ class Report:
     # Every error the newest documents in scope carry, judged (fleet/report/
     # not_measured.py): those with a party also in `dispute`, `renter` or `unsettled`.
     not_measured: NotMeasuredSection = field(default_factory=NotMeasuredSection)
+    # Each host's limits, storage and patch state (fleet/report/host_storage.py, issue
+    # 58): its findings also in `dispute`, `renter` or `unsettled` by their side.
+    host_storage: HostStorageSection = field(default_factory=HostStorageSection)
 
     @property
     def gaps(self) -> tuple[Comparison, ...]:
@@ -513,6 +518,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
     network = network_section(engine, data)
     cluster = cluster_section(engine, runs, names)
+    host_storage = host_storage_section(engine, data)
     not_measured = not_measured_section(
         engine, {h.document_id: (h.provider, h.host) for h in data.hosts}, options.anonymize)
     health = told_elsewhere(fleet_health(data.gpus), {
@@ -542,10 +548,12 @@ def _build(engine: Engine, options: ReportOptions, store: str,
                       + [Finding.of(item) for item in job.findings()]
                       + [Finding.of(item) for item in network.findings()]
                       + [Finding.of(item) for item in cluster.findings()]
-                      + [Finding.of(item) for item in not_measured.on("provider")]),
+                      + [Finding.of(item) for item in not_measured.on("provider")]
+                      + [Finding.of(item) for item in host_storage.on("provider")]),
         renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter(),
                                                    *cluster.renter(),
-                                                   *not_measured.on("renter")]),
+                                                   *not_measured.on("renter"),
+                                                   *host_storage.on("renter")]),
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
@@ -557,11 +565,12 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
         health=health, node=node, corruption=tuple(corruption), job=job,
         gaps_unsettled=tuple(gaps_unsettled), network=network, cluster=cluster,
-        not_measured=not_measured,
+        not_measured=not_measured, host_storage=host_storage,
         unsettled=tuple(Finding.of(item) for item in [
             *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
             *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled(),
-            *cluster.unsettled(), *not_measured.on("unsettled")]),
+            *cluster.unsettled(), *not_measured.on("unsettled"),
+            *host_storage.on("unsettled")]),
         units=tuple(units))
     offers = offer_lines(OfferInput(report.found, data.hosts, mismatches, cost, job.rows,
                                     points), report.listed())

@@ -48,6 +48,7 @@ from fleet.events import MAX_LINE, read_events
 from fleet.store import models, series
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
+from fleet.store.host_storage import host_storage_rows, store_host_storage
 from fleet.store.job import gpu_problem, job_row
 from fleet.store.models import SOAK_CURVE_WIDTH, pack_floats, pack_rows
 from fleet.store.network import network_rows, store_network
@@ -137,6 +138,8 @@ class Prepared:
     settings: tuple[dict[str, Any], ...] = ()
     # The node's network (fleet/store/network.py); None before 0021 or without a block.
     network: dict[str, Any] | None = None
+    # The host's limits and storage (fleet/store/host_storage.py); None before 0024.
+    host_storage: dict[str, Any] | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -297,7 +300,8 @@ def prepare(document: AgentDocument, origin: str) -> Prepared:
                                                        result.provenance.device_name))
                           for result in document.jobs),
         settings=tuple(setting_row(s) for s in document.settings or ()),
-        network=network_rows(document.network))
+        network=network_rows(document.network),
+        host_storage=host_storage_rows(document.host_limits, document.storage))
 
 
 def variant_of(gpu: Gpu) -> str:
@@ -577,6 +581,8 @@ class Ingest:
                                            for row in prepared.settings])
             if prepared.network is not None:
                 store_network(self.conn, document_id, prepared.network)
+            if prepared.host_storage is not None:
+                store_host_storage(self.conn, document_id, prepared.host_storage)
             if prepared.errors:
                 fast.error.many(cursor, [dict(
                     row, probe_run_id=run_id, host_id=host_id, document_id=document_id,

@@ -6,6 +6,7 @@
                            ├─* benchmark_result *─1 gpu 1─* result_series
                            ├─* node_result, job_result (the node and job suites)
                            ├─1 network, ─* network_device (the node's network)
+                           ├─1 host_limits, ─1 storage ─* storage_target (issue 58)
                            └─* host_error
 
 A document is immutable once stored, so the few facts the report filters on (provider,
@@ -778,6 +779,62 @@ class NetworkDevice(Base):
     gpu_distance: Mapped[dict[str, Any]]
     distance_source: Mapped[str | None] = mapped_column(String(32))
     sources: Mapped[list[str]] = mapped_column(Json)
+
+
+class HostLimitsRow(Base):
+    """A document's host limits and software versions (fleet/model/host_limits.py), the
+    figures the metrics and sweeps read as columns and the block itself in `body` (0024).
+    A document without the block (an agent before it, or one that could not read it) has
+    no row."""
+
+    __tablename__ = "host_limits"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), unique=True)
+    format: Mapped[str] = mapped_column(String(32))
+    cpus_available: Mapped[float | None] = mapped_column(Float)
+    memory_available_mib: Mapped[int | None] = mapped_column(BigInteger)
+    shm_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memlock_bytes: Mapped[int | None] = mapped_column(BigInteger)  # NULL: unlimited
+    governor: Mapped[str | None] = mapped_column(String(64))
+    import_torch_s: Mapped[float | None] = mapped_column(Float)
+    container_toolkit: Mapped[str | None] = mapped_column(String(64))
+    fabric_manager: Mapped[str | None] = mapped_column(String(64))
+    body: Mapped[dict[str, Any]]
+
+
+class StorageRow(Base):
+    """A document's storage suite as a whole (fleet/model/storage.py) in `body`, and one
+    row per target in storage_target (0024)."""
+
+    __tablename__ = "storage"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"), unique=True)
+    format: Mapped[str] = mapped_column(String(32))
+    seconds: Mapped[float] = mapped_column(Float)
+    body: Mapped[dict[str, Any]]
+
+
+class StorageTargetRow(Base):
+    """One folder the storage suite measured or refused, in the agent's order (0024)."""
+
+    __tablename__ = "storage_target"
+    __table_args__ = (UniqueConstraint("document_id", "position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("document.id"))
+    position: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(256))
+    role: Mapped[str] = mapped_column(String(16))
+    fs_type: Mapped[str | None] = mapped_column(String(64))
+    refused: Mapped[str | None] = mapped_column(String(512))
+    direct: Mapped[bool | None] = mapped_column(Boolean)
+    write_gbps: Mapped[float | None] = mapped_column(Float)
+    read_gbps: Mapped[float | None] = mapped_column(Float)
+    small_read_per_s: Mapped[float | None] = mapped_column(Float)
+    checkpoint_write_gbps: Mapped[float | None] = mapped_column(Float)
+    checkpoint_read_gbps: Mapped[float | None] = mapped_column(Float)
 
 
 class ClusterStep(Base):

@@ -78,6 +78,10 @@ CONFIG_FIELDS = ("uuid", "variant", "driver_version", "cuda_driver_version", "vb
 # night it arrived, beside any regression it brings, rather than a new series that would
 # need five nights of history before it could regress.
 RESULT_FIELDS = ("software_stack",)
+# The host's limits and the versions a provider patches (fleet/store/host_storage.py's
+# columns): a change between two nights is news too (issue 58).
+HOST_FIELDS = ("cpus_available", "memory_available_mib", "shm_bytes", "memlock_bytes",
+               "governor", "container_toolkit", "fabric_manager")
 POWER_TOLERANCE_W = 1.0  # NVML reports milliwatts; a rounding wobble is no change
 FAIL_KINDS = ("regression", "mismatch", "change", "gone", "health")
 # Health counters (as fleet/store/ingest.py stores them) whose rise is news, in the order
@@ -132,6 +136,9 @@ class HostNight:
     status: str  # "stored" or "failed"
     gpus: tuple[GpuState, ...] = ()
     mismatches: tuple[str, ...] | None = None  # None: nothing listed, or no document
+    # The host's limits and versions (HOST_FIELDS, from host_limits: issue 58); None: a
+    # document without them, which says nothing of a change.
+    limits: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -378,6 +385,11 @@ def _config_changes(host: HostNight, earlier: HostNight, run_id: int
     if len(host.gpus) != len(earlier.gpus):
         changes.append(ConfigChange(host.provider, host.host, None, "gpu_count",
                                     len(earlier.gpus), len(host.gpus), run_id))
+    if host.limits is not None and earlier.limits is not None:
+        changes += [ConfigChange(host.provider, host.host, None, name,
+                                 earlier.limits.get(name), host.limits.get(name), run_id)
+                    for name in HOST_FIELDS
+                    if earlier.limits.get(name) != host.limits.get(name)]
     before = {g.index: g for g in earlier.gpus}
     for gpu in host.gpus:
         old = before.get(gpu.index)

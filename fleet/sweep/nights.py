@@ -22,12 +22,13 @@ from fleet.store.models import (
     Fingerprint,
     Gpu,
     Host,
+    HostLimitsRow,
     ProbeRun,
     Provider,
     RunHost,
 )
 from fleet.store.query import no_gpu_reasons, software_stack
-from fleet.sweep.history import CONFIG_FIELDS, GpuState, HostNight, Night
+from fleet.sweep.history import CONFIG_FIELDS, HOST_FIELDS, GpuState, HostNight, Night
 
 HISTORY_NIGHTS = 30
 
@@ -86,6 +87,11 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
                    BenchmarkResult.cuda_runtime_version, BenchmarkResult.cublas_version,
                    BenchmarkResult.repeat_sd, BenchmarkResult.contended)
             .where(BenchmarkResult.document_id.in_(document_ids.scalar_subquery()))).all()
+        limits = {int(row.document_id): {name: getattr(row, name) for name in HOST_FIELDS}
+                  for row in conn.execute(
+                      select(HostLimitsRow.document_id,
+                             *(getattr(HostLimitsRow, name) for name in HOST_FIELDS))
+                      .where(HostLimitsRow.document_id.in_(document_ids.scalar_subquery())))}
         listed = {h.document_id: h.expect for h in hosts
                   if h.document_id is not None and h.expect}
         with_gpus = {fp.document_id for fp in fingerprints}
@@ -134,6 +140,7 @@ def read_nights(engine: Engine, sweep: str, upto_run: int | None = None,
         mismatches = verdicts.get(document_id) if document_id is not None else None
         states = tuple(sorted(gpus.get(document_id, []), key=lambda g: g.index)) \
             if document_id is not None else ()
-        by_run[run_id][f"{provider}/{host}"] = HostNight(provider, host, status, states,
-                                                         mismatches)
+        by_run[run_id][f"{provider}/{host}"] = HostNight(
+            provider, host, status, states, mismatches,
+            limits.get(document_id) if document_id is not None else None)
     return [Night(run_id, started_at, by_run.get(run_id, {})) for run_id, started_at in runs]

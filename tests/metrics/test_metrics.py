@@ -34,7 +34,8 @@ EMITTED = {
     "fleet_gpu_peer_copy_bytes_per_second", "fleet_node_allreduce_bus_bytes_per_second",
     "fleet_node_allreduce_size_bytes", "fleet_gpu_job_tokens_per_second",
     "fleet_gpu_health", "fleet_gpu_health_action", "fleet_not_measured",
-    "fleet_open_findings"}
+    "fleet_open_findings", "fleet_host_limit", "fleet_host_software_info",
+    "fleet_storage_bytes_per_second", "fleet_storage_small_files_per_second"}
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 

@@ -81,7 +81,7 @@ def test_the_report_reads_no_document_body_but_a_sheet_and_a_missing_gpus_reason
         "mismatch": 2, "gap": 1, "cooling": 0, "drift": 1, "straggler": 1, "regression": 0,
         "duplicate": 0, "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
             "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
-            "not_measured": 0}
+            "not_measured": 0, "host_limit": 0, "storage": 0, "bulletin": 0}
     assert after.drift == before.drift and after.mismatches == before.mismatches
     assert after.gpus_fingerprinted == 48
 

@@ -85,7 +85,7 @@ def test_each_finding_of_the_scene_is_found_and_nothing_else(engine: Engine) -> 
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
             "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
-            "not_measured": 0}
+            "not_measured": 0, "host_limit": 0, "storage": 0, "bulletin": 0}
     assert [c.not_read for c in report.health.counts] == [16, 16, 16]
     kinds = [f.kind for f in report.dispute]
     assert kinds.count("mismatch") == 2 and kinds.count("gap") == 1
@@ -146,7 +146,7 @@ def test_anonymized_report_names_no_provider_or_host(engine: Engine) -> None:
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
             "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
-            "not_measured": 0}
+            "not_measured": 0, "host_limit": 0, "storage": 0, "bulletin": 0}
 
 
 def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
@@ -157,7 +157,7 @@ def test_an_empty_store_gives_an_empty_report(engine: Engine) -> None:
                                "straggler": 0, "regression": 0, "duplicate": 0, "health": 0,
                                "hostlink": 0, "peer": 0, "shortfall": 0,
             "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
-            "not_measured": 0}
+            "not_measured": 0, "host_limit": 0, "storage": 0, "bulletin": 0}
     assert (report.thermal, report.cooling) == ((), ())
 
 

@@ -144,7 +144,7 @@ def test_json_and_markdown_carry_the_same_findings(scene_url: str, tmp_path: Pat
                                 "straggler": 1, "regression": 0, "duplicate": 0,
                                 "health": 0, "hostlink": 0, "peer": 0, "shortfall": 0,
             "contention": 0, "corruption": 0, "job_shortfall": 0, "network": 0,
-            "not_measured": 0}
+            "not_measured": 0, "host_limit": 0, "storage": 0, "bulletin": 0}
     assert {t["provider"] for t in data["thermal"]} >= {"alpha", "beta", "gamma"}
     assert all(t["config"]["thermal"] == "soaked" for t in data["thermal"])
     gaps = [c for c in data["comparisons"] if c["systematic"]]

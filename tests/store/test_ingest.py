@@ -56,7 +56,8 @@ def test_stores_every_part_of_a_document(engine: Engine, counts: Counts) -> None
                               "host_error": 1, "run_host": 1, "result_series": 2,
                               "node_result": 0, "job_result": 0, "run_setting": 0,
                               "network": 0, "network_device": 0,
-                              "cluster_step": 0, "cluster_step_node": 0, "cluster_figure": 0}
+                              "cluster_step": 0, "cluster_step_node": 0, "cluster_figure": 0,
+                              "host_limits": 0, "storage": 0, "storage_target": 0}
     with engine.connect() as conn:
         run = conn.execute(select(ProbeRun)).one()
         result = conn.execute(select(BenchmarkResult).order_by(BenchmarkResult.gpu_index)
