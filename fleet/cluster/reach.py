@@ -133,7 +133,10 @@ def attempt(address, port):
     except Exception as exc:
         answer = {"reached": False, "error": getattr(exc, "strerror", None) or str(exc)}
     answer.update(address=address, port=int(port))
-    print("fleet-reach " + json.dumps(answer), flush=True)
+    with said:  # print writes the line and its end apart: two threads would mix them
+        sys.stdout.write("fleet-reach " + json.dumps(answer) + "\\n")
+        sys.stdout.flush()
+said = threading.Lock()
 threads = [threading.Thread(target=attempt, args=(targets[i], targets[i + 1]))
            for i in range(0, len(targets), 2)]
 for thread in threads:

@@ -27,6 +27,7 @@ import yaml
 
 from fleet.cluster.reach import (
     CONNECTOR,
+    CONNECTOR_MANY,
     LISTENER,
     ReachCheck,
     ReachOptions,
@@ -266,7 +267,7 @@ def test_the_scripts_take_inventory_values_as_arguments(tmp_path: Path) -> None:
     assert not planted.exists()
     assert out and out[-1].startswith('fleet-reach {"reached": false, "error": "cannot resolve')
     # The hosts' python may be the agent's oldest.
-    for code in (LISTENER, CONNECTOR):
+    for code in (LISTENER, CONNECTOR, CONNECTOR_MANY):
         ast.parse(code, feature_version=(3, 8))
 
 
