@@ -16,8 +16,9 @@ as before.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import Rendezvous
 from fleet.errors import ClusterError, FleetError
 from fleet.inventory import Target
@@ -48,6 +49,14 @@ def node_address(target: Target) -> str:
         return plan_ssh(target).target.hostname or target.address
     except FleetError:
         return target.address  # the connection says why; the address is what is written
+
+
+def as_reached(cluster: Cluster, targets: Mapping[str, Target]) -> Cluster:
+    """`cluster` with each host's address as the nodes reach it (`node_address`), so
+    that the rendezvous, where the inventory names no rendezvous_address, is an address
+    the nodes resolve too: an alias or a local host's name resolves on the controller
+    only."""
+    return replace(cluster, addresses={h: node_address(targets[h]) for h in cluster.hosts})
 
 
 def meeting_points(rendezvous: Rendezvous, hosts: Sequence[str],

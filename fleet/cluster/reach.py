@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.cluster.meeting import MeetingPoint, meeting_points, node_address
+from fleet.cluster.meeting import MeetingPoint, as_reached, meeting_points
 from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import Decision, Reach, Rendezvous, choose_rendezvous, decide
 from fleet.errors import ClusterError, FleetError, InputError
@@ -521,6 +521,7 @@ def check_cluster(inventory: LoadedInventory, cluster: Cluster, options: ReachOp
     for target in targets.values():
         if target.transport == "ssh":
             plan_ssh(target)  # a mistake in ssh_config stops here, before connecting
+    cluster = as_reached(cluster, targets)
     ssh = SshOptions(KnownHosts(accept_new=options.accept_new_host_keys),
                      options.connect_timeout_s, options.connect_retries, cancel)
     nodes: dict[str, Node] = {}
@@ -541,7 +542,7 @@ def check_cluster(inventory: LoadedInventory, cluster: Cluster, options: ReachOp
                 cancel.set()
                 raise
         return check_reach(cluster, nodes, unreachable, options.timeout_s, options.parallel,
-                           cancel, {h: node_address(targets[h]) for h in cluster.hosts})
+                           cancel, dict(cluster.addresses))
     finally:
         for transport in opened:
             transport.close()

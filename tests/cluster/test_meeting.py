@@ -63,6 +63,14 @@ def test_an_ssh_alias_and_rendezvous_address_are_the_addresses_tested(
     assert [(p.host, p.address, p.port) for p in result.points] == [
         ("h2", "127.0.0.1", port + 1)]
     assert port_free(port) and port_free(port + 1)
+    # Without rendezvous_address the rendezvous is the alias's HostName too, not the
+    # alias, which the nodes could not resolve.
+    path = write_inventory(home, client_key, {
+        "h1": {"address": "node-1", "ssh_config": str(config)},
+        "h2": {"address": "node-2", "ssh_config": str(config)}}, {"rendezvous_port": port})
+    result = check(path)
+    assert result.go, result.message
+    assert (result.rendezvous.host, result.rendezvous.address) == ("h1", "127.0.0.1")
 
 
 def test_a_pairs_port_taken_is_no_go_naming_the_meeting_point(
