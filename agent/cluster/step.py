@@ -115,6 +115,21 @@ def rank_environment(cfg: Config, environ: Dict[str, str]) -> Dict[str, str]:
     return env
 
 
+# nccl-tests' bus bandwidth factor of each collective over n ranks (src/<op>.cu's GetBw
+# at a0b82b2, NCCL_TESTS_VERSION 2.19.6; tests/fixtures/nccl-tests/busbw.cu keeps them and
+# tests/agent/cluster/test_busbw.py reads them): busbw = size / time x the factor, the
+# size being the whole buffer (the one reduced, the one gathered, the one scattered from,
+# each rank's send buffer of an all-to-all). The ranks run all_reduce and all_gather
+# (rank.OPS); the other two are the factors a whole-cluster reduce-scatter and
+# all-to-all would take.
+BUSBW_FACTORS: Dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
 def figure(row: Dict[str, Any]) -> Dict[str, Any]:
     """A figure of the event from a rank's row (per-iteration ms, max-reduced over the
     world), by nccl-tests' definitions (its doc/PERFORMANCE.md): algbw = size / time; an
@@ -122,7 +137,7 @@ def figure(row: Dict[str, Any]) -> Dict[str, Any]:
     time_us, algbw_gbs and busbw_gbs are the median iteration's (of an even count, the
     slower of the middle two: one iteration that ran, so the three agree exactly)."""
     n = int(row["ranks"])
-    factor = (2.0 * (n - 1) / n) if row["op"] == "all_reduce" else ((n - 1) / n)
+    factor = BUSBW_FACTORS[row["op"]](n)
     size = int(row["size_bytes"])
     ms = [float(t) for t in row["ms"] if float(t) > 0]
     if not ms:
