@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import json
 import os
 import signal
@@ -115,6 +116,21 @@ def rank_environment(cfg: Config, environ: Dict[str, str]) -> Dict[str, str]:
     return env
 
 
+# nccl-tests' bus bandwidth factor of each collective over n ranks (src/<op>.cu's GetBw
+# at a0b82b2, NCCL_TESTS_VERSION 2.19.6; tests/fixtures/nccl-tests/busbw.cu keeps them and
+# tests/agent/cluster/test_busbw.py reads them): busbw = size / time x the factor, the
+# size being the whole buffer (the one reduced, the one gathered, the one scattered from,
+# each rank's send buffer of an all-to-all). The ranks run all_reduce and all_gather
+# (rank.OPS); the other two are the factors a whole-cluster reduce-scatter and
+# all-to-all would take.
+BUSBW_FACTORS: Dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
 def figure(row: Dict[str, Any]) -> Dict[str, Any]:
     """A figure of the event from a rank's row (per-iteration ms, max-reduced over the
     world), by nccl-tests' definitions (its doc/PERFORMANCE.md): algbw = size / time; an
@@ -122,7 +138,7 @@ def figure(row: Dict[str, Any]) -> Dict[str, Any]:
     time_us, algbw_gbs and busbw_gbs are the median iteration's (of an even count, the
     slower of the middle two: one iteration that ran, so the three agree exactly)."""
     n = int(row["ranks"])
-    factor = (2.0 * (n - 1) / n) if row["op"] == "all_reduce" else ((n - 1) / n)
+    factor = BUSBW_FACTORS[row["op"]](n)
     size = int(row["size_bytes"])
     ms = [float(t) for t in row["ms"] if float(t) > 0]
     if not ms:
@@ -343,6 +359,36 @@ def _watch(cfg: Config, ranks: List[_Rank], stop: _Stop,
         stop.event.wait(POLL_S)
 
 
+def port_taken(address: str, port: int) -> Optional[str]:
+    """Why the store cannot listen on address:port on this node (another process listens
+    there), or None. Bound as torch's store binds (SO_REUSEADDR, so that the check's own
+    connections in TIME_WAIT do not count) and never listened on. A port taken after
+    `fleet cluster check` would otherwise take the other nodes' connections into the
+    wrong listener, where they wait out the timeout (issue 57: 50 s on loopback) before
+    anyone says why. Where the address is not this host's own the store takes every
+    address, and so does this."""
+    try:
+        family, _, _, _, where = socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError):
+        family, where = socket.AF_INET, ("", port)
+    wildcard = ("::" if family == socket.AF_INET6 else "", port)
+    for place in (where, wildcard):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(place)
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL and place is where:
+                    continue
+                if exc.errno == errno.EADDRINUSE:
+                    return (f"port {port} of {address} is taken on this node: another "
+                            "process listens there since the check (address already in "
+                            "use); free it or set the cluster's rendezvous_port")
+                return None  # torch's store says the rest in its own words
+            return None
+    return None
+
+
 def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
         stdin: int = 0) -> Tuple[Dict[str, Any], int]:
     """Run this node's part of the step: the `cluster` event's body and the exit status.
@@ -365,9 +411,13 @@ def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
     try:
         with tempfile.TemporaryDirectory(prefix="fleet-cluster-") as tmp:
             try:
-                for local in range(cfg.ranks_per_node):
-                    ranks.append(_start(cfg, local, tmp, env))
-                outcome = _watch(cfg, ranks, stop, progress)
+                taken = port_taken(cfg.address, cfg.port) if cfg.node_rank == 0 else None
+                if taken:
+                    outcome = _Outcome(errors=[{"stage": "rendezvous", "message": taken}])
+                else:
+                    for local in range(cfg.ranks_per_node):
+                        ranks.append(_start(cfg, local, tmp, env))
+                    outcome = _watch(cfg, ranks, stop, progress)
             except OSError as exc:
                 outcome = _Outcome(errors=[{"stage": "ranks", "message": (
                     f"could not start the ranks: {exc}")[:800]}])

@@ -65,18 +65,25 @@ a port through nccl-tests (issue 46's brief; not checked against a primary sourc
   judged (the whole-cluster step, or a pair of unknown rate).
 
 **The slow node, found by its pairs** (fleet/cluster/schedule.py's rule, imported): each
-node's pass ratio over its judged pair steps (a step that failed counts as a failed pair);
-a node under `DEFAULT_THRESHOLD` beside a partner that is known good is the **slow-node**
-(fault); any other suspect of schedule.py's `sort_out` (a failure no bad partner explains)
-is a **suspect** (info: test it again against a known-good node). No node known good while
-pairs failed, among three nodes or more: **shared-fault**, the fabric, a switch, the
-rendezvous or NCCL's settings (two nodes' one pair cannot say whose node failed; its own
-finding says all there is). A short pair beside the slow node says so in its evidence.
+node's pass ratio over its judged pair steps (a step that failed, or a pair not judged,
+says nothing of the fabric); a node under `DEFAULT_THRESHOLD` beside a partner that is
+known good is the **slow-node** (fault); any other suspect of schedule.py's `sort_out` (a
+failure no bad partner explains) is a **suspect** (info: test it again against a
+known-good node). No node known good while judged pairs were short, among three nodes or
+more, and no one node in every short pair: **shared-fault**, the fabric, a switch, the
+rendezvous or NCCL's settings (one node in every short pair is the suspect instead; two
+nodes' one pair cannot say whose node failed; its own finding says all there is). Pair
+steps failing whichever nodes met are a **shared-fault** of the steps, not the fabric's.
+A short pair beside the slow node says so in its evidence.
 
 **step-failed** (fault): a step with an error, naming its nodes and the error;
-**node-steps-failed** (fault): a node whose every step failed; **every-step-failed**
-(fault) instead where no step ran. **cluster-figure** (info): the whole-cluster step
-against the slowest pair.
+**node-steps-failed** (fault): a node most of whose pair steps failed while its partners
+ran with others (a step that ran clears its nodes of a failure, judged or not: fleet/
+analysis/pair_evidence.py); **every-step-failed** (fault) instead where no step ran.
+**node-lost** (fault): a node that took part in no step (unreachable over SSH, no
+runtime, its meeting point not reached), stored as a failed one-node cluster step; the
+others were measured without it. A pair not judged says why in its cause.
+**cluster-figure** (info): the whole-cluster step against the slowest pair.
 
 Pure: data in, findings out; nothing prints. Every text is plain, with its units. What
 a node's fabric carries is fleet/analysis/fabric.py; the slow node, found by its pairs,
@@ -436,11 +443,15 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
                                whose="unsettled"), ())
     shown = reduce or gather
     if shown is None:
-        return _Judged(replace(base, cause="the step gave no figure"), ())
+        return _Judged(replace(base, cause="not judged: the step gave no figure"), ())
     base = replace(base, op=shown.op, busbw_gbs=shown.busbw_gbs)
     figure_words = "; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {size_words(f.size_bytes)}"
                              for f in (reduce, gather) if f is not None)
     if expected is None:
+        # Not judged, and said why: the node standings leave it out of the fabric's
+        # question (fleet/analysis/pair_evidence.py).
+        base = replace(base, cause="not judged: " + (
+            "no RDMA fabric between them" if why_not == "no-fabric" else str(why_not)))
         sockets = _socket_causes(step, fabrics, settings)
         unjudged = [_socket_finding(step, sockets)] if sockets else []
         if why_not == "no-fabric":
@@ -572,6 +583,24 @@ def _socket_finding(step: StepResult, causes: Sequence[_Cause]) -> ClusterFindin
 
 # --- failed steps and the whole cluster -------------------------------------------------
 
+def lost_node(step: StepResult) -> bool:
+    """Whether the step stands for a node lost before its steps: the orchestration
+    stores it as a failed one-node cluster step (fleet/cluster/between.py), which no
+    schedule makes (a cluster step has every node, and a cluster two or more)."""
+    return step.kind == "cluster" and len(step.hosts) == 1 and step.error is not None
+
+
+def _lost(step: StepResult, measured: int) -> ClusterFinding:
+    host = step.hosts[0]
+    return ClusterFinding(
+        step.cluster, "node-lost", "fault", "unsettled", (host,),
+        f"{host}: lost before its steps, not measured",
+        f"{step.error}; the other {counted(measured, 'node')} were measured without it",
+        f"Reach {host} (fleet cluster check names why it cannot be: SSH, its runtime, "
+        "the meeting ports), then run the cluster again to measure it.", SOURCE_STEP,
+        (step.step_id,))
+
+
 def _failed_steps(results: Sequence[StepResult], order: Sequence[str], cluster: str
                   ) -> list[ClusterFinding]:
     failed = [r for r in results if r.error is not None]
@@ -586,23 +615,18 @@ def _failed_steps(results: Sequence[StepResult], order: Sequence[str], cluster: 
             "Look at what every step shares: the rendezvous (fleet cluster check), the "
             "firewall between the nodes, NCCL's settings, the agent on the nodes.",
             SOURCE_STEP, tuple(r.step_id for r in failed))]
-    findings = [ClusterFinding(
+    # Which node the failures point at is the pairs' evidence (slow_node.judge_nodes).
+    return [ClusterFinding(
         cluster, "step-failed", "fault", "unsettled", r.hosts,
         f"step {r.step_id} ({r.kind} {pair_words(r.hosts)}) failed", f"{r.error}",
         "Read the step's error: a rendezvous not joined is a firewall or the port "
         "(fleet cluster check), a rank that died is the node's or NCCL's.", SOURCE_STEP,
         (r.step_id,)) for r in failed]
-    for host in order:
-        mine = [r for r in results if host in r.hosts]
-        if mine and all(r.error is not None for r in mine):
-            findings.append(ClusterFinding(
-                cluster, "node-steps-failed", "fault", "unsettled", (host,),
-                f"{host}: every step it was in failed ({counted(len(mine), 'step')})",
-                "; ".join(f"{r.step_id} with {pair_words([h for h in r.hosts if h != host])}: "
-                          f"{r.error}" for r in mine),
-                f"Look at {host} first: the others ran steps without it.", SOURCE_STEP,
-                tuple(r.step_id for r in mine)))
-    return findings
+
+
+def by_lost(lost: Sequence[StepResult]) -> set[str]:
+    """The nodes lost before their steps."""
+    return {r.hosts[0] for r in lost}
 
 
 def _whole(step: StepResult, pairs: Sequence[PairVerdict]) -> ClusterFinding | None:
@@ -649,14 +673,20 @@ def judge_cluster(results: Sequence[StepResult], networks: Mapping[str, NetworkF
                            "judge one cluster's run at a time")
     cluster = names[0]
     order = list(dict.fromkeys(h for r in results for h in r.hosts))
-    judged = [_judge_pair(r, networks, settings) for r in results
+    lost = [r for r in results if lost_node(r)]
+    ran = [r for r in results if not lost_node(r)]
+    judged = [_judge_pair(r, networks, settings) for r in ran
               if r.kind in ("pair", "suspect") and len(r.hosts) == 2]
     pairs = [j.verdict for j in judged]
-    nodes, node_findings = judge_nodes(order, pairs, cluster)
+    nodes, node_findings = judge_nodes(order, pairs, cluster,
+                                       {r.hosts[0]: r.error or "" for r in lost})
     by_host = {n.host: n for n in nodes}
-    findings = [*node_findings, *(beside(f, by_host) for j in judged for f in j.findings),
-                *_failed_steps(results, order, cluster)]
-    for step in results:
+    measured = len({h for r in ran for h in r.hosts})
+    findings = [*(_lost(r, measured) for r in lost), *node_findings,
+                *(beside(f, by_host) for j in judged for f in j.findings),
+                *(_failed_steps(ran, [h for h in order if h not in by_lost(lost)], cluster)
+                  if ran else [])]
+    for step in ran:
         if step.kind != "cluster" or step.error is not None:
             continue
         fabrics, _, _ = _expectation(step, networks)

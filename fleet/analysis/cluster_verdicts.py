@@ -12,7 +12,7 @@ Severity = Literal["fault", "info"]
 Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",
                "socket-fallback", "slow-node", "suspect", "shared-fault", "step-failed",
                "node-steps-failed", "every-step-failed", "cluster-figure",
-               "pair-regressed"]
+               "pair-regressed", "node-lost"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,11 @@ class PairVerdict:
 @dataclass(frozen=True)
 class NodeVerdict:
     """A node's pair steps: judged (pairs), passed, the ratio (None: none judged); slow:
-    it failed most of its pairs beside partners known good; suspect: schedule.py's
-    `sort_out` would test it again against a known-good node."""
+    it failed most of its judged pairs beside partners known good; suspect: schedule.py's
+    `sort_out` would test it again against a known-good node. failing: most of its pair
+    steps failed (no figure) where its partners ran with others (fleet/analysis/
+    pair_evidence.py); failed: its pair steps that failed; unjudged: those that ran and
+    nothing could judge; lost: why it took part in no step (None: it did)."""
 
     host: str
     pairs: int
@@ -81,6 +84,10 @@ class NodeVerdict:
     ratio: float | None
     slow: bool
     suspect: bool
+    failing: bool = False
+    failed: int = 0
+    unjudged: int = 0
+    lost: str | None = None
 
 
 @dataclass(frozen=True)

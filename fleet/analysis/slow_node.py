@@ -1,10 +1,13 @@
 """The slow node of a cluster, found by its pairs (fleet/cluster/schedule.py's rule,
-imported): each node's pass ratio over its judged pair steps (a step that failed counts
-as a failed pair); a node under `DEFAULT_THRESHOLD` beside a partner known good is the
-slow node (fault); any other suspect of `sort_out` (a failure no bad partner explains) a
-suspect (information: test it again against a known-good node). No node known good while
-pairs failed, among three nodes or more: a shared fault (the fabric, a switch, the
-rendezvous or NCCL's settings); two nodes' one pair cannot say whose node failed.
+imported): each node's pass ratio over its judged pair steps (a step that failed, or a
+pair nothing could judge, says nothing of the fabric: fleet/analysis/pair_evidence.py
+asks every pair step whether it ran); a node under `DEFAULT_THRESHOLD` beside a partner
+known good is the slow node (fault); any other suspect of `sort_out` (a failure no bad
+partner explains) a suspect (information: test it again against a known-good node). No
+node known good while pairs were short, among three nodes or more, and no one node in
+every short pair: a shared fault (the fabric, a switch, the rendezvous or NCCL's
+settings); one node in every short pair is the suspect instead; two nodes' one pair
+cannot say whose node failed.
 """
 
 from __future__ import annotations
@@ -14,17 +17,18 @@ from dataclasses import replace
 
 from fleet.analysis.cluster_verdicts import ClusterFinding, NodeVerdict, PairVerdict
 from fleet.analysis.fabric import gbs
-from fleet.analysis.whose import Party
-from fleet.cluster.schedule import (
-    DEFAULT_THRESHOLD,
-    PairResult,
-    Standing,
-    sort_out,
-    standings,
+from fleet.analysis.pair_evidence import (
+    SOURCE_PAIRS,
+    accuse,
+    judged_results,
+    outcome,
+    ran_results,
+    step_findings,
 )
+from fleet.analysis.whose import Party
+from fleet.cluster.schedule import DEFAULT_THRESHOLD, PairResult, Standing
 
-SOURCE_PAIRS = ("fleet/cluster/schedule.py: Imbue's pass ratio per host, Google's Cluster "
-                "Health Scanner's suspects against known-good nodes")
+__all__ = ["SOURCE_PAIRS", "beside", "judge_nodes", "one_party"]
 
 
 def one_party(parties: Iterable[Party]) -> Party:
@@ -33,39 +37,49 @@ def one_party(parties: Iterable[Party]) -> Party:
     return found.pop() if len(found) == 1 else "unsettled"
 
 
-def judge_nodes(order: Sequence[str], verdicts: Sequence[PairVerdict], cluster: str
+def judge_nodes(order: Sequence[str], verdicts: Sequence[PairVerdict], cluster: str,
+                lost: Mapping[str, str] | None = None
                 ) -> tuple[list[NodeVerdict], list[ClusterFinding]]:
-    """Each node's standing from the judged pairs, and the slow-node, suspect and
-    shared-fault findings."""
-    results = [PairResult(v.hosts[0], v.hosts[1], bool(v.passed)) for v in verdicts
-               if v.passed is not None and len(v.hosts) == 2]
-    if len(order) < 2 or not results:
-        return [NodeVerdict(h, 0, 0, None, False, False) for h in order], []
-    table = standings(order, results)
-    sorted_out = sort_out(order, results, threshold=DEFAULT_THRESHOLD)
-    good = set(sorted_out.known_good)
-    failed = [v for v in verdicts if v.passed is False and len(v.hosts) == 2]
-    partners = {h: [v for v in failed if h in v.hosts] for h in order}
-    slow = {h for h in sorted_out.suspects if table[h].tested
-            and table[h].ratio < DEFAULT_THRESHOLD
-            and any(p in good for v in partners[h] for p in v.hosts if p != h)}
+    """Each node's standing from its pairs, and the findings: slow node, suspect and
+    shared fault from the judged pairs only; a node whose pair steps failed where its
+    partners ran with others, or steps failing whoever met, from every pair step
+    (fleet/analysis/pair_evidence.py). `lost`: nodes that took part in no step, with why."""
+    lost = lost or {}
+    pairs = [v for v in verdicts if len(v.hosts) == 2]
+    if len(order) < 2:
+        return [NodeVerdict(h, 0, 0, None, False, False, lost=lost.get(h)) for h in order], []
+    speed = accuse(order, judged_results(pairs))
+    runs = accuse(order, ran_results(pairs))
+    table = speed.table
+    outcomes = {h: [outcome(v) for v in pairs if h in v.hosts] for h in order}
+    slow = speed.named
     nodes = [NodeVerdict(h, table[h].tested, table[h].passed,
                          table[h].ratio if table[h].tested else None, h in slow,
-                         h in sorted_out.suspects and table[h].tested > 0) for h in order]
-    findings: list[ClusterFinding] = []
-    tested = [h for h in order if table[h].tested]
-    if failed and not good:
-        # Two nodes' one pair cannot say whose node failed: its own finding says all.
-        if len(tested) > 2:
-            findings.append(_shared(cluster, results, failed, tested))
+                         (h in speed.suspects and speed.answered(h))
+                         or (h in runs.suspects and h not in runs.named
+                             and outcomes[h].count("failed") > 0),
+                         failing=h in runs.named, failed=outcomes[h].count("failed"),
+                         unjudged=outcomes[h].count("unjudged"), lost=lost.get(h))
+             for h in order]
+    findings: list[ClusterFinding] = step_findings(cluster, order, pairs, runs)
+    short = [v for v in pairs if outcome(v) == "short"]
+    partners = {h: [v for v in short if h in v.hosts] for h in order}
+    if short and not speed.cleared:
+        if speed.shared:
+            findings.append(_shared(cluster, judged_results(pairs), short,
+                                    [h for h in order if speed.answered(h)]))
+        elif len([h for h in order if speed.answered(h)]) > 2:
+            # One node in every short pair and none cleared: it is the one to test again,
+            # not a fault of what every node shares.
+            findings += [_suspect(cluster, h, partners[h], table) for h in order
+                         if h in speed.common]
         return nodes, findings
     for host in order:
-        mine = partners[host]
         if host in slow:
             findings.append(_slow(cluster, host, table[host].passed, table[host].tested,
-                                  mine, table))
-        elif host in sorted_out.suspects and table[host].tested:
-            findings.append(_suspect(cluster, host, mine, table))
+                                  partners[host], table))
+        elif host in speed.suspects and speed.answered(host):
+            findings.append(_suspect(cluster, host, partners[host], table))
     return nodes, findings
 
 

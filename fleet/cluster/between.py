@@ -23,9 +23,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from fleet.analysis.cluster import ClusterJudgement, judge_cluster
 from fleet.analysis.cluster_trend import Trends
+from fleet.cluster.meeting import MeetingPoint, meeting_points, node_address
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
 from fleet.cluster.results import StepKind, StepResult
@@ -93,10 +95,6 @@ class BetweenRun:
         return merged
 
 
-def _address(cluster: Cluster, host: str, nodes: Mapping[str, StepNode]) -> str:
-    return cluster.addresses.get(host) or nodes[host].target.address
-
-
 def _spec(cluster: Cluster, run_id: str, step_id: str, kind: StepKind, round_: int | None,
           hosts: Sequence[str], address: str, port: int, ranks: int,
           options: BetweenOptions, algo: str | None) -> StepSpec:
@@ -107,12 +105,77 @@ def _spec(cluster: Cluster, run_id: str, step_id: str, kind: StepKind, round_: i
                     backend=options.backend)
 
 
-def _pair_specs(cluster: Cluster, run_id: str, step: Step, port: int, ranks: int,
-                options: BetweenOptions, nodes: Mapping[str, StepNode]) -> list[StepSpec]:
+def _pair_specs(cluster: Cluster, run_id: str, step: Step, points: Mapping[str, MeetingPoint],
+                ranks: int, options: BetweenOptions) -> list[StepSpec]:
+    """A round's pairs, each meeting at its first node's meeting point: the address the
+    check tested, and a port no other pair of the round binds there."""
     kind: StepKind = "suspect" if step.kind == "suspects" else "pair"
     return [_spec(cluster, run_id, f"{kind}-r{step.round}-{i}", kind, step.round, pair,
-                  _address(cluster, pair[0], nodes), port, ranks, options, RING)
+                  points[pair[0]].address, points[pair[0]].port, ranks, options, RING)
             for i, pair in enumerate(step.pairs)]
+
+
+LOST = "lost before its steps"
+
+
+def _losers(check: ReachCheck) -> dict[str, str] | None:
+    """The nodes a check that said no-go leaves out, with why; None where the fault is
+    the rendezvous's own (its host, its listener, or no node reaching it), which no
+    node left out would mend."""
+    rows = {r.host: r for r in check.nodes}
+    rendezvous = rows.get(check.rendezvous.host)
+    if rendezvous is None or not rendezvous.reached:
+        return None
+    others = [r for r in check.nodes if not r.rendezvous and r.reached is not None]
+    if others and not any(r.reached for r in others):
+        return None
+    lost = {r.host: (r.error or "sent no report") + (
+        "" if r.reached is None else f": it did not reach the rendezvous "
+        f"{check.rendezvous}") for r in check.nodes if not r.rendezvous and not r.reached}
+    for miss in check.misses:
+        # A point no node reaches is its host's; a node that misses one others reach is
+        # the node's.
+        missed_by = {m.source for m in check.misses if m.point == miss.point}
+        everyone = {r.host for r in check.nodes} - {miss.point.host}
+        host = miss.point.host if missed_by >= everyone else miss.source
+        lost.setdefault(host, f"{miss.source} did not reach {miss.point.host}'s meeting "
+                              f"point {miss.point}: {' '.join(miss.error.split())[:200]}")
+    return lost
+
+
+def _reach_the_rest(cluster: Cluster, nodes: Mapping[str, StepNode],
+                    unreachable: Mapping[str, str], options: BetweenOptions,
+                    cancel: threading.Event) -> tuple[ReachCheck, Cluster, dict[str, str]]:
+    """The rendezvous and every meeting point checked, leaving out each node that
+    cannot take part (and saying why) while two or more can: the last check, the
+    cluster of the nodes that take part, and the nodes lost."""
+    reach_nodes = {h: Node(n.transport, n.python or n.target.python) for h, n in nodes.items()}
+    addresses = {h: node_address(n.target) for h, n in nodes.items()}
+    lost: dict[str, str] = {}
+    current = cluster
+    while True:
+        check = check_reach(current, {h: n for h, n in reach_nodes.items()
+                                      if h in current.hosts},
+                            {h: r for h, r in unreachable.items() if h in current.hosts},
+                            options.reach_timeout_s, cancel=cancel, addresses=addresses)
+        if check.go:
+            return check, current, lost
+        losers = _losers(check)
+        rest = [h for h in current.hosts if losers is not None and h not in losers]
+        if losers is None or not losers or len(rest) < 2:
+            return check, current, lost
+        lost.update(losers)
+        current = replace(current, hosts=tuple(rest))
+
+
+def _lost_step(cluster: Cluster, run_id: str, number: int, host: str, why: str,
+               options: BetweenOptions, ranks: int, port: int) -> StepRun:
+    """A node lost before its steps, stored as a failed one-node cluster step: no
+    schedule makes one (fleet/analysis/cluster.py's `lost_node`)."""
+    spec = _spec(cluster, run_id, f"lost-{number}", "cluster", None, (host,), "-", port,
+                 ranks, options, None)
+    return StepRun(spec, datetime.now(UTC),
+                   error=f"{host}: {LOST}: {' '.join(why.split())}"[:2000])
 
 
 def _round(specs: Sequence[StepSpec], nodes: Mapping[str, StepNode], payload: Payload,
@@ -146,13 +209,14 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
     a connection to; `unreachable`: the others with why). Nothing is stored here."""
     run = BetweenRun(cluster, uuid.uuid4().hex)
     say = observe or (lambda what, message: None)
-    reach_nodes = {h: Node(n.transport, n.python or n.target.python) for h, n in nodes.items()}
-    run.reach = check_reach(cluster, reach_nodes, unreachable, options.reach_timeout_s,
-                            cancel=cancel)
+    run.reach, taking_part, lost = _reach_the_rest(cluster, nodes, unreachable, options,
+                                                   cancel)
     if not run.reach.go:
         run.error = run.reach.message
         return run
-    hosts = [h for h in cluster.hosts if h in nodes]
+    for host, why in lost.items():
+        say("cluster", f"{host}: {LOST}, the others measured without it: {why}"[:400])
+    hosts = [h for h in taking_part.hosts if h in nodes]
     counts = [c for h in hosts if (c := (gpu_counts or {}).get(h))]
     ranks = options.ranks_per_node or (min(counts) if counts else 1)
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
@@ -161,6 +225,10 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
     order = [rendezvous.host, *[h for h in hosts if h != rendezvous.host]]
     run.schedule = plan(order, seed=seed, rounds=options.rounds)
     port = rendezvous.port
+    run.steps += [_lost_step(cluster, run.run_id, number, host, why, options, ranks, port)
+                  for number, (host, why) in enumerate(lost.items(), 1)]
+    points = meeting_points(rendezvous, order, {h: node_address(nodes[h].target)
+                                                for h in order})
     for step in run.schedule.steps:
         if cancel.is_set():
             run.error = "interrupted"
@@ -174,8 +242,8 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
             continue
         say("cluster", f"pair round {step.round} of {run.schedule.rounds}: "
                        f"{counted(len(step.pairs), 'pair')} at once")
-        run.steps.extend(_round(_pair_specs(cluster, run.run_id, step, port, ranks, options,
-                                            nodes), nodes, payload, cancel, observe))
+        run.steps.extend(_round(_pair_specs(cluster, run.run_id, step, points, ranks,
+                                            options), nodes, payload, cancel, observe))
     run.judgement = judge_cluster(run.results, networks, run.settings())
     if options.suspects and not cancel.is_set():
         try:
@@ -188,9 +256,8 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
                 run.error = "interrupted"
                 return run
             say("cluster", f"suspects' round {step.round}: {counted(len(step.pairs), 'pair')}")
-            run.steps.extend(_round(_pair_specs(cluster, run.run_id, step, port, ranks,
-                                                options, nodes), nodes, payload, cancel,
-                                    observe))
+            run.steps.extend(_round(_pair_specs(cluster, run.run_id, step, points, ranks,
+                                                options), nodes, payload, cancel, observe))
         if again:
             run.judgement = judge_cluster(run.results, networks, run.settings())
     return run

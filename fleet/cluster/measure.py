@@ -22,6 +22,7 @@ from fleet.cluster.between import (
     measure_again,
     run_between,
 )
+from fleet.cluster.meeting import as_reached
 from fleet.cluster.members import Cluster
 from fleet.cluster.step import StepNode
 from fleet.errors import ClusterError, FleetError
@@ -111,6 +112,7 @@ def measure_cluster(inventory: LoadedInventory, cluster: Cluster, engine: Engine
     for host in hosts:
         if targets[host].transport == "ssh":
             plan_ssh(targets[host])  # a mistake in ssh_config stops here, before connecting
+    cluster = as_reached(cluster, targets)
     ssh = SshOptions(KnownHosts(accept_new=connecting.accept_new_host_keys),
                      connecting.connect_timeout_s, connecting.connect_retries, cancel)
     nodes: dict[str, StepNode] = {}

@@ -22,11 +22,12 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from fleet.cluster.meeting import MeetingPoint, as_reached, meeting_points
 from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import Decision, Reach, Rendezvous, choose_rendezvous, decide
 from fleet.errors import ClusterError, FleetError, InputError
@@ -42,6 +43,9 @@ from fleet.transport.base import (
 )
 from fleet.transport.hostkeys import KnownHosts
 from fleet.transport.ssh import SshOptions, plan_ssh
+from fleet.words import counted
+
+MAX_ERROR = 200  # a node's error text is the remote's; keep a line of it
 
 DEFAULT_TIMEOUT_S = 5.0  # a node's connection attempt
 START_S = 30.0  # for the host's python to start and answer, over SSH, on a busy host
@@ -110,9 +114,50 @@ print("fleet-reach " + json.dumps(answer), flush=True)
 """
 
 
+# On every node, the second phase: TIMEOUT then ADDRESS PORT pairs, each tried at once
+# (a thread each): one answer line per meeting point, so that a node that will meet 63
+# others takes one timeout, not 63.
+CONNECTOR_MANY = """\
+import json, socket, sys, threading, time
+wait, targets = float(sys.argv[1]), sys.argv[2:]
+def attempt(address, port):
+    start = time.monotonic()
+    try:
+        socket.create_connection((address, int(port)), wait).close()
+        answer = {"reached": True, "seconds": time.monotonic() - start}
+    except socket.timeout:
+        answer = {"reached": False, "error": "timed out after %g s" % wait}
+    except (socket.gaierror, UnicodeError) as exc:
+        answer = {"reached": False, "error": "cannot resolve %s: %s" % (
+            address, getattr(exc, "strerror", None) or exc)}
+    except Exception as exc:
+        answer = {"reached": False, "error": getattr(exc, "strerror", None) or str(exc)}
+    answer.update(address=address, port=int(port))
+    with said:  # print writes the line and its end apart: two threads would mix them
+        sys.stdout.write("fleet-reach " + json.dumps(answer) + "\\n")
+        sys.stdout.flush()
+said = threading.Lock()
+threads = [threading.Thread(target=attempt, args=(targets[i], targets[i + 1]))
+           for i in range(0, len(targets), 2)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+"""
+
+
 def listener_script(python: str, address: str, port: int, peers: int, wait_s: float) -> str:
     """sh that runs the listener with `python` until `peers` nodes connected or `wait_s`."""
     args = (python, "-c", LISTENER, address, str(port), str(peers), f"{wait_s:g}")
+    return "exec " + " ".join(shlex.quote(a) for a in args)
+
+
+def connector_many_script(python: str, points: Sequence[MeetingPoint], timeout_s: float
+                          ) -> str:
+    """sh that tries a TCP connection to every one of `points` at once with `python`."""
+    args = [python, "-c", CONNECTOR_MANY, f"{timeout_s:g}"]
+    for point in points:
+        args += [point.address, str(point.port)]
     return "exec " + " ".join(shlex.quote(a) for a in args)
 
 
@@ -151,21 +196,58 @@ class ReachCheck:
     decision: Decision
     note: str = ""  # how the listener bound, where not at the address as given
     wall_s: float = 0.0
+    # The pairs' meeting points other than the rendezvous, tested once every node
+    # reached the rendezvous, and each node's miss of one (fleet/cluster/meeting.py).
+    points: tuple[MeetingPoint, ...] = ()
+    misses: tuple[Miss, ...] = ()
 
     @property
     def go(self) -> bool:
-        """Whether every node reached the rendezvous."""
-        return self.decision.go
+        """Whether every node reached the rendezvous and every meeting point."""
+        return self.decision.go and not self.misses
 
     @property
     def message(self) -> str:
-        """The decision, then why fleet could not reach a silent node, then the note."""
+        """The decision, then why fleet could not reach a silent node, then the note;
+        the meeting points' result under it."""
         lines = [self.decision.message]
+        if self.decision.go and self.misses:
+            points = {m.point for m in self.misses}
+            said = counted(len(points), "pair meeting point")
+            lines = [f"no-go, nothing was started: {said} not reached from every node "
+                     "that will connect to it",
+                     *(f"  {m.source}: {m.point.host}'s meeting point "
+                       f"({m.point}): {' '.join(m.error.split())[:MAX_ERROR]}; "
+                       f"{m.fix(self.cluster)}" for m in self.misses)]
+        elif self.decision.go and self.points:
+            lines.append("  pairs meet at: " + ", ".join(
+                f"{p.host} {p}" for p in self.points) + ": every node reaches each")
         lines += [f"  {n.host} over SSH: {' '.join(n.error.split())}"
                   for n in self.nodes if n.reached is None and n.error]
         if not self.go and self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A node that could not reach another's meeting point, and the OS's words."""
+
+    source: str
+    point: MeetingPoint
+    error: str
+
+    def fix(self, cluster: str) -> str:
+        """The way out, from the error's words."""
+        error = self.error.lower()
+        if "in use" in error:
+            return (f"port {self.point.port} is taken on {self.point.host}: free it, or "
+                    f"set clusters.{cluster}.rendezvous_port to a free range")
+        if "resolve" in error or "no route" in error or "unreachable" in error:
+            return (f"{self.source} cannot reach {self.point.address}: give "
+                    f"{self.point.host} an address on the network the nodes share")
+        return (f"open TCP {self.point.port} on {self.point.host} to the cluster's "
+                "nodes (firewall or security group), where pairs meet")
 
 
 @dataclass(frozen=True)
@@ -263,14 +345,91 @@ def _pick(cluster: Cluster, reachable: Collection[str]) -> Rendezvous:
         return choose_rendezvous(cluster)
 
 
+def _point_answers(host: str, node: Node, points: Sequence[MeetingPoint], timeout_s: float,
+                   cancel: threading.Event) -> list[Miss]:
+    """`host` tries every one of `points` at once: a miss for each it did not reach."""
+    process: Process | None = None
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    try:
+        process = node.transport.run(connector_many_script(node.python, points, timeout_s))
+        lines = process.lines(time.monotonic() + timeout_s + START_S, cancel)
+        while True:
+            answer = _answer(lines)
+            if answer is None:
+                break
+            answers[(str(answer.get("address")), int(answer.get("port") or 0))] = answer
+        said = "" if answers else _no_answer(process, node.python,
+                                             "the connection attempts did not run")
+    except Cancelled:
+        raise
+    except RunTimeout:
+        said = f"the connection attempts did not finish in {timeout_s + START_S:g} s"
+    except TransportError as exc:
+        said = f"over SSH: {exc}"
+    finally:
+        _stop(process)
+    misses = []
+    for point in points:
+        answer = answers.get((point.address, point.port))
+        if answer is None:
+            misses.append(Miss(host, point, said or "no answer for it"))
+        elif answer.get("reached") is not True:
+            misses.append(Miss(host, point, str(answer.get("error") or "")))
+    return misses
+
+
+def check_points(cluster: Cluster, points: Sequence[MeetingPoint], nodes: Mapping[str, Node],
+                 timeout_s: float = DEFAULT_TIMEOUT_S, parallel: int = PARALLEL,
+                 cancel: threading.Event | None = None) -> list[Miss]:
+    """Each of `points` listened on by its host while every other node of `nodes`
+    connects to it, as a pair's ranks will: the misses. Every listener is stopped
+    before this returns or raises."""
+    cancel = cancel or threading.Event()
+    listeners: dict[str, Process] = {}
+    misses: list[Miss] = []
+    wait_s = timeout_s + 2 * START_S
+    try:
+        for point in points:
+            node = nodes[point.host]
+            try:
+                listeners[point.host] = node.transport.run(listener_script(
+                    node.python, point.address, point.port, len(nodes) - 1, wait_s))
+            except TransportError as exc:
+                misses.append(Miss(point.host, point, f"cannot start its listener: {exc}"))
+        for point in points:
+            if point.host not in listeners:
+                continue
+            row, _ = _listening(listeners[point.host], nodes[point.host].python, Rendezvous(
+                cluster.name, point.host, point.address, point.port, "a pair's"), cancel)
+            if not row.reached:
+                misses.append(Miss(point.host, point, row.error))
+        with ThreadPoolExecutor(max(1, min(parallel, len(nodes))), "fleet-points") as pool:
+            futures = [pool.submit(_point_answers, host, node,
+                                   [p for p in points if p.host != host], timeout_s, cancel)
+                       for host, node in nodes.items()]
+            try:
+                for future in futures:
+                    misses += future.result()
+            except BaseException:
+                cancel.set()
+                raise
+    finally:
+        for process in listeners.values():
+            _stop(process)
+    return misses
+
+
 def check_reach(cluster: Cluster, nodes: Mapping[str, Node], unreachable: Mapping[str, str],
                 timeout_s: float = DEFAULT_TIMEOUT_S, parallel: int = PARALLEL,
-                cancel: threading.Event | None = None) -> ReachCheck:
-    """Check that every node of `cluster` reaches its rendezvous.
+                cancel: threading.Event | None = None,
+                addresses: Mapping[str, str] | None = None) -> ReachCheck:
+    """Check that every node of `cluster` reaches its rendezvous, then, where
+    `addresses` (each host's address as the nodes reach it: meeting.node_address) are
+    given and every node reached the rendezvous, every pair's meeting point.
 
     `nodes` are the hosts fleet reached (open transports, by host name), `unreachable`
     the others with the reason; every host of the cluster is in one of the two. The
-    listener is stopped before this returns or raises; nothing is stored."""
+    listeners are stopped before this returns or raises; nothing is stored."""
     started = time.monotonic()
     cancel = cancel or threading.Event()
     missing = [h for h in cluster.hosts if h not in nodes and h not in unreachable]
@@ -314,8 +473,17 @@ def check_reach(cluster: Cluster, nodes: Mapping[str, Node], unreachable: Mappin
     reports = [Reach(r.host, bool(r.reached), r.error) for r in rows.values()
                if r.reached is not None]
     decision = decide(rendezvous, cluster.hosts, reports)
+    points: list[MeetingPoint] = []
+    misses: list[Miss] = []
+    if decision.go and addresses is not None:
+        placed = meeting_points(rendezvous, [h for h in cluster.hosts if h in nodes],
+                                addresses)
+        points = [p for h, p in placed.items() if h != rendezvous.host]
+        if points:
+            misses = check_points(cluster, points, nodes, timeout_s, parallel, cancel)
     return ReachCheck(cluster.name, rendezvous, tuple(rows[h] for h in cluster.hosts),
-                      decision, note, time.monotonic() - started)
+                      decision, note, time.monotonic() - started, tuple(points),
+                      tuple(misses))
 
 
 def _connect(target: Target, ssh: SshOptions, opened: list[Transport]) -> Transport:
@@ -353,6 +521,7 @@ def check_cluster(inventory: LoadedInventory, cluster: Cluster, options: ReachOp
     for target in targets.values():
         if target.transport == "ssh":
             plan_ssh(target)  # a mistake in ssh_config stops here, before connecting
+    cluster = as_reached(cluster, targets)
     ssh = SshOptions(KnownHosts(accept_new=options.accept_new_host_keys),
                      options.connect_timeout_s, options.connect_retries, cancel)
     nodes: dict[str, Node] = {}
@@ -373,7 +542,7 @@ def check_cluster(inventory: LoadedInventory, cluster: Cluster, options: ReachOp
                 cancel.set()
                 raise
         return check_reach(cluster, nodes, unreachable, options.timeout_s, options.parallel,
-                           cancel)
+                           cancel, dict(cluster.addresses))
     finally:
         for transport in opened:
             transport.close()

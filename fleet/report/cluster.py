@@ -66,14 +66,16 @@ class PairRow:
 
 @dataclass(frozen=True)
 class NodeRow:
-    """A node's pair tests: judged, passed, the ratio ("50%", "-" where none was judged)
-    and its standing ("slow", "suspect" or "")."""
+    """A node's pair tests: judged, passed, the ratio ("50%", "-" where none was judged),
+    its standing ("slow", "steps failed", "lost", "suspect" or "") and its pair steps
+    that no judgement rests on ("1 failed, 2 ran", "-")."""
 
     host: str
     pairs: int
     passed: int
     ratio: str
     standing: str
+    unjudged: str = "-"
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,9 @@ def _transport(step: StepResult | None) -> str:
     return "not said" if step is None else transport_words(step, "NET/")
 
 
+NOT_JUDGED = "not judged: "  # the verdict column says it already
+
+
 def _verdict(pair: PairVerdict) -> str:
     if pair.passed is None:
         return "not judged"
@@ -163,14 +168,19 @@ def _pair_row(pair: PairVerdict, step: StepResult | None) -> PairRow:
     return PairRow(pair.step_id, round_, " and ".join(pair.hosts), _transport(step),
                    _gbs(pair.all_reduce_gbs), _gbs(pair.all_gather_gbs),
                    _gbs(pair.expected_gbs), "-" if pair.share is None else f"{pair.share:.0%}",
-                   _verdict(pair), pair.cause or "",
+                   _verdict(pair), (pair.cause or "").removeprefix(NOT_JUDGED),
                    "" if pair.whose is None else _WHOSE[pair.whose])
 
 
 def _node_row(node: NodeVerdict) -> NodeRow:
-    standing = "slow" if node.slow else ("suspect" if node.suspect else "")
+    standing = ("lost" if node.lost is not None else "slow" if node.slow else
+                "steps failed" if node.failing else "suspect" if node.suspect else "")
+    apart = [f"{count} {what}" for count, what in ((node.failed, "failed"),
+                                                   (node.unjudged, "ran"))
+             if count]
     return NodeRow(node.host, node.pairs, node.passed,
-                   "-" if node.ratio is None else f"{node.ratio:.0%}", standing)
+                   "-" if node.ratio is None else f"{node.ratio:.0%}", standing,
+                   ", ".join(apart) or "-")
 
 
 def _whole(run: ClusterRun, findings: Sequence[ClusterFinding]) -> str:

@@ -303,3 +303,54 @@ def test_a_nightly_sweep_measures_the_cluster_into_its_report(
         engine.dispose()
     page = report.read_text()
     assert '<section id="cluster">' in page and run.run_id in page
+
+
+def test_one_bad_node_and_one_lost_are_named_and_the_rest_measured(
+        tmp_path: Path, client_key: Path, servers: list[SshServer]) -> None:  # noqa: F811
+    # Issue 57's case on real nodes: h2's python has no torch (its steps fail), `down`'s
+    # sshd is down (lost before its steps), and the four live nodes share 127.0.0.1, so
+    # two pairs of a round meet on one address at once. Before issue 57 the lost node
+    # stopped the run, the pairs of a round met on one port (EADDRINUSE, or one pair in
+    # another's store), and the verdict blamed the fabric's switches.
+    port = free_port()
+    path = write_inventory(tmp_path, client_key, {
+        "h1": ssh(servers[0]), "h2": ssh(servers[1], python="/usr/bin/python3"),
+        "here": {"transport": "local"}, "here2": {"transport": "local"},
+        "down": ssh(servers[2])}, port)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    done = fleet(tmp_path, "cluster", "run", str(path), "--cpu", "--db", db,
+                 "--accept-new-host-keys", "--connect-retries", "0", "--sizes", "64K",
+                 "--no-suspects", timeout=300)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert_80_columns(done.stdout)
+    said = " ".join(done.stdout.split())
+    assert "down: lost before its steps, not measured [unsettled]" in said
+    assert ("h2: every pair step it was in failed (3 of 3), where its partners ran with "
+            "others [unsettled]") in said
+    ran = said.split("pair steps without h2 ran: ", 1)[1].split(" do: ", 1)[0]
+    assert sorted(ran.split(", ")) == ["h1 and here", "h1 and here2", "here and here2"]
+    assert "no torch to run the ranks on h2" in said
+    assert "shared" not in said and "switches" not in said
+    engine = open_engine(resolve(db))
+    try:
+        [run] = read_cluster_runs(engine, "pod")
+    finally:
+        engine.dispose()
+    lost = [r for r in run.results if len(r.hosts) == 1]
+    assert [(r.hosts, r.kind) for r in lost] == [(("down",), "cluster")]
+    pairs = [r for r in run.results if r.kind == "pair"]
+    assert len(pairs) == 6
+    # Every pair without h2 ran, though a round's two pairs met on one address at once.
+    assert all((r.error is None) == ("h2" not in r.hosts) for r in pairs), [
+        (r.hosts, r.error) for r in pairs]
+    assert not any("in use" in (r.error or "").lower() for r in run.results)
+    report = tmp_path / "r.md"
+    made = fleet(tmp_path, "report", "--db", db, "--format", "md", "-o", str(report),
+                 timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    text = report.read_text()
+    assert "| h2 | 0 | 0 | - | steps failed | 3 failed |" in text
+    assert "| down | 0 | 0 | - | lost | - |" in text
+    assert "| h1 | 0 | 0 | - |  | 1 failed, 2 ran |" in text
+    assert "fabric and its switches" not in text
+    assert agent_processes(port) == []

@@ -27,6 +27,7 @@ import yaml
 
 from fleet.cluster.reach import (
     CONNECTOR,
+    CONNECTOR_MANY,
     LISTENER,
     ReachCheck,
     ReachOptions,
@@ -138,9 +139,16 @@ def test_every_node_reaches_the_rendezvous(home: Path, client_key: Path,
     assert rows(result) == {"h1": (True, True), "h2": (False, True), "here": (False, True)}
     for row in result.nodes[1:]:
         assert row.seconds is not None and 0 < row.seconds < OPTIONS.timeout_s
-    assert result.message == f"go: 3 nodes reach the rendezvous h1 (127.0.0.1) port {port}"
+    # Then every pair's meeting point (issue 57): the three nodes share 127.0.0.1, so
+    # h2's and here's pairs meet on ports of their own, and every node reached them.
+    assert result.message == (
+        f"go: 3 nodes reach the rendezvous h1 (127.0.0.1) port {port}\n  pairs meet at: "
+        f"h2 127.0.0.1 port {port + 1}, here 127.0.0.1 port {port + 2}: every node "
+        "reaches each")
+    assert [(p.host, p.port) for p in result.points] == [("h2", port + 1), ("here", port + 2)]
+    assert result.misses == ()
     assert result.note == ""
-    assert port_free(port)
+    assert port_free(port) and port_free(port + 1) and port_free(port + 2)
 
 
 def test_the_port_taken_on_the_rendezvous_host_is_no_go(home: Path, client_key: Path,
@@ -259,7 +267,7 @@ def test_the_scripts_take_inventory_values_as_arguments(tmp_path: Path) -> None:
     assert not planted.exists()
     assert out and out[-1].startswith('fleet-reach {"reached": false, "error": "cannot resolve')
     # The hosts' python may be the agent's oldest.
-    for code in (LISTENER, CONNECTOR):
+    for code in (LISTENER, CONNECTOR, CONNECTOR_MANY):
         ast.parse(code, feature_version=(3, 8))
 
 
@@ -298,7 +306,10 @@ def test_the_command_go_no_go_and_bad_input(tmp_path: Path, client_key: Path,
     assert table["h1"] == ["rendezvous", "listening", "-"]
     assert table["h2"][:2] == ["node", "yes"] and table["h2"][2].endswith(" ms")
     assert table["here"][:2] == ["node", "yes"]
-    assert lines[-1] == f"go: 3 nodes reach the rendezvous h1 (127.0.0.1) port {port}"
+    flat = " ".join(done.stdout.split())
+    assert (f"go: 3 nodes reach the rendezvous h1 (127.0.0.1) port {port} pairs meet at: h2 "
+            f"127.0.0.1 port {port + 1}, here 127.0.0.1 port {port + 2}: every node "
+            "reaches each") in flat
 
     path = write_inventory(tmp_path, client_key, {
         "h1": ssh(servers[0]), "h2": ssh(servers[1]),

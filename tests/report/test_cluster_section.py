@@ -93,9 +93,12 @@ def test_the_newest_run_is_shown_with_its_pairs_nodes_and_findings(engine: Engin
          f"short below rate on {EVIL} (the provider's)"],
         ["3", f"b and {EVIL}", f"b: NET/IB GDRDMA; {EVIL}: not said", "-", "-", "400 GB/s",
          "-", f"failed the step failed: rank 9 of {EVIL} died (unsettled)"]]
-    # Node, pairs, passed, ratio, slow / suspect.
-    assert rows[3:] == [["a", "2", "1", "50%", ""], ["b", "2", "1", "50%", ""],
-                        [EVIL, "2", "0", "0%", "slow"]]
+    # Node, judged pairs, passed, ratio, standing, not judged: the failed step says
+    # nothing of the fabric (issue 57); b, whose step with the slow node failed, is
+    # to be tested again.
+    assert rows[3:] == [["a", "2", "1", "50%", "", "-"],
+                        ["b", "1", "1", "100%", "suspect", "1 failed"],
+                        [EVIL, "1", "0", "0%", "slow", "1 failed"]]
     # The provider's short pair is disputed; the failed step is not settled.
     (disputed,) = [f for f in report.dispute
                    if f.kind == "network" and f.title.startswith("a and ")]
@@ -107,10 +110,13 @@ def test_the_newest_run_is_shown_with_its_pairs_nodes_and_findings(engine: Engin
     assert any(f.title == "step r3-be (pair b and " + EVIL + ") failed"
                for f in report.unsettled)
     assert not any("r3-be" in f.title for f in report.dispute)
-    # The network's own fault on the HDR node (below rate), and the pair's, disputed;
-    # counted with the steps not settled, as each is listed.
-    assert len([f for f in report.dispute if f.kind == "network"]) == 2
-    assert report.counts()["network"] == 2 + len(
+    # The network's own fault on the HDR node (below rate), the pair's, and the slow
+    # node's (its judged pair short with a known-good partner: the failed step is no
+    # evidence against the fabric, issue 57) disputed; counted with the steps not
+    # settled, as each is listed.
+    assert len([f for f in report.dispute if f.kind == "network"]) == 3
+    assert any(f.title.startswith(f"{EVIL}: the slow node") for f in report.dispute)
+    assert report.counts()["network"] == 3 + len(
         [f for f in report.unsettled if f.kind == "network"])
     md = render(report, "md")
     assert "## Between the nodes" in md
@@ -194,7 +200,7 @@ def test_an_anonymized_report_shows_the_section_under_its_aliases(engine: Engine
         "the step failed: its error names hosts and addresses: withheld in an anonymized "
         "report")
     [dispute] = [f for f in report.dispute if f.kind == "network"
-                 and f.details[-1].startswith("cluster ")]
+                 and f.details[-1].startswith("cluster ") and " and " in f.title]
     assert re.fullmatch(r"[A-Z]+-\d and [A-Z]+-\d: all_reduce 185 GB/s, 46% of the 400 "
                         r"GB/s .*", dispute.title)
     assert dispute.details[2] == "cluster Cluster 1, run (hidden), steps step 3"

@@ -316,3 +316,32 @@ def test_a_rank_that_stalls_is_killed_by_the_command_past_the_timeout() -> None:
     peer.communicate(timeout=60)
     assert peer.returncode == 3
     assert _wait_gone(port, 5) == []
+
+
+def test_a_port_taken_since_the_check_is_said_before_any_rank_starts() -> None:
+    # Another process listens on the step's port (taken after `fleet cluster check`):
+    # node 0 says so at once, rather than its peers' connections waiting out the timeout
+    # in the wrong listener (issue 57).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        status, body = _finish(_node(port, 2, 0, 1, "--timeout-s", "60"), timeout=60)
+    assert status == step.EXIT_FAILED
+    [error] = body["errors"]
+    assert error["stage"] == "rendezvous"
+    assert error["message"].startswith(f"port {port} of 127.0.0.1 is taken on this node")
+    assert "address already in use" in error["message"]
+    assert body["figures"] == [] and body["backend"] is None
+    # A connection the check's listener closed first, left in TIME_WAIT on the port, is
+    # no taken port.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()
+        client.close()
+    assert step.port_taken("127.0.0.1", port) is None
