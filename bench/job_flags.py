@@ -54,7 +54,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleet.analysis.contention import Contention  # noqa: E402
-from fleet.analysis.job import (  # noqa: E402
+from fleet.analysis.job.compare import JobStraggler  # noqa: E402
+from fleet.analysis.job.figures import (  # noqa: E402
     JobExcluded,
     JobGpu,
     JobShortfall,
@@ -62,7 +63,6 @@ from fleet.analysis.job import (  # noqa: E402
     JobStanding,
     job_standings,
 )
-from fleet.analysis.job_compare import JobStraggler  # noqa: E402
 from fleet.document import parse_document  # noqa: E402
 from fleet.report import ReportOptions, build_report  # noqa: E402
 from fleet.report.build import Finding  # noqa: E402
@@ -152,7 +152,7 @@ def judge(data: dict[str, Any], name: str) -> Judged:
 
 def judgements(gpus: Collection[JobGpu], options: JobShortfallOptions | None = None
                ) -> list[JobStanding]:
-    """Every GPU the rule judges, as the rule sees it (fleet.analysis.job.job_standings),
+    """Every GPU the rule judges, as the rule sees it (fleet.analysis.job.figures.job_standings),
     by backend then GPU."""
     return sorted(job_standings(list(gpus), options),
                   key=lambda j: (j.gpu.config.attention, j.gpu.gpu_index))

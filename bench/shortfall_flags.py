@@ -52,8 +52,8 @@ import expected_catalog as records  # bench/, beside this file
 
 from agent.timing.repeat import variant_spread
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.node import prepare
-from fleet.analysis.shortfall import (
+from fleet.analysis.node.figures import prepare
+from fleet.analysis.node.shortfall import (
     RECORDS,
     MatmulShortfallOptions,
     ShortfallOptions,

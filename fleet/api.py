@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from sqlalchemy import Engine, and_, case, func, select
 
 from fleet.analysis.dataset import Scope
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.health import NOT_READ
-from fleet.analysis.not_measured import judge_failure, stored_memory
-from fleet.analysis.stragglers import StragglerOptions
+from fleet.analysis.health.cards import NOT_READ
+from fleet.analysis.health.not_measured import judge_failure, stored_memory
+from fleet.analysis.matmul.gaps import GapOptions
+from fleet.analysis.matmul.stragglers import StragglerOptions
 from fleet.errors import InputError
 from fleet.frames import Column
 from fleet.frames import columns as _columns
@@ -758,7 +758,7 @@ class Store:
 
         Columns:
         """
-        from fleet.analysis.cluster import transport_words
+        from fleet.analysis.cluster.judgement import transport_words
         from fleet.store.cluster import judge_run, read_cluster_runs
 
         records = []

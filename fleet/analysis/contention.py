@@ -83,7 +83,7 @@ def spread_reason(cv: float) -> str:
 
 
 def mark(figures: pd.DataFrame) -> pd.DataFrame:
-    """`figures` (fleet.analysis.node.prepare's frame) with `contended` also set where the
+    """`figures` (fleet.analysis.node.figures.prepare's frame) with `contended` also set where the
     repeats spread beyond SPREAD_CV, and `contention` saying so."""
     if figures.empty:
         return figures
@@ -221,7 +221,7 @@ def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | No
     """One finding per node with contended figures (`figures` after `mark`), matmul
     results left out as contended (`matmul`: each Excluded entry with the stored
     contention words of its newest contended result) or contended job results (`jobs`:
-    the job frame's rows fleet.analysis.job.contended_results leaves out as contended,
+    the job frame's rows fleet.analysis.job.figures.contended_results leaves out as contended,
     named as `matmul` names hosts)."""
     units: dict[tuple[str, str], list[str]] = defaultdict(list)
     seen: dict[tuple[str, str], list[str]] = defaultdict(list)

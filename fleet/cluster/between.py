@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from fleet.analysis.cluster import ClusterJudgement, judge_cluster
-from fleet.analysis.cluster_trend import Trends
+from fleet.analysis.cluster.judgement import ClusterJudgement, judge_cluster
+from fleet.analysis.cluster.trend import Trends
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
 from fleet.cluster.results import StepKind, StepResult

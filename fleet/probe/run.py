@@ -24,9 +24,9 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agent import __version__ as agent_version
-from fleet.analysis.duplicates import SharedGpus, shared_gpus
-from fleet.analysis.expectation import Verdict, check_expectation
-from fleet.analysis.not_measured import judge
+from fleet.analysis.health.not_measured import judge
+from fleet.analysis.listing.duplicates import SharedGpus, shared_gpus
+from fleet.analysis.listing.expectation import Verdict, check_expectation
 from fleet.document import AgentDocument
 from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events

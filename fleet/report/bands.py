@@ -24,8 +24,8 @@ import pandas as pd
 
 from agent.job.rerun import RECORDS_BY_SUITE, RECORDS_MARGIN
 from fleet.analysis.dataset import GpuMeasure
-from fleet.analysis.job import JobGpu
-from fleet.analysis.shortfall import (
+from fleet.analysis.job.figures import JobGpu
+from fleet.analysis.node.shortfall import (
     RECORDS,
     MatmulShortfallOptions,
     ShortfallOptions,
@@ -155,7 +155,7 @@ def _soak_note(m: GpuMeasure) -> str:
 
 def node_units(figures: pd.DataFrame, options: ShortfallOptions | None = None) -> list[Unit]:
     """Each GPU's memory copy, each pair's copies and each node's all-reduce at their
-    largest size (fleet.analysis.node.prepare's frame, measured alone), beside what a
+    largest size (fleet.analysis.node.figures.prepare's frame, measured alone), beside what a
     healthy node gives (the catalog, else the datasheet's share), as the shortfall rule
     judges them."""
     units = []

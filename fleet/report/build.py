@@ -20,14 +20,6 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import Engine
 
-from fleet.analysis.cooling import (
-    CoolingComparison,
-    CoolingOptions,
-    ThermalRow,
-    compare_cooling,
-    thermal_table,
-)
-from fleet.analysis.cost import CostRow, cost_table
 from fleet.analysis.dataset import (
     Aliases,
     Config,
@@ -40,17 +32,30 @@ from fleet.analysis.dataset import (
     load_dataset,
     named_pairs,
 )
-from fleet.analysis.drift import Drift, find_drift
-from fleet.analysis.found import FoundHost, fleet_as_found
-from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
-from fleet.analysis.health import FleetHealth, fleet_health, told_elsewhere
-from fleet.analysis.integrity import find_corruption
-from fleet.analysis.job import contended_results
-from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
-from fleet.analysis.older_rule import judge_again
-from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
-from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
-from fleet.analysis.whose import anonymized as anonymized_settings
+from fleet.analysis.health.cards import FleetHealth, fleet_health, told_elsewhere
+from fleet.analysis.health.older_rule import judge_again
+from fleet.analysis.job.figures import contended_results
+from fleet.analysis.listing.drift import Drift, find_drift
+from fleet.analysis.listing.found import FoundHost, fleet_as_found
+from fleet.analysis.listing.mismatches import (
+    Mismatch,
+    MixedListing,
+    find_mismatches,
+    find_mixed_listings,
+)
+from fleet.analysis.matmul.cooling import (
+    CoolingComparison,
+    CoolingOptions,
+    ThermalRow,
+    compare_cooling,
+    thermal_table,
+)
+from fleet.analysis.matmul.cost import CostRow, cost_table
+from fleet.analysis.matmul.gaps import Comparison, GapOptions, compare_providers
+from fleet.analysis.matmul.integrity import find_corruption
+from fleet.analysis.matmul.stragglers import Straggler, StragglerOptions, find_stragglers
+from fleet.analysis.node.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
+from fleet.analysis.node.whose import anonymized as anonymized_settings
 from fleet.report.bands import Unit, job_units, matmul_units
 from fleet.report.charts import RowChart, crowd_medians, offer_chart, side_by_side
 from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cluster_section

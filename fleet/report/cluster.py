@@ -29,11 +29,16 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
-from fleet.analysis.cluster import ClusterFinding, NodeVerdict, PairVerdict, transport_words
-from fleet.analysis.cluster_trend import Trends, trend_findings
+from fleet.analysis.cluster.fabric import gbs
+from fleet.analysis.cluster.judgement import (
+    ClusterFinding,
+    NodeVerdict,
+    PairVerdict,
+    transport_words,
+)
+from fleet.analysis.cluster.trend import Trends, trend_findings
 from fleet.analysis.dataset import Aliases, Scope
-from fleet.analysis.fabric import gbs
-from fleet.analysis.whose import Party
+from fleet.analysis.node.whose import Party
 from fleet.cluster.results import NodeTransport, StepResult
 from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs, trends_of
 

@@ -21,10 +21,18 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from fleet.analysis import job_whose
 from fleet.analysis.dataset import Aliases, Config, Listing, Scope, SharedHosts
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.job import (
+from fleet.analysis.job import whose as job_whose
+from fleet.analysis.job.compare import (
+    JobComparison,
+    JobStraggler,
+    JobSync,
+    compare_job_providers,
+    find_job_stragglers,
+    job_sync_nodes,
+)
+from fleet.analysis.job.cost import JobRow, job_table
+from fleet.analysis.job.figures import (
     MATMUL_COLUMNS,
     JobConfig,
     JobExcluded,
@@ -35,17 +43,9 @@ from fleet.analysis.job import (
     job_gpus,
     left_out,
 )
-from fleet.analysis.job_compare import (
-    JobComparison,
-    JobStraggler,
-    JobSync,
-    compare_job_providers,
-    find_job_stragglers,
-    job_sync_nodes,
-)
-from fleet.analysis.job_cost import JobRow, job_table
-from fleet.analysis.job_whose import anonymized_suspects
-from fleet.analysis.stragglers import StragglerOptions
+from fleet.analysis.job.whose import anonymized_suspects
+from fleet.analysis.matmul.gaps import GapOptions
+from fleet.analysis.matmul.stragglers import StragglerOptions
 from fleet.store import series
 from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
 from fleet.store.job import frame as job_frame

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Dataset
-from fleet.analysis.network import (
+from fleet.analysis.node.network import (
     NetworkExpectation,
     NetworkFinding,
     NodeNetwork,

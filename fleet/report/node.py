@@ -23,20 +23,20 @@ from sqlalchemy import Engine
 
 from fleet.analysis.contention import PAIRED, Contention, find_contention, mark
 from fleet.analysis.dataset import CONTENDED_REASON, Dataset
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues
-from fleet.analysis.nccl import transport_cause
-from fleet.analysis.node import HOST_LINK_KINDS, NodeFound, nodes_as_found, prepare
-from fleet.analysis.node_gaps import NodeComparison, compare_node_figures
-from fleet.analysis.node_outliers import NodeOutlier, NodeOutlierOptions, find_node_outliers
-from fleet.analysis.peers import (
+from fleet.analysis.matmul.gaps import GapOptions
+from fleet.analysis.node.figures import HOST_LINK_KINDS, NodeFound, nodes_as_found, prepare
+from fleet.analysis.node.gaps import NodeComparison, compare_node_figures
+from fleet.analysis.node.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues
+from fleet.analysis.node.nccl import transport_cause
+from fleet.analysis.node.outliers import NodeOutlier, NodeOutlierOptions, find_node_outliers
+from fleet.analysis.node.peers import (
     MissingPeers,
     NodeApart,
     PeerOptions,
     find_missing_peers,
     find_nodes_apart,
 )
-from fleet.analysis.shortfall import (
+from fleet.analysis.node.shortfall import (
     MatmulShortfall,
     MatmulShortfallOptions,
     Shortfall,
@@ -44,9 +44,8 @@ from fleet.analysis.shortfall import (
     find_matmul_shortfalls,
     find_shortfalls,
 )
-from fleet.analysis.sync import SyncNode, synchronous_nodes
-from fleet.analysis.taint import learned, taint
-from fleet.analysis.whose import (
+from fleet.analysis.node.taint import learned, taint
+from fleet.analysis.node.whose import (
     PAIR_COST,
     RunSetting,
     Unsettled,
@@ -55,9 +54,10 @@ from fleet.analysis.whose import (
     whose_apart,
     whose_matmul,
 )
-from fleet.analysis.whose import (
+from fleet.analysis.node.whose import (
     anonymized as anonymized_settings,
 )
+from fleet.analysis.sync import SyncNode, synchronous_nodes
 from fleet.report.bands import Unit, node_units
 from fleet.store.matmul_rerun import StoredRerun, read_matmul_reruns
 from fleet.store.node import read_node_results
@@ -310,7 +310,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
                  options: NodeOptions | None = None, jobs: pd.DataFrame | None = None,
                  anonymized: bool = False) -> NodeSection:
     """The node section of the report on `data` (its hosts' newest documents); `jobs`,
-    the job results in scope left out as contended (fleet.analysis.job.contended_results,
+    the job results in scope left out as contended (fleet.analysis.job.figures.contended_results,
     hosts named as `data` names them), join the contention finding of their node.
     `anonymized`: what the agent saw beside a matmul or node figure is not read."""
     options = options or NodeOptions()

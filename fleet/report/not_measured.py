@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
-from fleet.analysis.not_measured import (
+from fleet.analysis.health.not_measured import (
     OUT_OF_MEMORY,
     PARTY_WORDS,
     NotMeasured,

@@ -28,8 +28,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, select
 
 from agent.source.settings import storable, withheld
-from fleet.analysis.cluster import ClusterJudgement, judge_cluster
-from fleet.analysis.cluster_trend import RULE, TrendRule, Trends, pair_trends
+from fleet.analysis.cluster.judgement import ClusterJudgement, judge_cluster
+from fleet.analysis.cluster.trend import RULE, TrendRule, Trends, pair_trends
 from fleet.cluster.results import NodeTransport, StepFigure, StepResult
 from fleet.errors import ClusterError, StoreError
 from fleet.store.database import WRITES

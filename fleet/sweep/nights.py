@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, or_, select
 
-from fleet.analysis.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
+from fleet.analysis.listing.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
 from fleet.inventory import Expect
 from fleet.store.models import (
     BenchmarkResult,

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine
 
 from agent import __version__ as agent_version
-from fleet.analysis.expectation import check_expectation
+from fleet.analysis.listing.expectation import check_expectation
 from fleet.cluster.between import BetweenOptions
 from fleet.cluster.measure import ClusterOutcome, Connecting, measure_clusters
 from fleet.errors import FleetError, InputError

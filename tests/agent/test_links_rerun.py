@@ -18,7 +18,7 @@ else:
 from agent.node import floors, links_rerun
 from agent.node import suite as node
 from agent.source import settings
-from fleet.analysis.shortfall import ShortfallOptions
+from fleet.analysis.node.shortfall import ShortfallOptions
 from fleet.document import parse_document
 from fleet.expected import CATALOG, FigureKey
 

@@ -10,7 +10,7 @@ from functools import cache
 
 import pytest
 
-from fleet.analysis.cluster import (
+from fleet.analysis.cluster.judgement import (
     ClusterFinding,
     ClusterJudgement,
     PairVerdict,

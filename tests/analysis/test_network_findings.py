@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent.network.fingerprint import network, replay
-from fleet.analysis.network import (
+from fleet.analysis.node.network import (
     NetworkExpectation,
     NodeNetwork,
     compare_siblings,

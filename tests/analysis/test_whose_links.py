@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agent.node import floors, links_rerun
-from fleet.analysis.node import prepare
-from fleet.analysis.shortfall import find_shortfalls
-from fleet.analysis.whose import run_settings, whose_shortfall
+from fleet.analysis.node.figures import prepare
+from fleet.analysis.node.shortfall import find_shortfalls
+from fleet.analysis.node.whose import run_settings, whose_shortfall
 from fleet.cli import main
 from fleet.document import parse_document
 from fleet.errors import AgentError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.analysis.expectation import check_expectation
+from fleet.analysis.listing.expectation import check_expectation
 from fleet.document import AgentDocument
 from fleet.errors import InputError
 from fleet.events import MAX_LINE, read_events

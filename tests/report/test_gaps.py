@@ -6,8 +6,14 @@ import random
 
 import pytest
 
-from fleet.analysis.gaps import GapOptions, compare_providers, holm, rank_test, ratio_interval
-from fleet.analysis.stragglers import find_stragglers
+from fleet.analysis.matmul.gaps import (
+    GapOptions,
+    compare_providers,
+    holm,
+    rank_test,
+    ratio_interval,
+)
+from fleet.analysis.matmul.stragglers import find_stragglers
 from tests.report.synthetic import dataset, measure, provider_gpus, provider_nodes
 
 

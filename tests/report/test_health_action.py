@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fleet.analysis.health import fleet_health
+from fleet.analysis.health.cards import fleet_health
 from fleet.report.build import _health
 
 

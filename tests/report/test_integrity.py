@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.analysis.integrity import CAUSE, UNDECIDED
+from fleet.analysis.matmul.integrity import CAUSE, UNDECIDED
 from fleet.document import AgentDocument, parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo

@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from sqlalchemy import Engine
 
 from fleet.analysis.contention import JOINED
-from fleet.analysis.job import CONTENDED_REASON
+from fleet.analysis.job.figures import CONTENDED_REASON
 from fleet.cli import main
 from fleet.document import AgentDocument
 from fleet.report import ReportOptions, build_report

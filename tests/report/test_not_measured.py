@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from fleet.analysis.not_measured import RESERVED_MIB, judge, judge_failure
+from fleet.analysis.health.not_measured import RESERVED_MIB, judge, judge_failure
 from fleet.cli.main import main
 from fleet.document import parse_document
 from fleet.report import ReportOptions, build_report, render

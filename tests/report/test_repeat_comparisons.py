@@ -15,8 +15,8 @@ from sqlalchemy import select
 
 from agent.timing.repeat import variant_spread
 from fleet.analysis.dataset import GpuMeasure
-from fleet.analysis.gaps import GapOptions, compare_providers
-from fleet.analysis.stragglers import find_stragglers
+from fleet.analysis.matmul.gaps import GapOptions, compare_providers
+from fleet.analysis.matmul.stragglers import find_stragglers
 from fleet.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo

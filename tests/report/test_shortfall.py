@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.node import prepare
-from fleet.analysis.shortfall import (
+from fleet.analysis.node.figures import prepare
+from fleet.analysis.node.shortfall import (
     DATASHEET,
     RECORDS,
     ShortfallOptions,

@@ -157,7 +157,7 @@ def test_a_secret_a_modified_agent_sends_is_withheld_by_the_controller() -> None
 
 
 def test_an_anonymized_report_names_a_settings_file_by_kind_and_hides_odd_values() -> None:
-    from fleet.analysis.whose import HIDDEN, RunSetting, anonymized
+    from fleet.analysis.node.whose import HIDDEN, RunSetting, anonymized
 
     ran = {1: (RunSetting("NCCL_ALGO", "Tree", "environment"),
                RunSetting("NCCL_PROTO", "LL", "nccl.conf:/home/alice/.nccl.conf"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.analysis.expectation import check_expectation
+from fleet.analysis.listing.expectation import check_expectation
 from fleet.document import AgentDocument
 from fleet.inventory import Expect
 from fleet.store import sweeps

@@ -31,7 +31,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from agent.gpu.links import pcie_gbs
-from fleet.analysis.node import HOST_LINK_KINDS, host_link_datasheet, link_text, optional_int
+from fleet.analysis.node.figures import (
+    HOST_LINK_KINDS,
+    host_link_datasheet,
+    link_text,
+    optional_int,
+)
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ class HostLinkIssue:
 
 def find_host_link_issues(figures: pd.DataFrame, options: HostLinkOptions | None = None
                           ) -> list[HostLinkIssue]:
-    """Every GPU of `figures` (as fleet.analysis.node.prepare returns them) whose host
+    """Every GPU of `figures` (as fleet.analysis.node.figures.prepare returns them) whose host
     link ran below its maximum, or whose pinned copies are slow for it, by node."""
     options = options or HostLinkOptions()
     pinned = figures[figures["kind"].isin(HOST_LINK_KINDS) & (figures["memory"] == "pinned")]

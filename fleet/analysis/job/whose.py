@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from agent.job import rerun as agent_rerun
-from fleet.analysis.whose import HIDDEN, PLAIN
+from fleet.analysis.node.whose import HIDDEN, PLAIN
 
 # (provider, host, run, GPU index)
 GpuRun = tuple[str, str, int, int]

@@ -18,11 +18,11 @@ from typing import Any
 import pandas as pd
 
 from fleet.analysis.dataset import Dataset
-from fleet.analysis.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
+from fleet.analysis.listing.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
 from fleet.inventory import Expect
 from fleet.words import counted
 
-# What a listing check reads of each GPU (fleet.analysis.expectation.FoundGpu).
+# What a listing check reads of each GPU (fleet.analysis.listing.expectation.FoundGpu).
 CHECKED = ("document_id", "gpu_index", "variant", *FOUND_COLUMNS)
 
 

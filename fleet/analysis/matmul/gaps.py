@@ -59,7 +59,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
-from fleet.analysis.stragglers import Z975, repeat_sd
+from fleet.analysis.matmul.stragglers import Z975, repeat_sd
 from fleet.words import counted
 
 RESAMPLED_VALUES = 4_000_000

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.gaps import (
+from fleet.analysis.job.figures import JobConfig, JobGpu
+from fleet.analysis.matmul.gaps import (
     TEMPERATURE_DIFFERS_C,
     Difference,
     GapOptions,
@@ -38,8 +39,7 @@ from fleet.analysis.gaps import (
     Sides,
     judge,
 )
-from fleet.analysis.job import JobConfig, JobGpu
-from fleet.analysis.stragglers import StragglerOptions, below_others
+from fleet.analysis.matmul.stragglers import StragglerOptions, below_others
 from fleet.analysis.sync import synchronous_nodes, synchronous_tflops
 from fleet.words import counted
 

@@ -42,10 +42,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from fleet.analysis.cluster import fleets_own, largest, pair_words, size_words
-from fleet.analysis.cluster_verdicts import ClusterFinding
-from fleet.analysis.fabric import gbs
-from fleet.analysis.whose import Party
+from fleet.analysis.cluster.fabric import gbs
+from fleet.analysis.cluster.judgement import fleets_own, largest, pair_words, size_words
+from fleet.analysis.cluster.verdicts import ClusterFinding
+from fleet.analysis.node.whose import Party
 from fleet.cluster.results import StepResult
 from fleet.words import counted
 

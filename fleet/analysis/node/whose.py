@@ -45,8 +45,8 @@ from typing import Literal
 import pandas as pd
 
 from agent.source import settings as families
-from fleet.analysis.nccl import parse_settings
-from fleet.analysis.shortfall import MatmulShortfall, MatmulUnit, Shortfall, ShortUnit
+from fleet.analysis.node.nccl import parse_settings
+from fleet.analysis.node.shortfall import MatmulShortfall, MatmulUnit, Shortfall, ShortUnit
 from fleet.store.matmul_rerun import StoredRerun
 
 Party = Literal["renter", "provider", "unsettled"]
@@ -158,7 +158,7 @@ def _gbs(value: float) -> str:
 def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
                     settings: Mapping[int, tuple[RunSetting, ...]]) -> Whose:
     """Whose `shortfall` is, from its node's run settings and its figures' reruns
-    (`figures`: fleet.analysis.node.prepare's frame, with the `rerun_*` columns)."""
+    (`figures`: fleet.analysis.node.figures.prepare's frame, with the `rerun_*` columns)."""
     kind = KINDS[shortfall.figure]
     node = figures[(figures["provider"] == shortfall.provider)
                    & (figures["host"] == shortfall.host)]

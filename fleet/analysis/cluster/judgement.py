@@ -89,7 +89,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from agent.source import settings as families
-from fleet.analysis.cluster_verdicts import (
+from fleet.analysis.cluster.fabric import NodeFabric, gbs, node_fabric
+from fleet.analysis.cluster.slow_node import SOURCE_PAIRS, beside, judge_nodes, one_party
+from fleet.analysis.cluster.verdicts import (
     ClusterFinding,
     ClusterJudgement,
     NodeVerdict,
@@ -97,16 +99,14 @@ from fleet.analysis.cluster_verdicts import (
     Rule,
     Severity,
 )
-from fleet.analysis.fabric import NodeFabric, gbs, node_fabric
-from fleet.analysis.network import (
+from fleet.analysis.node.network import (
     SOURCE_DISTANCE,
     SOURCE_GDR,
     SOURCE_PORT,
     SOURCE_RATE,
     judge_network,
 )
-from fleet.analysis.slow_node import SOURCE_PAIRS, beside, judge_nodes, one_party
-from fleet.analysis.whose import Party
+from fleet.analysis.node.whose import Party
 from fleet.cluster.results import NodeTransport, StepFigure, StepResult
 from fleet.errors import ClusterError
 from fleet.model.network import NetworkFingerprint

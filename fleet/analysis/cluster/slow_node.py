@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from fleet.analysis.cluster_verdicts import ClusterFinding, NodeVerdict, PairVerdict
-from fleet.analysis.fabric import gbs
-from fleet.analysis.whose import Party
+from fleet.analysis.cluster.fabric import gbs
+from fleet.analysis.cluster.verdicts import ClusterFinding, NodeVerdict, PairVerdict
+from fleet.analysis.node.whose import Party
 from fleet.cluster.schedule import (
     DEFAULT_THRESHOLD,
     PairResult,

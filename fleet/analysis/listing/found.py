@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from fleet.analysis.dataset import GpuMeasure
-from fleet.analysis.health import NOT_READ
+from fleet.analysis.health.cards import NOT_READ
 from fleet.words import power_limit
 
 # The settings a tenant may or may not change, in the order the agent assesses them.

@@ -22,8 +22,8 @@ from itertools import combinations
 
 import pandas as pd
 
-from fleet.analysis.gaps import Difference, GapOptions, Sample, Sides, judge
-from fleet.analysis.node import HOST_LINK_KINDS, NodeConfig, link_text, optional_int
+from fleet.analysis.matmul.gaps import Difference, GapOptions, Sample, Sides, judge
+from fleet.analysis.node.figures import HOST_LINK_KINDS, NodeConfig, link_text, optional_int
 from fleet.words import counted
 
 
@@ -90,7 +90,7 @@ def _describe(rows: pd.DataFrame, config: NodeConfig) -> dict[str, str]:
 def compare_node_figures(figures: pd.DataFrame, options: GapOptions | None = None
                          ) -> list[NodeComparison]:
     """Every pair of providers with enough units of one variant and node configuration
-    (`figures` as fleet.analysis.node.prepare returns them), systematic or not."""
+    (`figures` as fleet.analysis.node.figures.prepare returns them), systematic or not."""
     options = options or GapOptions()
     if figures.empty:
         return []

@@ -6,7 +6,7 @@ a short figure under settings that can move it is measured again in the same run
 The agent cannot import the controller (it runs on Python 3.8 with the standard library),
 so the floors travel as data: agent/node/floors.json, packed into the zipapp with the
 agent's other files (fleet/payload.py packs every .json of agent/) and read from the
-source tree as tests and `python -m agent` run it. `python -m fleet.analysis.floors`
+source tree as tests and `python -m agent` run it. `python -m fleet.analysis.node.floors`
 prints it; tests/analysis/test_floors.py fails where the file differs from what the
 catalog gives, as `bench/expected_catalog.py --check` does for the catalog.
 
@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleet.analysis.shortfall import MatmulShortfallOptions, ShortfallOptions
+from fleet.analysis.node.shortfall import MatmulShortfallOptions, ShortfallOptions
 from fleet.expected import CATALOG, Catalog
 
 FORMAT = "fleet-floors/1"
@@ -55,7 +55,7 @@ LISTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                                          "size_bytes", "link_gen",
                                                          "link_width")),
 }
-PATH = Path(__file__).resolve().parents[2] / "agent" / "node" / "floors.json"
+PATH = Path(__file__).resolve().parents[3] / "agent" / "node" / "floors.json"
 
 
 def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = None,
@@ -80,7 +80,7 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
     return {"format": FORMAT,
             "made_from": "fleet/expected.py CATALOG and fleet/analysis/shortfall.py "
                          "ShortfallOptions, MatmulShortfallOptions "
-                         "(python -m fleet.analysis.floors)",
+                         "(python -m fleet.analysis.node.floors)",
             "allreduce_share": options.allreduce_share, "memory_share": options.memory_share,
             "pair_share": options.pair_share,
             "host_link_min_share": options.host_link.min_share, **lists, "matmul": matmul}

@@ -86,9 +86,14 @@ from typing import SupportsFloat, SupportsInt, cast
 import pandas as pd
 
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.hostlink import HostLinkOptions
-from fleet.analysis.node import HOST_LINK_KINDS, NodeConfig, host_link_datasheet, optional_int
-from fleet.analysis.stragglers import Z975, repeat_sd
+from fleet.analysis.matmul.stragglers import Z975, repeat_sd
+from fleet.analysis.node.figures import (
+    HOST_LINK_KINDS,
+    NodeConfig,
+    host_link_datasheet,
+    optional_int,
+)
+from fleet.analysis.node.hostlink import HostLinkOptions
 from fleet.expected import CATALOG, Catalog, Expected, FigureKey, MatmulExpected, MatmulKey
 
 # The kind of figure a finding is of, by the node suite's kinds.
@@ -336,7 +341,7 @@ _KEY_COLUMNS = ("variant", "kind", "direction", "memory", "size_bytes", "gpus_in
 
 def judged_rows(figures: pd.DataFrame, options: ShortfallOptions | None = None,
                 catalog: Catalog | None = None) -> pd.DataFrame:
-    """The rows of `figures` (fleet.analysis.node.prepare's frame) that are judged, each
+    """The rows of `figures` (fleet.analysis.node.figures.prepare's frame) that are judged, each
     with what it is judged by: `expected_gbs`, `threshold` (the share under which it is
     called), `basis`, `entry` (the catalog entry, or None) and `called`. Contended rows,
     pageable host copies, host copies fleet/analysis/hostlink.py calls and rows with
@@ -405,7 +410,7 @@ def _unit(row: dict[str, object], entry: Expected | None) -> ShortUnit:
 
 def find_shortfalls(figures: pd.DataFrame, options: ShortfallOptions | None = None,
                     catalog: Catalog | None = None) -> list[Shortfall]:
-    """Every node of `figures` (fleet.analysis.node.prepare's frame; `contended`,
+    """Every node of `figures` (fleet.analysis.node.figures.prepare's frame; `contended`,
     `nvlink_links` and `nvlink_fabric` read where present) whose figures fall short of
     what a healthy node of its variant gives (`catalog`, fleet.expected.CATALOG by
     default) or, without an entry, of their datasheet share: one finding per node, kind

@@ -37,8 +37,8 @@ from typing import SupportsInt, cast
 import numpy as np
 import pandas as pd
 
-from fleet.analysis.node import NodeConfig, optional_int
-from fleet.analysis.stragglers import below_others
+from fleet.analysis.matmul.stragglers import below_others
+from fleet.analysis.node.figures import NodeConfig, optional_int
 
 # Architectures whose SXM boards link only some pairs (DGX-1's hybrid cube-mesh).
 PARTLY_LINKED = ("Pascal", "Volta")
@@ -153,7 +153,7 @@ def _nvlink(path: object) -> bool | None:
 
 
 def find_missing_peers(figures: pd.DataFrame, gpus: pd.DataFrame) -> list[MissingPeers]:
-    """Every node of `figures` (as fleet.analysis.node.prepare returns them) sold for
+    """Every node of `figures` (as fleet.analysis.node.figures.prepare returns them) sold for
     NVLink by its fingerprint (`gpus`: Dataset.gpus, or any frame with document_id,
     form_factor, architecture and nvlink_links_total) whose pairs lack it."""
     pairs = figures[figures["kind"] == "peer_copy"]

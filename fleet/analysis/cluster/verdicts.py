@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fleet.analysis.whose import Party
+from fleet.analysis.node.whose import Party
 
 Severity = Literal["fault", "info"]
 Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",

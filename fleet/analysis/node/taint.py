@@ -16,7 +16,7 @@ GPU (`learned`) is any figure of that document on that GPU flagged contended:
   since harness 1.0: fleet.store.query.contention_words names them per document);
 - its memory copy or host copies (a node suite 1.1.0 check, or spread: `mark`);
 - its job results (every job suite version checks around each training and decode
-  result; fleet.analysis.job.contended_results, matched to the document by host and run).
+  result; fleet.analysis.job.figures.contended_results, matched to the document by host and run).
 
 A pair or the all-reduce flagged contended teaches nothing of one GPU: its check watched
 two GPUs or all of them and its words do not say on which one the process was seen.
@@ -51,7 +51,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from fleet.analysis.contention import JOB_UNITS, JOINED, TAINTED, spread_judged
-from fleet.analysis.node import optional_int
+from fleet.analysis.node.figures import optional_int
 
 # A GPU the run learned was shared: (document id, GPU index) -> what showed it, in words
 # ("GPU 3's matmul ran beside pid 4242 of user alice").
@@ -88,12 +88,13 @@ def _beside(words: str | None) -> str:
 def learned(figures: pd.DataFrame, matmul: Mapping[tuple[int, int], str | None],
             jobs: pd.DataFrame | None = None, runs: Mapping[int, int] | None = None
             ) -> Learned:
-    """What each run (document) learned of its GPUs: `figures` (fleet.analysis.node.prepare's
-    frame after `mark`), `matmul` ((document, GPU) -> the stored words of a contended matmul
-    result of that document, None where none were stored or the report hides them) and
-    `jobs` (contended job rows, fleet.analysis.job.contended_results; matched to a
-    document by provider, host and `runs`, document id -> its run). The matmul's words
-    are preferred, then a node figure's, then a job's."""
+    """What each run (document) learned of its GPUs: `figures`
+    (fleet.analysis.node.figures.prepare's frame after `mark`), `matmul` ((document, GPU) ->
+    the stored words of a contended matmul result of that document, None where none were
+    stored or the report hides them) and `jobs` (contended job rows,
+    fleet.analysis.job.figures.contended_results; matched to a document by provider, host
+    and `runs`, document id -> its run). The matmul's words are preferred, then a node
+    figure's, then a job's."""
     found: Learned = {}
     for (document, gpu), words in sorted(matmul.items()):
         found.setdefault((int(document), int(gpu)),

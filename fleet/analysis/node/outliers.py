@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fleet.analysis.node import NodeConfig
-from fleet.analysis.stragglers import below_others
+from fleet.analysis.matmul.stragglers import below_others
+from fleet.analysis.node.figures import NodeConfig
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _threshold(kind: str, options: NodeOutlierOptions) -> float:
 
 def find_node_outliers(figures: pd.DataFrame, options: NodeOutlierOptions | None = None
                        ) -> list[NodeOutlier]:
-    """Every GPU or pair figure of `figures` (as fleet.analysis.node.prepare returns them)
+    """Every GPU or pair figure of `figures` (as fleet.analysis.node.figures.prepare returns them)
     below the rest of its node by the options' margins."""
     options = options or NodeOutlierOptions()
     judged = figures[(figures["kind"].isin(("memory_copy", "peer_copy")))

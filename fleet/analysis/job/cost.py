@@ -18,10 +18,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from fleet.analysis.cost import listed_price
 from fleet.analysis.dataset import Listing
-from fleet.analysis.job import JobConfig, JobGpu
-from fleet.analysis.job_compare import sync_tokens_per_s
+from fleet.analysis.job.compare import sync_tokens_per_s
+from fleet.analysis.job.figures import JobConfig, JobGpu
+from fleet.analysis.matmul.cost import listed_price
 
 SECONDS_PER_HOUR = 3600.0
 
