@@ -37,6 +37,7 @@ from fleet.analysis.health.cards import NOT_READ
 from fleet.analysis.health.not_measured import judge_failure, stored_memory
 from fleet.analysis.matmul.gaps import GapOptions
 from fleet.analysis.matmul.stragglers import StragglerOptions
+from fleet.analysis.sweep.nights import HISTORY_NIGHTS, read_nights
 from fleet.errors import InputError
 from fleet.frames import Column
 from fleet.frames import columns as _columns
@@ -75,7 +76,6 @@ from fleet.store.schema import SchemaState, ensure_schema, inspect_schema
 from fleet.store.schema import upgrade as upgrade_schema
 from fleet.store.series import Repair
 from fleet.store.series import repair as repair_series
-from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -786,8 +786,9 @@ class Store:
         """The sweep's newest `limit` nights that ended, oldest first: one row per GPU and
         benchmark series a night (a host with no GPUs that night, one row).
 
-        These are the figures regressions are judged on (fleet/sweep/history.py): a GPU's median
-        per night and series. A sweep never stored is an InputError naming those that are.
+        These are the figures regressions are judged on (fleet/analysis/sweep/history.py): a
+        GPU's median per night and series. A sweep never stored is an InputError naming those
+        that are.
 
         Example (each provider's median over the nights):
 

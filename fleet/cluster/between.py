@@ -28,7 +28,6 @@ from fleet.analysis.cluster.judgement import ClusterJudgement, judge_cluster
 from fleet.analysis.cluster.trend import Trends
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
-from fleet.cluster.results import StepKind, StepResult
 from fleet.cluster.schedule import (
     DEFAULT_ROUNDS,
     PairResult,
@@ -40,6 +39,7 @@ from fleet.cluster.schedule import (
 from fleet.cluster.step import StepNode, StepRun, StepSpec, run_step
 from fleet.errors import ClusterError
 from fleet.model.network import NetworkFingerprint
+from fleet.model.step import StepKind, StepResult
 from fleet.payload import Payload
 from fleet.words import counted
 

@@ -39,7 +39,7 @@ from fleet.analysis.cluster.judgement import (
 from fleet.analysis.cluster.trend import Trends, trend_findings
 from fleet.analysis.dataset import Aliases, Scope
 from fleet.analysis.node.whose import Party
-from fleet.cluster.results import NodeTransport, StepResult
+from fleet.model.step import NodeTransport, StepResult
 from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs, trends_of
 
 KIND = "network"

@@ -30,8 +30,8 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from agent.source.settings import storable, withheld
 from fleet.analysis.cluster.judgement import ClusterJudgement, judge_cluster
 from fleet.analysis.cluster.trend import RULE, TrendRule, Trends, pair_trends
-from fleet.cluster.results import NodeTransport, StepFigure, StepResult
 from fleet.errors import ClusterError, StoreError
+from fleet.model.step import NodeTransport, StepFigure, StepResult
 from fleet.store.database import WRITES
 from fleet.store.models import ClusterFigure, ClusterStep, ClusterStepNode
 from fleet.store.network import read_networks

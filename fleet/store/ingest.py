@@ -717,7 +717,7 @@ def _health_columns(health: Health | None) -> dict[str, Any]:
 
 
 def health_counters(health: Health) -> dict[str, int | bool]:
-    """The counters a sweep compares night to night (fleet/sweep/history.py), flat and
+    """The counters a sweep compares night to night (fleet/analysis/sweep/history.py), flat and
     named as stored: those the driver did not give are left out, and so are the Xid
     lines, which are text for a reader and would make every row a few KiB."""
     counters: dict[str, int | bool | None] = {"pcie_replays": health.pcie_replays,

@@ -781,7 +781,7 @@ class NetworkDevice(Base):
 
 
 class ClusterStep(Base):
-    """One step between a cluster's nodes as it ran (fleet/cluster/results.py's
+    """One step between a cluster's nodes as it ran (fleet/model/step.py's
     StepResult, docs/cluster.md): the whole cluster, a pair of a round, or a suspect
     against a known-good node (0022). `run_id` is the controller's for one cluster run:
     the steps of the newest run are a cluster's figures now. A failed step keeps its
@@ -838,7 +838,7 @@ class ClusterStepNode(Base):
 
 class ClusterFigure(Base):
     """One collective at one size of a cluster step, in nccl-tests' definitions, GB/s and
-    microseconds (fleet/cluster/results.py's StepFigure) (0022)."""
+    microseconds (fleet/model/step.py's StepFigure) (0022)."""
 
     __tablename__ = "cluster_figure"
     __table_args__ = (

@@ -17,9 +17,9 @@ from fleet.analysis.cluster.judgement import (
     judge_cluster,
     node_fabric,
 )
-from fleet.cluster.results import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.errors import ClusterError
 from fleet.model.network import NetworkFingerprint
+from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
 from tests.analysis.test_network_findings import load
 
 GIB = 1 << 30

@@ -11,7 +11,7 @@ import datetime as dt
 import pytest
 
 from fleet.analysis.cluster.trend import TrendRule, pair_trends, trend_findings
-from fleet.cluster.results import StepFigure, StepResult
+from fleet.model.step import StepFigure, StepResult
 from fleet.store.cluster import ClusterRun
 
 GIB = 1 << 30

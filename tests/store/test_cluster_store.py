@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import Engine, inspect, select
 from sqlalchemy.exc import IntegrityError
 
-from fleet.cluster.results import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.document import parse_document
 from fleet.errors import ClusterError, StoreError
+from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.store import models
 from fleet.store.cluster import (
     ClusterRun,

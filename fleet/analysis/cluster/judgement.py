@@ -107,9 +107,9 @@ from fleet.analysis.node.network import (
     judge_network,
 )
 from fleet.analysis.node.whose import Party
-from fleet.cluster.results import NodeTransport, StepFigure, StepResult
 from fleet.errors import ClusterError
 from fleet.model.network import NetworkFingerprint
+from fleet.model.step import NodeTransport, StepFigure, StepResult
 from fleet.words import counted
 
 # The judgement's data and the fabric's arithmetic live beside it; named here too, as the
@@ -634,7 +634,7 @@ def judge_cluster(results: Sequence[StepResult], networks: Mapping[str, NetworkF
                   ) -> ClusterJudgement:
     """The pairs, nodes and findings of one cluster's run.
 
-    results: every step of the run, as stored (fleet/cluster/results.py), one cluster.
+    results: every step of the run, as stored (fleet/model/step.py), one cluster.
     networks: each host's network fingerprint; a host without one is not judged.
     settings: each host's settings as its ranks ran under them (the step event's
     `settings`: the ranks' NCCL_* and GLOO_*, fleet's own among them); None where none

@@ -1,5 +1,5 @@
 """A cluster's pairs against their own past runs: how nightly sweeps track the fabric
-between nodes (issue 46), as fleet/sweep/history.py tracks each GPU against its own past.
+between nodes (issue 46), as fleet/analysis/sweep/history.py tracks each GPU against its own past.
 
 A pair's figure is judged against its fabric (fleet/analysis/cluster.py: 90% of the
 lesser node's ports x rate); that says nothing of a pair that gave 47 GB/s a NIC for a
@@ -16,7 +16,7 @@ past when
 (ngc_multinode_perf passes a pair at 90%), so a pair that lost more than that of its
 own past has lost more than the test forgives of the fabric. k = 4 keeps a pair whose
 nights scatter wide (sockets, a shared fabric) from alarming on its usual spread.
-`min_history` = 5, as the GPU rule's (fleet/sweep/history.py): the MAD of three runs is
+`min_history` = 5, as the GPU rule's (fleet/analysis/sweep/history.py): the MAD of three runs is
 their middle deviation, near 0 where two of them agree, and the 10% floor alone then
 judged a pair whose healthy runs now and then moved 15-20% (and once twofold) from one
 to the next. On real runs
@@ -46,7 +46,7 @@ from fleet.analysis.cluster.fabric import gbs
 from fleet.analysis.cluster.judgement import fleets_own, largest, pair_words, size_words
 from fleet.analysis.cluster.verdicts import ClusterFinding
 from fleet.analysis.node.whose import Party
-from fleet.cluster.results import StepResult
+from fleet.model.step import StepResult
 from fleet.words import counted
 
 SOURCE = ("fleet's rule on a pair's own past (fleet/analysis/cluster_trend.py): more than "

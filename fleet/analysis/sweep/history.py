@@ -2,7 +2,7 @@
 mismatches, hosts gone or new, and the TFLOP/s series the report charts.
 
 Pure functions over `Night`s (one sweep run each, read from the store by
-`fleet.sweep.nights.read_nights`), returning dataclasses; nothing here touches a database.
+`fleet.analysis.sweep.nights.read_nights`), returning dataclasses; nothing here touches a database.
 
 The regression rule (a GPU slower than its own past beyond its own measured noise):
 for one GPU and one benchmark configuration, take its per-night medians over the previous

@@ -1,4 +1,4 @@
-"""A sweep's past nights read back from the store, as `fleet.sweep.history` compares them.
+"""A sweep's past nights read back from the store, as `fleet.analysis.sweep.history` compares them.
 
 Every fact comes from the store's columns (runs, run hosts, fingerprints, results): each
 GPU's TFLOP/s per benchmark series and its results' run-to-run sd, its compared
@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, or_, select
 
 from fleet.analysis.listing.expectation import FOUND_COLUMNS, FoundGpu, check_found, stored_expect
+from fleet.analysis.sweep.history import CONFIG_FIELDS, GpuState, HostNight, Night
 from fleet.inventory import Expect
 from fleet.store.models import (
     BenchmarkResult,
@@ -27,7 +28,6 @@ from fleet.store.models import (
     RunHost,
 )
 from fleet.store.query import no_gpu_reasons, software_stack
-from fleet.sweep.history import CONFIG_FIELDS, GpuState, HostNight, Night
 
 HISTORY_NIGHTS = 30
 
