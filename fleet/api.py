@@ -759,7 +759,8 @@ class Store:
         Columns:
         """
         from fleet.analysis.cluster.judgement import transport_words
-        from fleet.store.cluster import judge_run, read_cluster_runs
+        from fleet.analysis.cluster.stored import judge_run
+        from fleet.store.cluster import read_cluster_runs
 
         records = []
         for run in read_cluster_runs(self.engine, cluster, latest,

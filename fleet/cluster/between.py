@@ -25,12 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from fleet.analysis.cluster.judgement import ClusterJudgement, judge_cluster
+from fleet.analysis.cluster.standings import (
+    PairResult,
+)
 from fleet.analysis.cluster.trend import Trends
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
 from fleet.cluster.schedule import (
     DEFAULT_ROUNDS,
-    PairResult,
     Schedule,
     Step,
     plan,

@@ -36,11 +36,12 @@ from fleet.analysis.cluster.judgement import (
     PairVerdict,
     transport_words,
 )
+from fleet.analysis.cluster.stored import judge_run, trends_of
 from fleet.analysis.cluster.trend import Trends, trend_findings
 from fleet.analysis.dataset import Aliases, Scope
 from fleet.analysis.node.whose import Party
 from fleet.model.step import NodeTransport, StepResult
-from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs, trends_of
+from fleet.store.cluster import ClusterRun, read_cluster_runs
 
 KIND = "network"
 WITHHELD_ERROR = ("its error names hosts and addresses: withheld in an anonymized "

@@ -64,14 +64,15 @@ a port through nccl-tests (issue 46's brief; not checked against a primary sourc
 - **socket-fallback** (fault): socket fallback on a step whose figure is not otherwise
   judged (the whole-cluster step, or a pair of unknown rate).
 
-**The slow node, found by its pairs** (fleet/cluster/schedule.py's rule, imported): each
-node's pass ratio over its judged pair steps (a step that failed counts as a failed pair);
-a node under `DEFAULT_THRESHOLD` beside a partner that is known good is the **slow-node**
-(fault); any other suspect of schedule.py's `sort_out` (a failure no bad partner explains)
-is a **suspect** (info: test it again against a known-good node). No node known good while
-pairs failed, among three nodes or more: **shared-fault**, the fabric, a switch, the
-rendezvous or NCCL's settings (two nodes' one pair cannot say whose node failed; its own
-finding says all there is). A short pair beside the slow node says so in its evidence.
+**The slow node, found by its pairs** (fleet/analysis/cluster/standings.py's rule,
+imported): each node's pass ratio over its judged pair steps (a step that failed counts as
+a failed pair); a node under `DEFAULT_THRESHOLD` beside a partner that is known good is
+the **slow-node** (fault); any other suspect of standings.py's `sort_out` (a failure no
+bad partner explains) is a **suspect** (info: test it again against a known-good node). No
+node known good while pairs failed, among three nodes or more: **shared-fault**, the
+fabric, a switch, the rendezvous or NCCL's settings (two nodes' one pair cannot say whose
+node failed; its own finding says all there is). A short pair beside the slow node says so
+in its evidence.
 
 **step-failed** (fault): a step with an error, naming its nodes and the error;
 **node-steps-failed** (fault): a node whose every step failed; **every-step-failed**

@@ -1,5 +1,5 @@
-"""The slow node of a cluster, found by its pairs (fleet/cluster/schedule.py's rule,
-imported): each node's pass ratio over its judged pair steps (a step that failed counts
+"""The slow node of a cluster, found by its pairs (fleet/analysis/cluster/standings.py's
+rule, imported): each node's pass ratio over its judged pair steps (a step that failed counts
 as a failed pair); a node under `DEFAULT_THRESHOLD` beside a partner known good is the
 slow node (fault); any other suspect of `sort_out` (a failure no bad partner explains) a
 suspect (information: test it again against a known-good node). No node known good while
@@ -13,18 +13,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from fleet.analysis.cluster.fabric import gbs
-from fleet.analysis.cluster.verdicts import ClusterFinding, NodeVerdict, PairVerdict
-from fleet.analysis.node.whose import Party
-from fleet.cluster.schedule import (
+from fleet.analysis.cluster.standings import (
     DEFAULT_THRESHOLD,
     PairResult,
     Standing,
     sort_out,
     standings,
 )
+from fleet.analysis.cluster.verdicts import ClusterFinding, NodeVerdict, PairVerdict
+from fleet.analysis.node.whose import Party
 
-SOURCE_PAIRS = ("fleet/cluster/schedule.py: Imbue's pass ratio per host, Google's Cluster "
-                "Health Scanner's suspects against known-good nodes")
+SOURCE_PAIRS = ("fleet/analysis/cluster/standings.py: Imbue's pass ratio per host, Google's "
+                "Cluster Health Scanner's suspects against known-good nodes")
 
 
 def one_party(parties: Iterable[Party]) -> Party:
