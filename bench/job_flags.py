@@ -64,8 +64,8 @@ from fleet.analysis.job.figures import (  # noqa: E402
     job_standings,
 )
 from fleet.document import parse_document  # noqa: E402
+from fleet.findings.finding import Finding  # noqa: E402
 from fleet.report import ReportOptions, build_report  # noqa: E402
-from fleet.report.build import Finding  # noqa: E402
 from fleet.store.database import open_engine, resolve  # noqa: E402
 from fleet.store.ingest import Ingest, Origin, RunInfo  # noqa: E402
 from fleet.store.schema import upgrade  # noqa: E402

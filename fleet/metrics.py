@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from sqlalchemy import select
 
 from agent.health.card import ACTIONS
 from fleet.errors import InputError
-from fleet.report.build import FINDING_KINDS
+from fleet.findings.kinds import FINDING_KINDS
 from fleet.store.models import Document
 from fleet.writable import writable_file
 
@@ -148,9 +149,7 @@ def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
                              "leave out --sweep")
         runs = (int(nights["run"].iloc[-1]),)
     report = store.report(sweep=sweep, runs=runs)
-    findings = tuple((f.kind, side, f.provider) for side, found in (
-        ("provider", report.dispute), ("renter", report.renter),
-        ("unsettled", report.unsettled)) for f in found)
+    findings = tuple((f.kind, f.party, f.provider) for f in report.findings)
     providers = sorted({*report.providers, *(p for _, _, p in findings),
                         *(str(p) for p in fingerprints["provider"].unique())})
     return Snapshot(fingerprints, store.results(sweep=sweep, latest=True),
@@ -373,9 +372,7 @@ def _findings(data: Snapshot) -> Family:
     found = Family("fleet_open_findings", "The report's findings by kind and side: provider "
                    "(to dispute), renter (the renter's own side disturbed it) or unsettled "
                    "(measured under settings that can move it)", ("kind", "side", "provider"))
-    counts: dict[tuple[str, str, str], int] = {}
-    for finding in data.findings:
-        counts[finding] = counts.get(finding, 0) + 1
+    counts = Counter(data.findings)
     kinds = (*FINDING_KINDS, *sorted({k for k, _, _ in counts} - set(FINDING_KINDS)))
     for provider in data.providers:
         for kind in kinds:

@@ -33,7 +33,7 @@ from fleet.analysis.matmul.cost import CostRow
 from fleet.words import counted
 
 if TYPE_CHECKING:
-    from fleet.report.build import Finding
+    from fleet.findings.finding import Finding
 
 # A verdict and the side whose findings decide it, worst first.
 VERDICTS = (("dispute", "provider"), ("yours to fix", "renter"), ("not settled", "unsettled"))

@@ -29,6 +29,7 @@ from fleet.analysis.sweep.nights import HISTORY_NIGHTS, read_nights
 from fleet.cluster.between import BetweenOptions
 from fleet.cluster.measure import ClusterOutcome, Connecting, measure_clusters
 from fleet.errors import FleetError, InputError
+from fleet.findings.kinds import FINDING_KINDS
 from fleet.inventory import LoadedInventory, Target
 from fleet.payload import build_payload
 from fleet.probe.run import HostOutcome, Observer, ProbeOptions, ProbeReport, listing_of, probe
@@ -125,8 +126,6 @@ class SweepReport:
 
 def check_fail_on(value: str, report: bool = True) -> tuple[str, ...]:
     """The --fail-on kinds; those only the report finds (gap, straggler, drift) need it."""
-    from fleet.report import FINDING_KINDS
-
     allowed = (*FAIL_KINDS, *(k for k in FINDING_KINDS if k not in FAIL_KINDS))
     kinds = tuple(part.strip() for part in value.split(",") if part.strip())
     unknown = [k for k in kinds if k not in allowed]

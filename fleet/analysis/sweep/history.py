@@ -64,6 +64,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agent.timing import repeat, stats
+from fleet.findings.kinds import NEWS_KINDS
 
 MAD_TO_SIGMA = 1.4826
 # Variance of the median of many independent normal values over that of their mean.
@@ -79,7 +80,8 @@ CONFIG_FIELDS = ("uuid", "variant", "driver_version", "cuda_driver_version", "vb
 # need five nights of history before it could regress.
 RESULT_FIELDS = ("software_stack",)
 POWER_TOLERANCE_W = 1.0  # NVML reports milliwatts; a rounding wobble is no change
-FAIL_KINDS = ("regression", "mismatch", "change", "gone", "health")
+# The kinds of news a night can have, as the registry orders them (fleet/findings/kinds.py).
+FAIL_KINDS = NEWS_KINDS
 # Health counters (as fleet/store/ingest.py stores them) whose rise is news, in the order
 # told; and the throttle reasons (throttle_<reason>_ns) whose time is. NVML names its
 # reasons "thermal", "reliability", "power", "sync_boost", ...: any reason naming heat or
