@@ -46,8 +46,9 @@ KINDS: tuple[Kind, ...] = (
                          "fleet/analysis/sweep/history.py"), news=1),
     Kind("gap", "one provider's GPUs systematically slower than another's of the same "
          "variant, beyond what repeat runs explain",
-         PARTIES, ("fleet/analysis/matmul/gaps.py", "fleet/analysis/node/gaps.py",
-                   "fleet/analysis/job/compare.py")),
+         ("provider", "unsettled"), ("fleet/analysis/matmul/gaps.py",
+                                     "fleet/analysis/node/gaps.py",
+                                     "fleet/analysis/job/compare.py")),
     Kind("cooling", "one provider's GPUs run hotter and lose more once soaked, at the same "
          "power cap", ("provider",), ("fleet/analysis/matmul/cooling.py",)),
     Kind("drift", "a power limit below the datasheet's, or below what the rest of the "
