@@ -1,4 +1,4 @@
-"""How often the rule on a cluster's own past (fleet/analysis/cluster_trend.py) calls a
+"""How often the rule on a cluster's own past (fleet/analysis/cluster/trend.py) calls a
 healthy run below its past, and how often it catches a run that really got slower.
 
 Real runs, as a user runs them: `fleet cluster run --cpu` between three sshd "nodes" on

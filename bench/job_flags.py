@@ -1,4 +1,4 @@
-"""How often the job suite's shortfall rule (fleet/analysis/job.py, `find_job_shortfalls`:
+"""How often the job suite's shortfall rule (fleet/analysis/job/figures.py, `find_job_shortfalls`:
 a GPU whose training step falls more than 3 points further below its crowd than its
 matmul does) calls a healthy lent node, whether it names a GPU that really ran slow, and
 that a GPU shared with another process goes to the renter (the contention finding,

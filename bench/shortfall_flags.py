@@ -1,4 +1,4 @@
-"""How often fleet/analysis/shortfall.py calls a healthy node, and how often it finds a
+"""How often fleet/analysis/node/shortfall.py calls a healthy node, and how often it finds a
 constructed fault, on the lent nodes' own records.
 
 Every record of bench/expected_catalog.py (or those given) is judged against a catalog

@@ -879,7 +879,7 @@ class Store:
                      since: When | None = None, until: When | None = None,
                      sweep: str | None = None, run: int | None = None) -> pd.DataFrame:
         """What each host's newest document (among those the filters select) could not
-        measure: one row per error it carries, judged (fleet/analysis/not_measured.py):
+        measure: one row per error it carries, judged (fleet/analysis/health/not_measured.py):
         out of memory because of a process the run could see is the renter's, memory in
         use with none the provider's; a GPU with a row here is not measured in that stage,
         whatever its other figures say.

@@ -19,7 +19,7 @@ Two hosts whose documents in one probe or sweep named the same GPUs (by UUID, el
 serial) are one machine listed twice, or were measured on the same cards at the same
 moment: the pair is a finding of its own (`SharedHosts`), and the results both hosts
 stored in that run are kept out of every measure (`Excluded`), so that no provider
-statistic counts contended figures, or one card twice (fleet/analysis/duplicates.py).
+statistic counts contended figures, or one card twice (fleet/analysis/listing/duplicates.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ finishes, so the node delivers its GPU count times its *slowest* GPU's throughpu
 times its median. On the lent 4x H100 (issue 32) two GPUs soaked at 79 °C while the
 others held 66-67 °C: 4 x 660.4 TFLOP/s against 4 x 668.2 at the median, 1.2% that a
 buyer pays for and a synchronous job never gets. Both figures stand side by side, per
-node and in what a GPU-hour buys (fleet/analysis/cost.py): the median for independent
+node and in what a GPU-hour buys (fleet/analysis/matmul/cost.py): the median for independent
 jobs, the synchronous figure for data-parallel training.
 
 Built from the matmul's per-GPU medians (`Dataset.measures`), per node, variant and

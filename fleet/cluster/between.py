@@ -3,7 +3,7 @@
 schedule.py): the whole cluster at once, then the pair rounds (a round's pairs at once,
 each meeting at its first node on the cluster's port), then each suspect against a
 known-good node. Each step is fleet/cluster/step.py's, all or nothing; the judgement
-(fleet/analysis/cluster.py) decides which pairs passed, and so who the suspects are.
+(fleet/analysis/cluster/judgement.py) decides which pairs passed, and so who the suspects are.
 
 The whole cluster's step lets NCCL choose its algorithm, as a renter's job would; a pair
 forces the ring (`--algo Ring`): between two nodes NCCL may pick tree algorithms whose bus
@@ -202,7 +202,7 @@ def measure_again(run: BetweenRun, step_ids: Sequence[str], nodes: Mapping[str, 
                   payload: Payload, networks: Mapping[str, NetworkFingerprint],
                   cancel: threading.Event, observe: Observe | None = None) -> list[StepRun]:
     """Each step of `step_ids` run again, one at a time (two may share a node), as
-    "again-N" with the round it had (fleet/analysis/cluster_trend.py reads the later of
+    "again-N" with the round it had (fleet/analysis/cluster/trend.py reads the later of
     two measurements of a step); the judgement made again over every step. The steps
     run, in order."""
     say = observe or (lambda what, message: None)

@@ -2,7 +2,7 @@
 `fleet-cluster/1` events (docs/cluster.md, "Between the nodes") were validated and stored.
 
 Plain frozen data, built by the store and the orchestration and read by the judgement
-(fleet/analysis/cluster.py). A step's nodes all report the same figures (each iteration's
+(fleet/analysis/cluster/judgement.py). A step's nodes all report the same figures (each iteration's
 time is max-reduced over every rank of every node), so a step is one `StepResult` with
 its figures once and each node's own transport beside them. Bandwidths are in GB/s
 (10^9 bytes a second), as nccl-tests prints them; link rates elsewhere are in Gb/s.

@@ -130,7 +130,8 @@ class ProbeReport:
 
     @property
     def shared(self) -> list[SharedGpus]:
-        """Hosts of this run that answered with the same GPUs (fleet/analysis/duplicates.py)."""
+        """Hosts of this run that answered with the same GPUs
+        (fleet/analysis/listing/duplicates.py)."""
         return shared_gpus((h.target.key, h.document) for h in self.hosts if h.ok)
 
     @property

@@ -7,7 +7,7 @@ A `Unit` is one figure of one GPU (matmul, memory copy, training, decode), pair 
 way and both ways) or node (all-reduce), with the expected figure and the floor it is
 judged by where fleet has them, from the same rules the findings use: the catalog of
 healthy nodes (fleet/expected.py) and its margins for the matmul
-(fleet/analysis/shortfall.py `matmul_expected`) and the node's figures (`judged_rows`), the
+(fleet/analysis/node/shortfall.py `matmul_expected`) and the node's figures (`judged_rows`), the
 records of healthy lent cards for the job (agent/job/rerun.py `RECORDS_BY_SUITE`, 5%
 under them called). So a point drawn under its band is a figure the report calls short,
 and one within it is one it does not.

@@ -138,7 +138,7 @@ class Report:
     health: FleetHealth = field(default_factory=FleetHealth)  # of the GPUs as found
     # The node suite's figures as found, its findings, and each node's synchronous figure.
     node: NodeSection = field(default_factory=NodeSection)
-    # GPUs that computed wrong under load (fleet/analysis/integrity.py), also in `dispute`.
+    # GPUs that computed wrong under load (fleet/analysis/matmul/integrity.py), also in `dispute`.
     corruption: tuple[Finding, ...] = ()
     # The job suite's figures, their cost per million tokens, findings and synchronous
     # figures (issue 37).
@@ -324,7 +324,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         jobs = jobs.anonymized(names)
         store = "(hidden in an anonymized report)"
     # Health verdicts of a rule the agent has since withdrawn, judged again by the rule of
-    # now where their documents carry what it needs (fleet/analysis/older_rule.py): every
+    # now where their documents carry what it needs (fleet/analysis/health/older_rule.py): every
     # table and finding below reads the verdict of now.
     again = judge_again(engine, data.gpus)
     data = replace(data, gpus=again.gpus)
@@ -335,7 +335,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     drift = find_drift(data)
     comparisons = compare_providers(data, options.gaps)
     # A gap whose slower side ran under settings that can move a matmul is not the
-    # provider's to answer until measured again without them (fleet/analysis/whose.py).
+    # provider's to answer until measured again without them (fleet/analysis/node/whose.py).
     suspected = _matmul_suspects(engine, data, options.anonymize)
     gaps = [c for c in comparisons if c.systematic and c.slower not in suspected]
     gaps_unsettled = [c for c in comparisons if c.systematic and c.slower in suspected]

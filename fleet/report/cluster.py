@@ -1,5 +1,5 @@
 """The report's "Between the nodes" section: each cluster's newest run of steps between
-its nodes (fleet/store/cluster.py), judged (fleet/analysis/cluster.py): its pairs against
+its nodes (fleet/store/cluster.py), judged (fleet/analysis/cluster/judgement.py): its pairs against
 what their fabric should give, each node's pass ratio, the whole cluster's figure, and
 the findings with their action, source and whose.
 

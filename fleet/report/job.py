@@ -180,11 +180,11 @@ class JobSection:
     sync: tuple[JobSync, ...] = ()
     excluded: tuple[JobExcluded, ...] = ()
     options: JobOptions = field(default_factory=JobOptions)
-    # Whose a short job figure is, where not the provider's (fleet/analysis/job_whose.py):
+    # Whose a short job figure is, where not the provider's (fleet/analysis/job/whose.py):
     # (provider, host, GPU index, verdict), its GPU-run's figures in `excluded`.
     whose: tuple[tuple[str, str, int, job_whose.Verdict], ...] = ()
     # (provider, configuration key, settings) whose counted figures ran under settings that
-    # can move a job (fleet/analysis/job_whose.py `suspected`).
+    # can move a job (fleet/analysis/job/whose.py `suspected`).
     suspected: tuple[tuple[str, str, str], ...] = ()
 
     def _suspects(self, comparison: JobComparison) -> str | None:

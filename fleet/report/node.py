@@ -223,7 +223,7 @@ class NodeSection:
     # Soaked matmuls the agent's pair without and with the run's settings put on them.
     renters_matmul: tuple[MatmulShortfall, ...] = ()
     # Findings measured under settings that can move them and never measured again
-    # without them (fleet/analysis/whose.py): neither disputed nor the renter's.
+    # without them (fleet/analysis/node/whose.py): neither disputed nor the renter's.
     unsettled: tuple[Unsettled, ...] = ()
     # Each GPU's memory copy, each pair's copies and each node's all-reduce measured alone,
     # beside what a healthy node gives: what the report's charts draw (bands.py).
@@ -332,7 +332,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     if anonymized:
         words = dict.fromkeys(words)
     # One run, one story per GPU: a GPU shared in one figure takes the run's figures on
-    # it that had no check of their own with it (fleet/analysis/taint.py).
+    # it that had no check of their own with it (fleet/analysis/node/taint.py).
     runs = dict(zip(stored["document_id"].astype(int).tolist(),
                     stored["run"].astype(int).tolist(), strict=True))
     figures = taint(figures, learned(figures, words, jobs, runs))
@@ -343,7 +343,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
                  for e in data.excluded if e.reason == CONTENDED_REASON]
     # A GPU shared with another process is the renter's, whichever figure showed it.
     seen = tuple(find_contention(figures, contended, jobs))
-    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/whose.py).
+    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/node/whose.py).
     ran = run_settings(read_settings(engine, documents=sorted(names)), figures)
     if anonymized:
         ran = anonymized_settings(ran)
@@ -397,7 +397,7 @@ def _judge_matmul(data: Dataset, names: dict[int, tuple[str, str]],
                   ran: Mapping[int, tuple[RunSetting, ...]], pairs: list[StoredRerun],
                   options: NodeOptions
                   ) -> tuple[list[MatmulShortfall], list[MatmulShortfall], list[Unsettled]]:
-    """Each node's short soaked matmuls sorted by whose they are (fleet/analysis/whose.py
+    """Each node's short soaked matmuls sorted by whose they are (fleet/analysis/node/whose.py
     `whose_matmul`): the provider's, the renter's, unsettled."""
     provider: list[MatmulShortfall] = []
     renter: list[MatmulShortfall] = []
@@ -431,7 +431,7 @@ def _paired(words: str | None, document: int, gpu: int, pairs: list[StoredRerun]
 def _with_cause(shortfall: Shortfall, figures: pd.DataFrame,
                 ran: Mapping[int, tuple[RunSetting, ...]]) -> tuple[Shortfall, bool]:
     """An all-reduce shortfall with the cause NCCL's transport names, where it names one
-    (fleet/analysis/nccl.py), and whether that cause is a setting of the renter's run
+    (fleet/analysis/node/nccl.py), and whether that cause is a setting of the renter's run
     (`ran`: each document's settings, from every source)."""
     if shortfall.figure != "all-reduce":
         return shortfall, False

@@ -5,7 +5,7 @@ sorted keys and no spaces), held unique per host by the database: storing it aga
 its host, from this process or from another one at the same moment, stores nothing and
 answers "already stored". In a probe or sweep, another inventory host that sends the very
 same document (the same machine listed twice) gets its own copy: each host's answer is
-its own, and the pair is a finding (fleet/analysis/duplicates.py). Hand ingest still
+its own, and the pair is a finding (fleet/analysis/listing/duplicates.py). Hand ingest still
 takes a document given twice, under whatever names, as one. A document that fails
 validation never reaches the database, so nothing of it is stored.
 

@@ -202,7 +202,7 @@ class Document(Base):
     # one host is one row, even when two processes store it at the same moment. Unique per
     # host, not alone: two inventory hosts that are one machine can send the very same
     # document, and each host's answer is its own (the report flags the pair, see
-    # fleet/analysis/duplicates.py). Led by content_hash, so a lookup by hash uses it too.
+    # fleet/analysis/listing/duplicates.py). Led by content_hash, so a lookup by hash uses it too.
     __table_args__ = (Index(None, "host_id", "collected_at"),
                       UniqueConstraint("content_hash", "host_id"))
 
@@ -299,7 +299,7 @@ class Fingerprint(Base):
     health_action: Mapped[str | None] = mapped_column(String(16))
     # The GPU's memory in use and the processes NVML listed on it when the run began,
     # each [pid, MiB, visible, name, user] (0023): what a stage that failed for want of
-    # memory is judged by (fleet/analysis/not_measured.py). NULL before 0023.
+    # memory is judged by (fleet/analysis/health/not_measured.py). NULL before 0023.
     memory_used_mib: Mapped[int | None] = mapped_column(Integer)
     processes: Mapped[list[list[Any]] | None] = mapped_column(Json)
 

@@ -37,7 +37,7 @@ VARIANTS = {0: H100, 1: H100}
 
 
 def _report_floor(key: FigureKey) -> float:
-    """What fleet/analysis/shortfall.py calls a figure of `key` short under."""
+    """What fleet/analysis/node/shortfall.py calls a figure of `key` short under."""
     entry = CATALOG.lookup(key)
     assert entry is not None
     return entry.gbs * (1.0 - ShortfallOptions().margin(key.kind, entry))

@@ -1,4 +1,4 @@
-"""The judgement on a cluster's steps between nodes (fleet/analysis/cluster.py): real
+"""The judgement on a cluster's steps between nodes (fleet/analysis/cluster/judgement.py): real
 network fingerprints from tests/fixtures/network/ (h100-8x-ib-ndr is 8 x 400 Gb/s NDR,
 lent-h100-1x the lent VM with virtio eth0 only), step results built as the store will
 hand them over."""

@@ -1,4 +1,4 @@
-"""A cluster's steps against its own earlier runs (fleet/analysis/cluster_trend.py): how
+"""A cluster's steps against its own earlier runs (fleet/analysis/cluster/trend.py): how
 nightly sweeps track the fabric between nodes. The figures are NDR-like (a pair at
 ~47 GB/s a NIC, as nccl-tests' maintainers report healthy NDR) and socket-like (2.6-3.2
 GB/s, as the lent split H100 gave over NET/Socket: bench/records/

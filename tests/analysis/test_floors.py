@@ -1,5 +1,5 @@
 """The floors the agent carries (agent/node/floors.json) are the catalog's and the
-shortfall rule's, as fleet/analysis/floors.py makes them: one source of truth."""
+shortfall rule's, as fleet/analysis/node/floors.py makes them: one source of truth."""
 
 from __future__ import annotations
 

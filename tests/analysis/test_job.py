@@ -1,4 +1,4 @@
-"""The job suite's analysis on constructed frames (fleet/analysis/job.py, job_compare.py,
+"""The job suite's analysis on constructed frames (fleet/analysis/job/figures.py, job_compare.py,
 job_cost.py): per-GPU figures beside the matmul of the same run, the job's shortfall
 against its matmul and its cause, what is left out, stragglers, gaps, the synchronous
 figure and the cost of a million tokens."""

@@ -1,4 +1,5 @@
-"""Cards that computed wrong under load, called in "What to dispute" (fleet/analysis/integrity.py).
+"""Cards that computed wrong under load, called in "What to dispute"
+(fleet/analysis/matmul/integrity.py).
 
 Documents are built (tests/store/factory.py) with each result's `integrity` as the agent
 writes it; one goes through the real agent on the CPU with a constructed corruption.

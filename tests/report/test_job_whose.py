@@ -1,4 +1,4 @@
-"""Whose a short job figure is (fleet/analysis/job_whose.py), on a lent 4x H100's real
+"""Whose a short job figure is (fleet/analysis/job/whose.py), on a lent 4x H100's real
 suite 1.1.0 document (bench/records/2026-11-27-h100x4-job-backends, run 4) made to read as
 a renter's PYTORCH_NO_CUDA_MEMORY_CACHING=1 run would (every training step at 40%), stored
 through the real ingest path and reported alone."""

@@ -1,4 +1,4 @@
-"""Whose a short all-reduce is, settled by the agent's rerun (fleet/analysis/whose.py), on
+"""Whose a short all-reduce is, settled by the agent's rerun (fleet/analysis/node/whose.py), on
 the lent 4x H200 node's real document (tests/fixtures/nodes/h200-sxm-x4-lent/) made to
 read as the issue's NCCL_ALGO=Tree run did (71% of a healthy node), stored through the
 real ingest path (SQLite and PostgreSQL) and reported alone."""

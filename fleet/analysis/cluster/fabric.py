@@ -4,7 +4,7 @@ port of its kind on the node: IB rates are discrete, and a port below its siblin
 cable, transceiver or switch port), at most one port a rank. On HGX boards each GPU
 drives the NIC under its own PCIe switch, and a node running fewer ranks than it has
 ports is not promised the rest (nccl-tests #232: one H100 a node over four NICs measured
-about 50 GB/s). fleet/analysis/cluster.py judges a pair against the lesser node's total.
+about 50 GB/s). fleet/analysis/cluster/judgement.py judges a pair against the lesser node's total.
 """
 
 from __future__ import annotations

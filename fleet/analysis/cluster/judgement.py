@@ -36,7 +36,7 @@ a port through nccl-tests (issue 46's brief; not checked against a primary sourc
     that can take the fabric away was set (NCCL_IB_HCA, NCCL_NET_PLUGIN, another
     NCCL_NET), or where the run's settings were not recorded; the provider's where the
     run asked for none of it (no RDMA library or net plugin in the image, the fabric not
-    passed through). The same three parties as issue 44's fleet/analysis/whose.py.
+    passed through). The same three parties as issue 44's fleet/analysis/node/whose.py.
   - **GPUDirect off**: the fingerprint says GPUDirect RDMA is off (no peer-memory module,
     no DMA-BUF) and NCCL's connections were not GDRDMA: every transfer staged through
     host memory. The provider's (network.py's gdr-off).
@@ -80,8 +80,8 @@ in its evidence.
 against the slowest pair.
 
 Pure: data in, findings out; nothing prints. Every text is plain, with its units. What
-a node's fabric carries is fleet/analysis/fabric.py; the slow node, found by its pairs,
-fleet/analysis/slow_node.py; the verdicts' types fleet/analysis/cluster_verdicts.py.
+a node's fabric carries is fleet/analysis/cluster/fabric.py; the slow node, found by its pairs,
+fleet/analysis/cluster/slow_node.py; the verdicts' types fleet/analysis/cluster/verdicts.py.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ SOURCE_SOCKET = ("NCCL user guide, Environment Variables: NCCL_NET=Socket select
 SOURCE_GDR_LEVEL = ("NCCL user guide, Environment Variables: NCCL_NET_GDR_LEVEL (LOC: never "
                     "GPUDirect RDMA)")
 SOURCE_SETTINGS = ("agent/source/settings.py: the settings that can move an all-reduce "
-                   "(NCCL's, CUDA's, torch.distributed's), as fleet/analysis/whose.py")
+                   "(NCCL's, CUDA's, torch.distributed's), as fleet/analysis/node/whose.py")
 SOURCE_NONE = ("the node's network fingerprint: no InfiniBand, RoCE or EFA port, so NCCL "
                "can only use TCP sockets between the nodes")
 SOURCE_STEP = "the step's own errors (fleet-cluster/1 `errors`, or the controller's)"

@@ -1,7 +1,7 @@
 """A cluster's pairs against their own past runs: how nightly sweeps track the fabric
 between nodes (issue 46), as fleet/analysis/sweep/history.py tracks each GPU against its own past.
 
-A pair's figure is judged against its fabric (fleet/analysis/cluster.py: 90% of the
+A pair's figure is judged against its fabric (fleet/analysis/cluster/judgement.py: 90% of the
 lesser node's ports x rate); that says nothing of a pair that gave 47 GB/s a NIC for a
 month and gives 41 tonight, still above the line. Here each step of tonight's run is
 set beside the same step of the cluster's earlier runs: the same nodes (in any order),
@@ -49,7 +49,7 @@ from fleet.analysis.node.whose import Party
 from fleet.model.step import StepResult
 from fleet.words import counted
 
-SOURCE = ("fleet's rule on a pair's own past (fleet/analysis/cluster_trend.py): more than "
+SOURCE = ("fleet's rule on a pair's own past (fleet/analysis/cluster/trend.py): more than "
           "10% under the median of its earlier runs, as NVIDIA's multinode test "
           "(ngc_multinode_perf) passes a pair at 90% of its ports' rate, and more than 4 x "
           "its run-to-run noise")

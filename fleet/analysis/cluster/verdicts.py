@@ -19,7 +19,7 @@ Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudg
 class ClusterFinding:
     """One finding on a cluster's steps between nodes.
 
-    whose: "provider", "renter" or "unsettled" for a fault (fleet/analysis/whose.py's
+    whose: "provider", "renter" or "unsettled" for a fault (fleet/analysis/node/whose.py's
     parties); None for information.
     hosts: the nodes it is about (a pair's two, the slow node alone).
     steps: the step ids it rests on.

@@ -132,7 +132,7 @@ class FleetHealth:
 
 def told_elsewhere(health: FleetHealth, named: set[tuple[str, str, int]]) -> FleetHealth:
     """`health` without the findings of GPUs degraded for nothing but a host link that ran
-    below its maximum, where the host-link finding (fleet/analysis/hostlink.py) already
+    below its maximum, where the host-link finding (fleet/analysis/node/hostlink.py) already
     names them by (provider, host, GPU index): one cause, one finding. They still count
     as degraded in the table."""
     kept = tuple(g for g in health.unwell

@@ -38,7 +38,7 @@ from typing import Any, Literal
 from fleet.document import AgentDocument, GpuProcess
 
 Party = Literal["provider", "renter", "unsettled", "none"]
-RULE = "fleet/analysis/not_measured.py"
+RULE = "fleet/analysis/health/not_measured.py"
 # The driver's own at idle, no process on the card: 480 MiB on lent H100 SXM5s, 615 MiB
 # on H200 SXMs, 11 MiB on MIG slices (tests/fixtures/gpus' recordings). Past this, memory
 # in use with no process listed is someone's.

@@ -1,7 +1,7 @@
 """Health verdicts an older agent drew by a rule since withdrawn, judged again by the rule
 of now.
 
-The report takes each GPU's health verdict as its agent drew it (fleet/analysis/health.py),
+The report takes each GPU's health verdict as its agent drew it (fleet/analysis/health/cards.py),
 but not one that rests on a rule the agent has since withdrawn. The agent's version does
 not tell (it said 0.1.0 before the change and after); the rule each document carries in
 words (`Health.rule`) does. One rule has been withdrawn so far:

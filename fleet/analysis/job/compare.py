@@ -5,13 +5,13 @@ one variant, never across either.
 The rules are the matmul's own statistics, not copies of them:
 - a straggler: the GPU's tokens/s at least the straggler threshold (3%) and more than four
   robust standard deviations below the median of its node's other GPUs of the same
-  configuration (`below_others`, fleet/analysis/stragglers.py), three GPUs or more. The
+  configuration (`below_others`, fleet/analysis/matmul/stragglers.py), three GPUs or more. The
   matmul's second half, the repeat margin, is left out: the job's run-to-run sd rests on
   seven GPUs of one variant (agent/timing/repeat.py JOB_SPREADS, 0.07-0.35%, dof 21), too few
-  cards to set a margin by; as the node suite's outliers (fleet/analysis/node_outliers.py) the
+  cards to set a margin by; as the node suite's outliers (fleet/analysis/node/outliers.py) the
   sigma is floored at 0.5% of the median instead of 0.25%, and the 3% threshold binds
   first for a steady node (eight H100s' matmul margin was 1.0%);
-- a provider gap: the matmul gap's rule (fleet/analysis/gaps.py, `judge`) on per-GPU
+- a provider gap: the matmul gap's rule (fleet/analysis/matmul/gaps.py, `judge`) on per-GPU
   tokens/s with the host as the cluster: bootstrap interval on the ratio of medians, rank
   test on the GPUs and Welch's test on the hosts after Holm, at least the gap threshold
   and two hosts a side. The job's comparisons are one family for Holm, apart from the

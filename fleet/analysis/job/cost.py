@@ -6,7 +6,7 @@ configuration, and what a million tokens trained or decoded costs there.
 at the median of per-GPU medians (what independent jobs get from each GPU-hour), and at
 the synchronous figure (fleet/analysis/sync.py: each GPU counted at its node's slowest,
 which a data-parallel step waits for). Prices are the cost table's
-(fleet/analysis/cost.py, `listed_price`): the median listed price per GPU-hour of the
+(fleet/analysis/matmul/cost.py, `listed_price`): the median listed price per GPU-hour of the
 provider's hosts, one currency, none converted. Ranked within a configuration and
 currency, at the median; offers without a price are listed, not ranked.
 """

@@ -32,7 +32,7 @@ Called when all three hold:
   crowd and its job 1% above has lost nothing a buyer disputes;
 - the GPU's standing (job share / matmul share) is more than four robust standard
   deviations (1.4826 x MAD, floored at 0.5%) below the other GPUs' of the configuration:
-  the spread half of the straggler's rule (fleet/analysis/stragglers.py, `below_others`),
+  the spread half of the straggler's rule (fleet/analysis/matmul/stragglers.py, `below_others`),
   so that a crowd whose jobs scatter more than 0.8 points (hosts of different CPUs under
   one variant) demands more before one of its cards is named.
 Three GPUs at least, with a matmul figure in the same runs: with two, nothing says which
@@ -270,7 +270,7 @@ def _reasons(frame: pd.DataFrame, shared: Collection[tuple[str, str, int]]
     unsettled = _flag(frame["not_soaked"]) & ~wrong & ~contended & ~twice
     reasons = [(twice, SHARED_REASON), (wrong, WRONG_REASON), (contended, CONTENDED_REASON),
                (unsettled, NOT_SOAKED_REASON)]
-    # Short under the run's own settings (fleet/analysis/job_whose.py): each GPU-run's
+    # Short under the run's own settings (fleet/analysis/job/whose.py): each GPU-run's
     # words, where no reason above took its rows first.
     taken = twice | wrong | contended | unsettled
     reasons += [(mask & ~taken, words) for mask, words in job_whose.masks(frame)]

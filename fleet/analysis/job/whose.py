@@ -13,7 +13,7 @@ share of its datasheet's peak or HBM bandwidth), read with what the agent did ab
 - **provider**: no such setting in the run, or the rerun without all of them was still
   short: the figure stays, as the node's own.
 
-One story per GPU and run (fleet/analysis/taint.py's rule): the verdict on its headline
+One story per GPU and run (fleet/analysis/node/taint.py's rule): the verdict on its headline
 takes every job figure of that GPU in that run with it.
 """
 
@@ -130,7 +130,7 @@ def verdicts(frame: pd.DataFrame) -> dict[GpuRun, Verdict]:
 
 def masks(frame: pd.DataFrame) -> list[tuple[pd.Series, str]]:
     """Each GPU-run's rows with the words that leave them out, for the job's left-out
-    reasons (fleet/analysis/job.py)."""
+    reasons (fleet/analysis/job/figures.py)."""
     found = verdicts(frame)
     if not found:
         return []
@@ -150,7 +150,7 @@ _ITEM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*) \(([^()]*)\)$")
 
 def anonymized_suspects(text: Any) -> Any:
     """`job_suspects` as an anonymized report names them: only plain values (a path or a
-    host may name the renter's machines; fleet/analysis/whose.py `anonymized`)."""
+    host may name the renter's machines; fleet/analysis/node/whose.py `anonymized`)."""
     if not isinstance(text, str):
         return text
     out = []

@@ -70,7 +70,7 @@ class GpuSetup:
     load_sm_clock_mhz: float | None = None
     load_sm_clock_min_mhz: float | None = None
     load_sm_clock_max_mhz: float | None = None
-    # The agent's verdict (fleet/analysis/health.py); None: stored without health counters.
+    # The agent's verdict (fleet/analysis/health/cards.py); None: stored without health counters.
     health: str | None = None
 
     @property

@@ -8,7 +8,7 @@ the first 20 s of load and the soaked level (DESIGN.md, "Thermal soak"). Soaked 
 whose hosts cool worse shows as GPUs that are hotter *and* drop more.
 
 A cooling finding is called between two providers' GPUs of one variant, under one soaked
-configuration, only on evidence like a gap's (fleet/analysis/gaps.py):
+configuration, only on evidence like a gap's (fleet/analysis/matmul/gaps.py):
 
 - both sides run at the same power cap (medians within 2%): at different caps the
   temperature and the drop follow the cap, which the gap and drift findings name;

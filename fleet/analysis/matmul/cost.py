@@ -78,7 +78,7 @@ def listed_price(listings: Mapping[tuple[str, str], Listing], provider: str,
                  hosts: Iterable[str]) -> tuple[float | None, str | None, str | None]:
     """(price per GPU-hour, currency, why none) of `provider`'s `hosts`: the median of
     their listed prices, in one currency only (fleet converts none); the job suite's
-    cost (fleet/analysis/job_cost.py) prices tokens with it too."""
+    cost (fleet/analysis/job/cost.py) prices tokens with it too."""
     priced = [listings[(provider, h)] for h in hosts if (provider, h) in listings
               and listings[(provider, h)].price_per_gpu_hour is not None]
     currencies = {listing.currency for listing in priced}

@@ -494,7 +494,7 @@ class Verdict:
 def judge(pairs: Sequence[tuple[Sample, Sample]], options: GapOptions) -> list[Verdict]:
     """The rule of the module's docstring on each (faster, slower) pair, the pairs being
     one family for Holm's correction: the matmul's comparisons are one, the node suite's
-    (fleet/analysis/node_gaps.py) another."""
+    (fleet/analysis/node/gaps.py) another."""
     raw = [rank_test(fast.values, slow.values) for fast, slow in pairs]
     adjusted = holm(raw)
     # The family for Holm is the comparisons the node-level test can judge (two hosts

@@ -1,7 +1,8 @@
 """The floors the agent judges its own node figures and soaked matmul by, made from the
-catalog (fleet/expected.py) and the shortfall rule's thresholds (fleet/analysis/shortfall.py), so
-that the agent and the report call the same figure short (DESIGN.md, "Judging one node":
-a short figure under settings that can move it is measured again in the same run).
+catalog (fleet/expected.py) and the shortfall rule's thresholds
+(fleet/analysis/node/shortfall.py), so that the agent and the report call the same figure
+short (docs/findings.md, "One node, judged on its own": a short figure under settings that
+can move it is measured again in the same run).
 
 The agent cannot import the controller (it runs on Python 3.8 with the standard library),
 so the floors travel as data: agent/node/floors.json, packed into the zipapp with the
@@ -23,12 +24,12 @@ and size at its NVLink fabric and links, and expected x (1 - max(pair_floor, sig
 sd)); without one, the agent calls a pair over an NVLink path under `pair_share` of its
 datasheet figure, as the report does. Per host copy entry: the expected GB/s at the PCIe
 generation and width it ran at, and expected x (1 - max(host_link_floor, sigmas x sd));
-no datasheet share, and a copy fleet/analysis/hostlink.py calls (its link below its
+no datasheet share, and a copy fleet/analysis/node/hostlink.py calls (its link below its
 maximum, or under `host_link_min_share` of what the link carries) is left to it.
 
 Per soaked matmul entry (agent/matmul/rerun.py): the expected TFLOP/s and expected x
 (1 - max(floor, z x sd)). The report's margin also holds the GPU's own repeat spread
-(fleet/analysis/shortfall.py `find_matmul_shortfalls`), so its threshold is never above
+(fleet/analysis/node/shortfall.py `find_matmul_shortfalls`), so its threshold is never above
 this floor: every GPU the report calls short was measured again.
 """
 
@@ -78,7 +79,7 @@ def floors(catalog: Catalog | None = None, options: ShortfallOptions | None = No
             "floor_tflops": round(soaked.tflops * (1.0 - margin), 3),
             "records": list(soaked.records)})
     return {"format": FORMAT,
-            "made_from": "fleet/expected.py CATALOG and fleet/analysis/shortfall.py "
+            "made_from": "fleet/expected.py CATALOG and fleet/analysis/node/shortfall.py "
                          "ShortfallOptions, MatmulShortfallOptions "
                          "(python -m fleet.analysis.node.floors)",
             "allreduce_share": options.allreduce_share, "memory_share": options.memory_share,

@@ -1,8 +1,8 @@
 """Provider gaps on the node suite's figures: is one provider's memory, host link, GPU
 pairs or all-reduce really slower, or is it noise?
 
-The matmul gap's rule and statistics (fleet/analysis/gaps.py, `judge`), on each node
-figure at its largest size (fleet/analysis/node.py), within one variant and one
+The matmul gap's rule and statistics (fleet/analysis/matmul/gaps.py, `judge`), on each node
+figure at its largest size (fleet/analysis/node/figures.py), within one variant and one
 configuration (kind, size, direction, pinned or pageable, GPU count, suite version and
 software stack): per-unit figures (a GPU's copy, a pair's copy, a node's all-reduce) with
 the host as the cluster, a bootstrap interval on the ratio of medians excluding 1, the

@@ -42,7 +42,7 @@ SHM_OFF: dict[str, Callable[[str], bool]] = {"NCCL_SHM_DISABLE": _set}
 
 
 # Sources a cause does not name: the process's own environment, and the all-reduce's
-# record of it (fleet/analysis/whose.py, documents before the run's settings were kept).
+# record of it (fleet/analysis/node/whose.py, documents before the run's settings were kept).
 UNNAMED_SOURCES = ("environment", "the all-reduce's record")
 
 

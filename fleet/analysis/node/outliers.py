@@ -1,5 +1,5 @@
 """Node outliers: a GPU's memory or host link, or a GPU pair's copy, clearly below the rest
-of its own node: stragglers (fleet/analysis/stragglers.py) of the node suite.
+of its own node: stragglers (fleet/analysis/matmul/stragglers.py) of the node suite.
 
 The node is the fairest reference: the same board, driver, host and moment. A GPU whose
 HBM copy runs 10% under its seven siblings has a slow stack or memory clock that a

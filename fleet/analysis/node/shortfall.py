@@ -27,7 +27,7 @@ under 2% and the floors decide:
 - pinned host copies, 10%: they move with the platform (root complex, PCIe switch) and
   with the NUMA node the host buffer sits on, a few percent from host to host (one H100
   run of five read 4% low); the node-outlier rule's floor. A copy that
-  fleet/analysis/hostlink.py calls (its link below its maximum, or under 70% of what the
+  fleet/analysis/node/hostlink.py calls (its link below its maximum, or under 70% of what the
   link carries) is left to it, and a copy is compared only with entries of the link it
   ran at;
 - all-reduce, 10%: NCCL's version and settings move it by more than copies move, and the
@@ -48,9 +48,9 @@ share of the datasheet figure, with thresholds well under what healthy nodes giv
 copy 70% (healthy 88.5-89.7% of HBM on H100 and H200 SXM: `memory_share`); a pair over an
 NVLink path 70% (86-88% of its links: `pair_share`; a pair over PCIe is not judged this
 way, since peer copies through a root complex or across sockets vary too widely, and
-fleet/analysis/peers.py calls an NVLink node whose pairs lack NVLink); the all-reduce 40%
+fleet/analysis/node/peers.py calls an NVLink node whose pairs lack NVLink); the all-reduce 40%
 (73-79% of one-way NVLink at 1 GiB on 2 and 4 GPUs: `allreduce_share`; through the host it
-gives 5-10%). Host copies have their datasheet rule in fleet/analysis/hostlink.py. These
+gives 5-10%). Host copies have their datasheet rule in fleet/analysis/node/hostlink.py. These
 catch what is gross (an all-reduce through the host, a memory clock capped to a fraction)
 and miss what the records catch (a lost link, a memory copy 8% slow).
 
@@ -122,7 +122,7 @@ class ShortfallOptions:
     memory_share: float = 0.70
     pair_share: float = 0.70
     allreduce_share: float = 0.40
-    # What fleet/analysis/hostlink.py calls, left to it.
+    # What fleet/analysis/node/hostlink.py calls, left to it.
     host_link: HostLinkOptions = field(default_factory=HostLinkOptions)
 
     def floor(self, kind: str) -> float:
@@ -136,7 +136,7 @@ class ShortfallOptions:
 
     def datasheet_share(self, kind: str) -> float | None:
         """The share of its datasheet figure a figure is called under; None for host
-        copies, whose rule is fleet/analysis/hostlink.py's."""
+        copies, whose rule is fleet/analysis/node/hostlink.py's."""
         return {"memory_copy": self.memory_share, "peer_copy": self.pair_share,
                 "allreduce": self.allreduce_share}.get(kind)
 
@@ -280,7 +280,7 @@ class Shortfall:
             return (f"{self.config.label}: {shown} of the datasheet figure "
                     f"({'; '.join(self.sources)}); called under "
                     f"{self.threshold:.0%} of it, where healthy nodes of the variants "
-                    "measured give 73-90% (fleet/analysis/shortfall.py); no records of a "
+                    "measured give 73-90% (fleet/analysis/node/shortfall.py); no records of a "
                     f"healthy {self.variant} node at this configuration")
         entry = self.entry
         assert entry is not None
@@ -344,7 +344,7 @@ def judged_rows(figures: pd.DataFrame, options: ShortfallOptions | None = None,
     """The rows of `figures` (fleet.analysis.node.figures.prepare's frame) that are judged, each
     with what it is judged by: `expected_gbs`, `threshold` (the share under which it is
     called), `basis`, `entry` (the catalog entry, or None) and `called`. Contended rows,
-    pageable host copies, host copies fleet/analysis/hostlink.py calls and rows with
+    pageable host copies, host copies fleet/analysis/node/hostlink.py calls and rows with
     nothing to be judged by are left out."""
     options = options or ShortfallOptions()
     catalog = catalog or CATALOG
@@ -387,7 +387,7 @@ def judged_rows(figures: pd.DataFrame, options: ShortfallOptions | None = None,
         basis=pd.Series(RECORDS, index=rows.index, dtype=object).where(has_entry, DATASHEET),
         entry=pd.Series(entry, index=rows.index, dtype=object))
     judged = judged[has_entry | sheet_judged]
-    # What fleet/analysis/hostlink.py calls stays its finding.
+    # What fleet/analysis/node/hostlink.py calls stays its finding.
     copies = judged["kind"].isin(HOST_LINK_KINDS)
     gen, width, gen_max, width_max = (_column(judged, c).astype(float) for c in (
         "link_gen", "link_width", "link_gen_max", "link_width_max"))

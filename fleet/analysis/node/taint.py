@@ -25,7 +25,7 @@ two GPUs or all of them and its words do not say on which one the process was se
 
 - a matmul result and a job result always have it (their suites have always checked), so
   neither is ever tainted: a job result flagged or not is judged by the job rules
-  (fleet/analysis/job.py joins a GPU's job results of a run among themselves);
+  (fleet/analysis/job/figures.py joins a GPU's job results of a run among themselves);
 - a node figure of suite 1.1.0 and later has it when it is not flagged contended after
   `mark`: the agent watched the figure's GPUs (a pair's two, the all-reduce's every rank)
   before and after it and saw nobody else and no busy GPU, and, for the kinds judged by

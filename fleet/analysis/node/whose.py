@@ -1,8 +1,8 @@
 """Whose a slow node figure is, settled by experiment, not by a list of causes (DESIGN.md,
 "Judging one node"; issue 44).
 
-A figure found short (fleet/analysis/shortfall.py), or a node apart from its crowd
-(fleet/analysis/peers.py), was measured under the run's settings (fleet/model/settings.py:
+A figure found short (fleet/analysis/node/shortfall.py), or a node apart from its crowd
+(fleet/analysis/node/peers.py), was measured under the run's settings (fleet/model/settings.py:
 the agent's environment, the inventory's `env:`, NCCL's files). Those that can move a
 figure of its kind are its suspects (agent/source/settings.py says which family moves
 what, with its vendor's documentation), less what fleet keeps as found (NVLink multicast
@@ -31,7 +31,7 @@ renter's. Costing nothing (`PAIR_NOISE`): the card's, the soaked shortfall stand
 A node whose documents predate recorded settings (before 0018) is read from what its
 all-reduce recorded (`nccl_settings`: its NCCL_* and CUDA_VISIBLE_DEVICES); no other
 figure of such a node has suspects. A node's GPUs or pairs that stand below its own others
-(fleet/analysis/node_outliers.py) ran under the same settings in the same run: a run-wide
+(fleet/analysis/node/outliers.py) ran under the same settings in the same run: a run-wide
 setting does not single one out, so those stay the provider's.
 """
 
@@ -50,7 +50,7 @@ from fleet.analysis.node.shortfall import MatmulShortfall, MatmulUnit, Shortfall
 from fleet.store.matmul_rerun import StoredRerun
 
 Party = Literal["renter", "provider", "unsettled"]
-# A finding's kind of figure (fleet/analysis/shortfall.py FIGURES' values) as the agent's
+# A finding's kind of figure (fleet/analysis/node/shortfall.py FIGURES' values) as the agent's
 # families name what they move.
 KINDS = {"memory": "memory_copy", "host link": "host_to_device", "pairs": "peer_copy",
          "all-reduce": "allreduce"}

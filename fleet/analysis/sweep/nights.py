@@ -3,7 +3,7 @@
 Every fact comes from the store's columns (runs, run hosts, fingerprints, results): each
 GPU's TFLOP/s per benchmark series and its results' run-to-run sd, its compared
 configuration, its health verdict and counters, and the host's listing judged against its
-fingerprints as the report judges it (fleet/analysis/listing.py). Thirty nights of a
+fingerprints as the report judges it (fleet/analysis/listing/mismatches.py). Thirty nights of a
 large fleet's document bodies would each have to be read and validated again otherwise.
 """
 
