@@ -246,7 +246,8 @@ class NodeSection:
 
     def renter(self) -> list[tuple[str, str, str, str, str | None, tuple[str, ...]]]:
         """(kind, provider, title, evidence, cause, details) of each finding that is the
-        renter's to fix, said apart from what to dispute (DESIGN.md, "Judging one node")."""
+        renter's to fix, said apart from what to dispute (docs/findings.md, "One node,
+        judged on its own")."""
         found: list[tuple[str, str, str, str, str | None, tuple[str, ...]]] = [
             ("contention", c.provider, c.title, c.evidence, c.cause, c.seen)
             for c in self.contention]

@@ -3,7 +3,7 @@
 Under a power cap a card's level falls as its die heats (leakage rises, so the clock
 drops at the same watts), over tens of seconds, by how much depends on the host's
 cooling: on the lent cards 0.2% (an H200 at 69-71 °C) to 1.2% (H100s at 75 °C) between
-the first 20 s of load and the soaked level (DESIGN.md, "Thermal soak"). Soaked results
+the first 20 s of load and the soaked level (docs/harness.md, "soaked"). Soaked results
 (harness 1.3 and later) carry both figures and the temperature under load, so a provider
 whose hosts cool worse shows as GPUs that are hotter *and* drop more.
 

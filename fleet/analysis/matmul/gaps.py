@@ -371,7 +371,7 @@ class Side:
 
 # Absolute differences worth naming: a die 3 degrees hotter under the same power cap
 # leaks more and clocks lower; a drop 0.5 points larger is half the 0.2-1.2% that
-# separated cool-start from soaked figures on the lent cards (DESIGN.md, "Thermal soak").
+# separated cool-start from soaked figures on the lent cards (docs/harness.md, "soaked").
 TEMPERATURE_DIFFERS_C = 3.0
 DROP_DIFFERS = 0.005
 

@@ -1,5 +1,5 @@
-"""The node suite's figures as the report reads them (DESIGN.md, "The node beyond the
-matmul"): each host's memory, host link, GPU pairs and all-reduce, beside the datasheet.
+"""The node suite's figures as the report reads them (docs/node-suite.md): each host's
+memory, host link, GPU pairs and all-reduce, beside the datasheet.
 
     figures = prepare(read_node_results(engine, documents=ids), names)
     hosts = nodes_as_found(figures)

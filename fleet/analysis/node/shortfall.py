@@ -1,5 +1,5 @@
 """Shortfalls: a node's figure well below what a healthy node of its variant gives, judged
-on the node alone (DESIGN.md, "Judging one node").
+on the node alone (docs/findings.md, "One node, judged on its own").
 
 A buyer often probes one node, and every rule that compares a node with its own GPUs or
 with the variant's other nodes needs a crowd: a 4-GPU node whose NCCL could not use

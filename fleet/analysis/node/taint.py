@@ -1,6 +1,6 @@
-"""One run, one story per GPU (DESIGN.md, "Judging one node"; issue 44, item 3): what a run
-learned of a GPU in one figure, that another process was on it, holds for the run's other
-figures on that GPU that carry no clean evidence of their own.
+"""One run, one story per GPU (docs/findings.md, "One node, judged on its own"; issue 44,
+item 3): what a run learned of a GPU in one figure, that another process was on it, holds
+for the run's other figures on that GPU that carry no clean evidence of their own.
 
 The case a user hit: a node suite 1.0.0 document (stored before the agent watched
 processes around node figures) whose GPU 3 matmul ran beside another user's pid, while the

@@ -1,5 +1,5 @@
-"""Whose a slow node figure is, settled by experiment, not by a list of causes (DESIGN.md,
-"Judging one node"; issue 44).
+"""Whose a slow node figure is, settled by experiment, not by a list of causes
+(docs/findings.md, "One node, judged on its own"; issue 44).
 
 A figure found short (fleet/analysis/node/shortfall.py), or a node apart from its crowd
 (fleet/analysis/node/peers.py), was measured under the run's settings (fleet/model/settings.py:
