@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, and_, case, func, select
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import Scope
 from fleet.analysis.health.cards import NOT_READ
 from fleet.analysis.health.not_measured import judge_failure, stored_memory
-from fleet.analysis.matmul.gaps import GapOptions
 from fleet.analysis.matmul.stragglers import StragglerOptions
 from fleet.analysis.sweep.nights import HISTORY_NIGHTS, read_nights
 from fleet.errors import InputError

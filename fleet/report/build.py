@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 from sqlalchemy import Engine
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import (
     Aliases,
     Config,
@@ -50,7 +51,7 @@ from fleet.analysis.matmul.cooling import (
     thermal_table,
 )
 from fleet.analysis.matmul.cost import CostRow, cost_table
-from fleet.analysis.matmul.gaps import Comparison, GapOptions, compare_providers
+from fleet.analysis.matmul.gaps import Comparison, compare_providers
 from fleet.analysis.matmul.integrity import find_corruption
 from fleet.analysis.matmul.stragglers import Straggler, StragglerOptions, find_stragglers
 from fleet.analysis.node.whose import RunSetting, run_settings, suspects_by_provider

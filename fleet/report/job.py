@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import Aliases, Config, Listing, Scope, SharedHosts
 from fleet.analysis.job import whose as job_whose
 from fleet.analysis.job.compare import (
@@ -44,7 +45,6 @@ from fleet.analysis.job.figures import (
     left_out,
 )
 from fleet.analysis.job.whose import anonymized_suspects
-from fleet.analysis.matmul.gaps import GapOptions
 from fleet.analysis.matmul.stragglers import StragglerOptions
 from fleet.store import series
 from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS

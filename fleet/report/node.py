@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import pandas as pd
 from sqlalchemy import Engine
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.contention import PAIRED, Contention, find_contention, mark
 from fleet.analysis.dataset import CONTENDED_REASON, Dataset
-from fleet.analysis.matmul.gaps import GapOptions
 from fleet.analysis.node.figures import HOST_LINK_KINDS, NodeFound, nodes_as_found, prepare
 from fleet.analysis.node.gaps import NodeComparison, compare_node_figures
 from fleet.analysis.node.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues

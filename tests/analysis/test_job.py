@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.contention import JOINED, find_contention
 from fleet.analysis.dataset import CONTENDED_REASON as MATMUL_CONTENDED_REASON
 from fleet.analysis.dataset import Excluded, Listing
@@ -33,7 +34,6 @@ from fleet.analysis.job.figures import (
     find_job_shortfalls,
     job_gpus,
 )
-from fleet.analysis.matmul.gaps import GapOptions
 from tests.analysis.job_frames import PCIE, WHEN, job_frame, job_row, matmul_frame
 
 TRAIN, DECODE, MATMUL = 79_000.0, 48_000.0, 700.0

@@ -140,7 +140,7 @@ def test_a_provider_gap_whose_slower_side_ran_under_such_settings_is_unsettled()
     # only the comparison between providers does, and there it is not the provider's.
     import random
 
-    from fleet.analysis.matmul.gaps import GapOptions
+    from fleet.analysis.compare import GapOptions
     from fleet.analysis.matmul.stragglers import StragglerOptions
     from fleet.report.job import JobInput, job_section
     from tests.analysis.job_frames import job_frame, matmul_frame

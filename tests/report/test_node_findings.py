@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fleet.analysis.matmul.gaps import GapOptions
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.node.figures import nodes_as_found, prepare
 from fleet.analysis.node.gaps import compare_node_figures
 from fleet.analysis.node.hostlink import find_host_link_issues

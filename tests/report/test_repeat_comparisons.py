@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from agent.timing.repeat import variant_spread
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import GpuMeasure
-from fleet.analysis.matmul.gaps import GapOptions, compare_providers
+from fleet.analysis.matmul.gaps import compare_providers
 from fleet.analysis.matmul.stragglers import find_stragglers
 from fleet.analysis.sweep.history import GpuState, HostNight, Night, compare_night
 from fleet.analysis.sweep.nights import read_nights

@@ -1,24 +1,25 @@
-"""The matmul's stragglers, provider gaps and synchronous figure, on the job suite's
-figures (training tokens/s and decode tokens/s), each within one job configuration and
-one variant, never across either.
+"""Stragglers, provider gaps and the synchronous figure on the job suite's figures
+(training tokens/s and decode tokens/s), each within one job configuration and one
+variant, never across either.
 
-The rules are the matmul's own statistics, not copies of them:
+The rules are the one comparison every suite reads (fleet/analysis/compare.py, the
+synchronous figure of fleet/analysis/sync.py), on tokens/s, not copies of them:
 - a straggler: the GPU's tokens/s at least the straggler threshold (3%) and more than four
   robust standard deviations below the median of its node's other GPUs of the same
-  configuration (`below_others`, fleet/analysis/matmul/stragglers.py), three GPUs or more. The
+  configuration (`below_others`, fleet/analysis/compare.py), three GPUs or more. The
   matmul's second half, the repeat margin, is left out: the job's run-to-run sd rests on
   seven GPUs of one variant (agent/timing/repeat.py JOB_SPREADS, 0.07-0.35%, dof 21), too few
   cards to set a margin by; as the node suite's outliers (fleet/analysis/node/outliers.py) the
   sigma is floored at 0.5% of the median instead of 0.25%, and the 3% threshold binds
   first for a steady node (eight H100s' matmul margin was 1.0%);
-- a provider gap: the matmul gap's rule (fleet/analysis/matmul/gaps.py, `judge`) on per-GPU
+- a provider gap: the gap rule (fleet/analysis/compare.py, `judge`) on per-GPU
   tokens/s with the host as the cluster: bootstrap interval on the ratio of medians, rank
   test on the GPUs and Welch's test on the hosts after Holm, at least the gap threshold
   and two hosts a side. The job's comparisons are one family for Holm, apart from the
   matmul's and the node suite's: adding the job suite must not change whether a matmul
   gap is called;
 - the synchronous figure: fleet/analysis/sync.py's, each GPU counted at its node's
-  slowest, which a data-parallel step waits for (`as_measures` hands it the job's GPUs).
+  slowest, which a data-parallel step waits for, read on tokens/s.
 """
 
 from __future__ import annotations
@@ -29,18 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from fleet.analysis.dataset import Config, GpuMeasure
+from fleet.analysis.compare import Difference, GapOptions, Sample, Sides, below_others, judge
 from fleet.analysis.job.figures import JobConfig, JobGpu
-from fleet.analysis.matmul.gaps import (
-    TEMPERATURE_DIFFERS_C,
-    Difference,
-    GapOptions,
-    Sample,
-    Sides,
-    judge,
-)
-from fleet.analysis.matmul.stragglers import StragglerOptions, below_others
-from fleet.analysis.sync import synchronous_nodes, synchronous_tflops
+from fleet.analysis.matmul.gaps import TEMPERATURE_DIFFERS_C
+from fleet.analysis.matmul.stragglers import StragglerOptions
+from fleet.analysis.sync import GpuFigure, node_figures, synchronous_median
 from fleet.words import counted
 
 # As the node suite's outliers floor theirs: without the repeat margin (the docstring).
@@ -192,25 +186,11 @@ def compare_job_providers(gpus: Sequence[JobGpu], options: GapOptions | None = N
             pending, samples, judge(samples, options), strict=True)]
 
 
-def _stand_in(config: JobConfig) -> Config:
-    """A matmul Config that stands for a job configuration in sync.py's groups: unique
-    per job configuration (its key is the stack field), never shown."""
-    return Config(dtype=config.dtype, m=0, n=0, k=0, mode=config.workload, cache="",
-                  concurrency=config.concurrency, harness_version=config.suite_version,
-                  thermal=config.thermal, stack=config.key)
-
-
-def as_measures(gpus: Sequence[JobGpu]) -> list[GpuMeasure]:
-    """The job's GPUs as sync.py reads GPUs: its statistics read the provider, host,
-    variant, configuration, index and figure of each, and here `tflops` carries the
-    job's tokens/s."""
-    return [GpuMeasure(
-        provider=g.provider, host=g.host, gpu=f"{g.host}/{g.gpu_index}",
-        gpu_index=g.gpu_index, variant=g.variant, config=_stand_in(g.config),
-        tflops=g.tokens_per_s, results=g.results, sm_clock_mhz=g.sm_clock_mhz,
-        power_w=g.power_w, power_capped_share=None, power_limit_w=None,
-        driver_version=None, virtualization_mode=None, flags=(), first=g.first,
-        last=g.last, temperature_c=g.temperature_c) for g in gpus]
+def _figures(gpus: Sequence[JobGpu]) -> list[GpuFigure[JobConfig]]:
+    """The job's GPUs as the synchronous figure reads them: tokens/s per job
+    configuration."""
+    return [GpuFigure(g.provider, g.host, g.variant, g.config, g.gpu_index, g.tokens_per_s)
+            for g in gpus]
 
 
 @dataclass(frozen=True)
@@ -245,15 +225,13 @@ class JobSync:
 
 def job_sync_nodes(gpus: Sequence[JobGpu]) -> list[JobSync]:
     """Each node of two GPUs or more, per variant and job configuration."""
-    configs = {_stand_in(g.config): g.config for g in gpus}
-    found = [JobSync(n.provider, n.host, n.variant, configs[n.config], n.gpus,
-                     n.median_tflops, n.slowest_tflops, n.slowest_gpu)
-             for n in synchronous_nodes(as_measures(gpus))]
+    found = [JobSync(n.provider, n.host, n.variant, n.key, n.gpus, n.median, n.slowest,
+                     n.slowest_gpu) for n in node_figures(_figures(gpus))]
     found.sort(key=lambda s: (s.config.order(), s.provider, s.host, s.variant))
     return found
 
 
 def sync_tokens_per_s(gpus: Sequence[JobGpu]) -> float | None:
     """The median over `gpus` of their node's slowest GPU's tokens/s (sync.py's
-    `synchronous_tflops`); None without GPUs."""
-    return synchronous_tflops(as_measures(gpus))
+    `synchronous_median`); None without GPUs."""
+    return synchronous_median(_figures(gpus))

@@ -75,9 +75,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from fleet.analysis.compare import below_others
 from fleet.analysis.contention import JOINED
 from fleet.analysis.job import whose as job_whose
-from fleet.analysis.matmul.stragglers import below_others
 from fleet.words import counted
 
 # The matmul figure a job result is set beside: the soaked TFLOP/s of the same GPU in the

@@ -37,8 +37,8 @@ from itertools import combinations
 
 import numpy as np
 
+from fleet.analysis.compare import cluster_resamples, holm, rank_test, resampled_medians
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
-from fleet.analysis.matmul.gaps import cluster_resamples, holm, rank_test, resampled_medians
 from fleet.words import counted
 
 

@@ -33,11 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.timing.repeat import variant_spread
+from fleet.analysis.compare import Z975, below_others
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure
 
-MAD_TO_SIGMA = 1.4826  # for normally distributed values
-SIGMA_FLOOR = 0.0025
-Z975 = 1.959964  # the normal's 97.5% quantile: the repeat sds carry no dof here
 # Variance of the median of many independent normal values over that of their mean.
 MEDIAN_VARIANCE = math.pi / 2
 
@@ -108,19 +106,6 @@ def repeat_margin(gpu: GpuMeasure, others: Sequence[GpuMeasure], centre: float) 
     margin = Z975 * math.sqrt((gpu.tflops * gpu_sd) ** 2 / gpu_results
                               + MEDIAN_VARIANCE * (centre * node_sd) ** 2 / node_results)
     return RepeatMargin(gpu_sd, gpu_results, node_sd, node_results, margin)
-
-
-def below_others(value: float, others: Sequence[float], threshold: float, sigmas: float,
-                 floor: float = SIGMA_FLOOR) -> tuple[bool, float, float]:
-    """Whether `value` is at least `threshold` (relative) and more than `sigmas` robust
-    standard deviations below the median of `others`; with that median and that sigma
-    (1.4826 x their median absolute deviation, at least `floor` x the median). The first
-    half of the module docstring's rule, which the node suite's outliers share."""
-    centre = statistics.median(others)
-    mad = statistics.median(abs(v - centre) for v in others)
-    sigma = max(MAD_TO_SIGMA * mad, floor * centre)
-    return (value <= (1.0 - threshold) * centre and centre - value > sigmas * sigma,
-            centre, sigma)
 
 
 def find_stragglers(data: Dataset, options: StragglerOptions | None = None) -> list[Straggler]:

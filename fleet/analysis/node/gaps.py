@@ -22,7 +22,7 @@ from itertools import combinations
 
 import pandas as pd
 
-from fleet.analysis.matmul.gaps import Difference, GapOptions, Sample, Sides, judge
+from fleet.analysis.compare import Difference, GapOptions, Sample, Sides, judge
 from fleet.analysis.node.figures import HOST_LINK_KINDS, NodeConfig, link_text, optional_int
 from fleet.words import counted
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fleet.analysis.matmul.stragglers import below_others
+from fleet.analysis.compare import below_others
 from fleet.analysis.node.figures import NodeConfig
 
 

@@ -37,7 +37,7 @@ from typing import SupportsInt, cast
 import numpy as np
 import pandas as pd
 
-from fleet.analysis.matmul.stragglers import below_others
+from fleet.analysis.compare import below_others
 from fleet.analysis.node.figures import NodeConfig, optional_int
 
 # Architectures whose SXM boards link only some pairs (DGX-1's hybrid cube-mesh).

@@ -85,8 +85,9 @@ from typing import SupportsFloat, SupportsInt, cast
 
 import pandas as pd
 
+from fleet.analysis.compare import Z975
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.matmul.stragglers import Z975, repeat_sd
+from fleet.analysis.matmul.stragglers import repeat_sd
 from fleet.analysis.node.figures import (
     HOST_LINK_KINDS,
     NodeConfig,
