@@ -13,7 +13,7 @@ session, minutes later. So each judged document is all-1's document (its matmul,
 suite, GPUs, host) with its `jobs` replaced by the job-only run's and its `collected_at`
 the job-only run's: all-1's matmul stands in as "the same run's" for every job-only run.
 
-Each document goes through fleet's own path: validated by fleet.document's parser,
+Each document goes through fleet's own path: validated by fleet.model.document's parser,
 stored into a new temporary SQLite store (fleet.store.ingest), and judged alone, as a
 buyer's one-node probe is, by the report (fleet.report.build_report: the job section's
 `read_jobs`/`job_section`, the node section's contention finding). What is judged:
@@ -63,8 +63,8 @@ from fleet.analysis.job.figures import (  # noqa: E402
     JobStanding,
     job_standings,
 )
-from fleet.document import parse_document  # noqa: E402
 from fleet.findings.finding import Finding  # noqa: E402
+from fleet.model.document import parse_document  # noqa: E402
 from fleet.report import ReportOptions, build_report  # noqa: E402
 from fleet.store.database import open_engine, resolve  # noqa: E402
 from fleet.store.ingest import Ingest, Origin, RunInfo  # noqa: E402

@@ -338,7 +338,7 @@ FIXTURES: dict[str, Callable[[], Document]] = {
 
 def write() -> list[Path]:
     """Every constructed document, written where the manifest reads it."""
-    from fleet.document import parse_document  # the controller's own parse
+    from fleet.model.document import parse_document  # the controller's own parse
     CONSTRUCTED.mkdir(parents=True, exist_ok=True)
     SHARED_RUNS.mkdir(parents=True, exist_ok=True)
     written = []

@@ -54,7 +54,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from fleet.document import Datasheet
+from fleet.model.document import Datasheet
 from fleet.store import config as store_config
 from fleet.store import series
 from fleet.store.config import STACK_COLUMNS

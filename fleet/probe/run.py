@@ -27,10 +27,10 @@ from agent import __version__ as agent_version
 from fleet.analysis.health.not_measured import judge
 from fleet.analysis.listing.duplicates import SharedGpus, shared_gpus
 from fleet.analysis.listing.expectation import Verdict, check_expectation
-from fleet.document import AgentDocument
 from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events
 from fleet.inventory import LoadedInventory, Target
+from fleet.model.document import AgentDocument
 from fleet.payload import Launched, NoPython, Payload, build_payload, launch_agent
 from fleet.probe.local import FINGERPRINT_TIMEOUT_S, BenchOptions
 from fleet.runtime.pin import RuntimeFailure

@@ -35,7 +35,9 @@ from sqlalchemy.exc import DBAPIError
 from agent.timing import repeat
 from fleet import __version__
 from fleet import repeat as fleet_repeat
-from fleet.document import (
+from fleet.errors import AgentError, InputError
+from fleet.events import MAX_LINE, read_events
+from fleet.model.document import (
     AgentDocument,
     BenchmarkResult,
     Gpu,
@@ -43,8 +45,6 @@ from fleet.document import (
     NodeResult,
     parse_document,
 )
-from fleet.errors import AgentError, InputError
-from fleet.events import MAX_LINE, read_events
 from fleet.store import models, series
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES

@@ -19,8 +19,8 @@ from agent.node import floors, links_rerun
 from agent.node import suite as node
 from agent.source import settings
 from fleet.analysis.node.shortfall import ShortfallOptions
-from fleet.document import parse_document
 from fleet.expected import CATALOG, FigureKey
+from fleet.model.document import parse_document
 
 H100 = "H100-SXM5-80GB"
 BLOCKING = [{"name": "CUDA_LAUNCH_BLOCKING", "value": "1", "source": "environment",

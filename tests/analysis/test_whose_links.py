@@ -19,8 +19,8 @@ from fleet.analysis.node.figures import prepare
 from fleet.analysis.node.shortfall import find_shortfalls
 from fleet.analysis.node.whose import run_settings, whose_shortfall
 from fleet.cli import main
-from fleet.document import parse_document
 from fleet.errors import AgentError
+from fleet.model.document import parse_document
 from fleet.store.database import open_engine, resolve
 from fleet.store.node import read_node_results
 from fleet.store.settings import read_settings

@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Scope
 from fleet.analysis.sweep.history import GpuState, HostNight, Night
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.timeline import _only
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.matmul.integrity import CAUSE, UNDECIDED
-from fleet.document import AgentDocument, parse_document
+from fleet.model.document import AgentDocument, parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from tests.conftest import ROOT

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo

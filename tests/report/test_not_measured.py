@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from fleet.analysis.health.not_measured import RESERVED_MIB, judge, judge_failure
 from fleet.cli.main import main
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo

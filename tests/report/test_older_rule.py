@@ -21,7 +21,7 @@ from sqlalchemy import Engine, select
 
 from agent.health import card
 from fleet.analysis.health import older_rule as older_rule
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.models import Fingerprint

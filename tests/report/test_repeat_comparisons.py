@@ -20,7 +20,7 @@ from fleet.analysis.matmul.gaps import compare_providers
 from fleet.analysis.matmul.stragglers import find_stragglers
 from fleet.analysis.sweep.history import GpuState, HostNight, Night, compare_night
 from fleet.analysis.sweep.nights import read_nights
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.models import BenchmarkResult

@@ -28,7 +28,6 @@ from fleet.analysis.node.shortfall import (
     find_matmul_shortfalls,
     find_shortfalls,
 )
-from fleet.document import parse_document
 from fleet.expected import (
     CATALOG,
     H200X2_SUITE,
@@ -40,6 +39,7 @@ from fleet.expected import (
     MiB,
     build,
 )
+from fleet.model.document import parse_document
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.node import read_node_results
 from tests.bench import scripts

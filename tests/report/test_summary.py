@@ -24,8 +24,8 @@ import pytest
 from markdown_it import MarkdownIt
 from sqlalchemy import Engine
 
-from fleet.document import AgentDocument
 from fleet.findings.finding import Finding
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
 from fleet.errors import AgentError
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo
@@ -182,7 +182,7 @@ def test_a_container_image_s_labels_move_no_figure() -> None:
 
 def _gap_scene(engine: Engine, beta_settings: list[dict[str, Any]] | None) -> Report:
     """The scene's alpha and beta (beta 3% slower), beta's runs under `beta_settings`."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from tests.report.scene import WHEN, hosts
     from tests.store import factory
 

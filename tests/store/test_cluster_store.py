@@ -17,8 +17,8 @@ from sqlalchemy import Engine, inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from fleet.analysis.cluster.stored import judge_run
-from fleet.document import parse_document
 from fleet.errors import ClusterError, StoreError
+from fleet.model.document import parse_document
 from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.store import models
 from fleet.store.cluster import ClusterRun, read_cluster_runs, record_cluster_run, screen_settings

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from fleet.analysis.sweep.history import HEALTH_NEWS
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin
 from fleet.store.models import Fingerprint
 from tests.store import factory

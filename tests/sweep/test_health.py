@@ -14,8 +14,8 @@ from sqlalchemy import Engine
 from fleet.analysis.dataset import Scope
 from fleet.analysis.sweep.history import GpuState, HealthNews, HostNight, Night, compare_night
 from fleet.analysis.sweep.nights import read_nights
-from fleet.document import AgentDocument
 from fleet.errors import InputError
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.sweeps import create_run, finish_run

@@ -12,8 +12,8 @@ import pytest
 from fleet.analysis.listing.expectation import check_expectation
 from fleet.analysis.sweep.history import GpuState, HostNight, Night, RegressionRule, compare_night
 from fleet.analysis.sweep.nights import read_nights
-from fleet.document import AgentDocument
 from fleet.inventory import Expect
+from fleet.model.document import AgentDocument
 from fleet.store import sweeps
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fleet.document import AgentDocument, GpuProcess
+from fleet.model.document import AgentDocument, GpuProcess
 
 Party = Literal["provider", "renter", "unsettled", "none"]
 RULE = "fleet/analysis/health/not_measured.py"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 
 
 @dataclass(frozen=True)

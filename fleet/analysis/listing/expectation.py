@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fleet.document import AgentDocument, Gpu
 from fleet.inventory import Expect
+from fleet.model.document import AgentDocument, Gpu
 from fleet.words import counted, normal_label
 
 # A card sold as "80GB" shows 79.6 GiB to NVML (81559 MiB); a 40GB card would be half.
