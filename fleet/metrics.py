@@ -16,8 +16,8 @@ Cardinality, all bounded by the fleet's size and fleet's own vocabularies:
   jobs (one per workload and decode point: 3 for suite 1.1), health (5 verdicts) and
   health action (5 states), all states emitted 0 or 1 as kube-state-metrics does;
   per pair of GPUs in a node, 2 (one way, both ways); per node, 1 all-reduce per rank count;
-  findings: 14 kinds x 3 sides x providers, zeros included, so that `sum` and alerts see
-  a finding go away.
+  findings: every kind the registry counts (fleet/findings/kinds.py) x 3 sides x
+  providers, zeros included, so that `sum` and alerts see a finding go away.
 Label values a host or an inventory sent are cut to MAX_LABEL characters and escaped by
 prometheus_client, never by hand. Nothing secret goes out: no serials, prices, process
 lists, users or contention texts, no store URL.
