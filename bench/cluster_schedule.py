@@ -43,13 +43,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fleet.analysis.cluster.standings import (  # noqa: E402
+    PairResult,
+    sort_out,
+)
 from fleet.cluster.schedule import (  # noqa: E402
     DEFAULT_ROUNDS,
     Durations,
-    PairResult,
     every_pair_rounds,
     plan,
-    sort_out,
     suspect_steps,
 )
 

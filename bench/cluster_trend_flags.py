@@ -1,4 +1,4 @@
-"""How often the rule on a cluster's own past (fleet/analysis/cluster_trend.py) calls a
+"""How often the rule on a cluster's own past (fleet/analysis/cluster/trend.py) calls a
 healthy run below its past, and how often it catches a run that really got slower.
 
 Real runs, as a user runs them: `fleet cluster run --cpu` between three sshd "nodes" on
@@ -66,7 +66,7 @@ def run(home: Path, inventory: Path, db: str) -> tuple[str, float]:
 def replay(db: str, min_histories: list[int], healthy: int) -> None:
     """Each stored run judged against the runs before it at each `min_history`: runs
     judged and runs with a step below their past, the first `healthy` runs apart."""
-    from fleet.analysis.cluster_trend import TrendRule, pair_trends
+    from fleet.analysis.cluster.trend import TrendRule, pair_trends
     from fleet.store.cluster import read_cluster_runs
     from fleet.store.database import open_engine, resolve
 

@@ -42,7 +42,7 @@ def _called(result: dict[str, Any], kind: str) -> tuple[bool, bool]:
 
 def _figures(run: Run) -> list[tuple[str, dict[str, Any]]]:
     """The figures the report judges: node figures at their largest size (as
-    fleet/analysis/node.py's prepare keeps them), and the matmul results."""
+    fleet/analysis/node/figures.py's prepare keeps them), and the matmul results."""
     document = run.document or {}
     node = document.get("node") or []
     largest: dict[tuple[Any, ...], int] = {}

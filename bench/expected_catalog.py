@@ -56,7 +56,7 @@ import pandas as pd  # noqa: E402
 
 from agent.gpu.links import NVLINK_BY_ARCHITECTURE  # noqa: E402
 from fleet import expected  # noqa: E402
-from fleet.analysis.node import size_text  # noqa: E402
+from fleet.analysis.node.figures import size_text  # noqa: E402
 from fleet.expected import (  # noqa: E402
     Expected,
     FigureKey,

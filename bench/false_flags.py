@@ -51,10 +51,11 @@ from numpy.typing import NDArray
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import Config, Dataset, GpuMeasure, Scope
-from fleet.analysis.gaps import GapOptions, compare_providers
-from fleet.analysis.stragglers import find_stragglers
-from fleet.sweep.history import GpuState, HostNight, Night, compare_night
+from fleet.analysis.matmul.gaps import compare_providers
+from fleet.analysis.matmul.stragglers import find_stragglers
+from fleet.analysis.sweep.history import GpuState, HostNight, Night, compare_night
 
 LEVEL = 700.0
 GPUS = 8

@@ -1,4 +1,4 @@
-"""How often the job suite's shortfall rule (fleet/analysis/job.py, `find_job_shortfalls`:
+"""How often the job suite's shortfall rule (fleet/analysis/job/figures.py, `find_job_shortfalls`:
 a GPU whose training step falls more than 3 points further below its crowd than its
 matmul does) calls a healthy lent node, whether it names a GPU that really ran slow, and
 that a GPU shared with another process goes to the renter (the contention finding,
@@ -13,7 +13,7 @@ session, minutes later. So each judged document is all-1's document (its matmul,
 suite, GPUs, host) with its `jobs` replaced by the job-only run's and its `collected_at`
 the job-only run's: all-1's matmul stands in as "the same run's" for every job-only run.
 
-Each document goes through fleet's own path: validated by fleet.document's parser,
+Each document goes through fleet's own path: validated by fleet.model.document's parser,
 stored into a new temporary SQLite store (fleet.store.ingest), and judged alone, as a
 buyer's one-node probe is, by the report (fleet.report.build_report: the job section's
 `read_jobs`/`job_section`, the node section's contention finding). What is judged:
@@ -54,7 +54,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleet.analysis.contention import Contention  # noqa: E402
-from fleet.analysis.job import (  # noqa: E402
+from fleet.analysis.job.compare import JobStraggler  # noqa: E402
+from fleet.analysis.job.figures import (  # noqa: E402
     JobExcluded,
     JobGpu,
     JobShortfall,
@@ -62,10 +63,9 @@ from fleet.analysis.job import (  # noqa: E402
     JobStanding,
     job_standings,
 )
-from fleet.analysis.job_compare import JobStraggler  # noqa: E402
-from fleet.document import parse_document  # noqa: E402
+from fleet.findings.finding import Finding  # noqa: E402
+from fleet.model.document import parse_document  # noqa: E402
 from fleet.report import ReportOptions, build_report  # noqa: E402
-from fleet.report.build import Finding  # noqa: E402
 from fleet.store.database import open_engine, resolve  # noqa: E402
 from fleet.store.ingest import Ingest, Origin, RunInfo  # noqa: E402
 from fleet.store.schema import upgrade  # noqa: E402
@@ -152,7 +152,7 @@ def judge(data: dict[str, Any], name: str) -> Judged:
 
 def judgements(gpus: Collection[JobGpu], options: JobShortfallOptions | None = None
                ) -> list[JobStanding]:
-    """Every GPU the rule judges, as the rule sees it (fleet.analysis.job.job_standings),
+    """Every GPU the rule judges, as the rule sees it (fleet.analysis.job.figures.job_standings),
     by backend then GPU."""
     return sorted(job_standings(list(gpus), options),
                   key=lambda j: (j.gpu.config.attention, j.gpu.gpu_index))

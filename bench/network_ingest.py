@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import create_engine
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.schema import upgrade
 from tests.store import factory

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import Engine, func, insert, literal, select, text, update
 from sqlalchemy.engine import make_url
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store import series
 from fleet.store.database import open_engine, resolve

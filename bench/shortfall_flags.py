@@ -1,4 +1,4 @@
-"""How often fleet/analysis/shortfall.py calls a healthy node, and how often it finds a
+"""How often fleet/analysis/node/shortfall.py calls a healthy node, and how often it finds a
 constructed fault, on the lent nodes' own records.
 
 Every record of bench/expected_catalog.py (or those given) is judged against a catalog
@@ -52,8 +52,8 @@ import expected_catalog as records  # bench/, beside this file
 
 from agent.timing.repeat import variant_spread
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.node import prepare
-from fleet.analysis.shortfall import (
+from fleet.analysis.node.figures import prepare
+from fleet.analysis.node.shortfall import (
     RECORDS,
     MatmulShortfallOptions,
     ShortfallOptions,

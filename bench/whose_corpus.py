@@ -278,7 +278,7 @@ def pair_short_without_it_too() -> Document:
 
 def host_copy_short_under_launch_blocking() -> Document:
     """The renter's: GPU 1's pinned copy to the device at 85% (46.9 GB/s, under the 49.6
-    floor and over the 44.1 fleet/analysis/hostlink.py calls slow for Gen5 x16) under
+    floor and over the 44.1 fleet/analysis/node/hostlink.py calls slow for Gen5 x16) under
     CUDA_LAUNCH_BLOCKING=1, its healthy figure without it."""
     data = copy.deepcopy(_healthy_h100x2())
     data["host"]["hostname"] = "h100x2-host-copy-launch-blocking"
@@ -338,7 +338,7 @@ FIXTURES: dict[str, Callable[[], Document]] = {
 
 def write() -> list[Path]:
     """Every constructed document, written where the manifest reads it."""
-    from fleet.document import parse_document  # the controller's own parse
+    from fleet.model.document import parse_document  # the controller's own parse
     CONSTRUCTED.mkdir(parents=True, exist_ok=True)
     SHARED_RUNS.mkdir(parents=True, exist_ok=True)
     written = []

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, and_, case, func, select
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import Scope
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.health import NOT_READ
-from fleet.analysis.not_measured import judge_failure, stored_memory
-from fleet.analysis.stragglers import StragglerOptions
+from fleet.analysis.health.cards import NOT_READ
+from fleet.analysis.health.not_measured import judge_failure, stored_memory
+from fleet.analysis.matmul.stragglers import StragglerOptions
+from fleet.analysis.sweep.nights import HISTORY_NIGHTS, read_nights
 from fleet.errors import InputError
 from fleet.frames import Column
 from fleet.frames import columns as _columns
@@ -75,7 +76,6 @@ from fleet.store.schema import SchemaState, ensure_schema, inspect_schema
 from fleet.store.schema import upgrade as upgrade_schema
 from fleet.store.series import Repair
 from fleet.store.series import repair as repair_series
-from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -759,8 +759,9 @@ class Store:
 
         Columns:
         """
-        from fleet.analysis.cluster import transport_words
-        from fleet.store.cluster import judge_run, read_cluster_runs
+        from fleet.analysis.cluster.judgement import transport_words
+        from fleet.analysis.cluster.stored import judge_run
+        from fleet.store.cluster import read_cluster_runs
 
         records = []
         for run in read_cluster_runs(self.engine, cluster, latest,
@@ -787,8 +788,9 @@ class Store:
         """The sweep's newest `limit` nights that ended, oldest first: one row per GPU and
         benchmark series a night (a host with no GPUs that night, one row).
 
-        These are the figures regressions are judged on (fleet/sweep/history.py): a GPU's median
-        per night and series. A sweep never stored is an InputError naming those that are.
+        These are the figures regressions are judged on (fleet/analysis/sweep/history.py): a
+        GPU's median per night and series. A sweep never stored is an InputError naming those
+        that are.
 
         Example (each provider's median over the nights):
 
@@ -878,7 +880,7 @@ class Store:
                      since: When | None = None, until: When | None = None,
                      sweep: str | None = None, run: int | None = None) -> pd.DataFrame:
         """What each host's newest document (among those the filters select) could not
-        measure: one row per error it carries, judged (fleet/analysis/not_measured.py):
+        measure: one row per error it carries, judged (fleet/analysis/health/not_measured.py):
         out of memory because of a process the run could see is the renter's, memory in
         use with none the provider's; a GPU with a row here is not measured in that stage,
         whatever its other figures say.

@@ -10,8 +10,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fleet.document import AgentDocument, parse_document
 from fleet.errors import AgentError
+from fleet.model.document import AgentDocument, parse_document
 
 MAX_LINE = 32 * 1024 * 1024  # a 256-GPU document with full clock tables stays far below
 MAX_PROGRESS = 4096

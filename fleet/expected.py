@@ -20,7 +20,7 @@ healthy GPU, pair or node may land from the expected figure.
 
 What an entry applies to (`lookup`): the same variant, kind, direction, host memory, size,
 GPU count, data type and backend; host copies the same PCIe generation and width under
-load (a link trained down is fleet/analysis/hostlink.py's, never compared with a full
+load (a link trained down is fleet/analysis/node/hostlink.py's, never compared with a full
 one); pairs and the all-reduce the same NVLink fabric where both are known ("switch":
 through NVSwitch, every pair joined by all of a GPU's links; "direct": links split among
 the peers, a third of them a pair on a 4-GPU HGX), and no more NVLink links than the
@@ -71,7 +71,7 @@ H100X4_JOBS_WARM = "2026-11-27-h100x4-jobs-warm"
 
 @dataclass(frozen=True)
 class FigureKey:
-    """The configuration an expected node figure is of (fleet/analysis/node.py's
+    """The configuration an expected node figure is of (fleet/analysis/node/figures.py's
     NodeConfig, less the suite and stack, plus the links the figure crossed)."""
 
     variant: str

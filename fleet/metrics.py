@@ -16,8 +16,8 @@ Cardinality, all bounded by the fleet's size and fleet's own vocabularies:
   jobs (one per workload and decode point: 3 for suite 1.1), health (5 verdicts) and
   health action (5 states), all states emitted 0 or 1 as kube-state-metrics does;
   per pair of GPUs in a node, 2 (one way, both ways); per node, 1 all-reduce per rank count;
-  findings: 19 kinds x 3 sides x providers, zeros included, so that `sum` and alerts see
-  a finding go away.
+  findings: every kind the registry counts (fleet/findings/kinds.py) x 3 sides x
+  providers, zeros included, so that `sum` and alerts see a finding go away.
   per host, 5 limits, 1 software info; per storage folder (at most 8), 4 figures and 1
   small-file rate (issue 58).
 Label values a host or an inventory sent are cut to MAX_LABEL characters and escaped by
@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ from sqlalchemy import select
 
 from agent.health.card import ACTIONS
 from fleet.errors import InputError
-from fleet.report.build import FINDING_KINDS
+from fleet.findings.kinds import FINDING_KINDS
 from fleet.store.models import Document, HostLimitsRow, StorageTargetRow
 from fleet.writable import writable_file
 
@@ -154,9 +155,7 @@ def snapshot(store: Store, sweep: str | None = None) -> Snapshot:
                              "leave out --sweep")
         runs = (int(nights["run"].iloc[-1]),)
     report = store.report(sweep=sweep, runs=runs)
-    findings = tuple((f.kind, side, f.provider) for side, found in (
-        ("provider", report.dispute), ("renter", report.renter),
-        ("unsettled", report.unsettled)) for f in found)
+    findings = tuple((f.kind, f.party, f.provider) for f in report.findings)
     providers = sorted({*report.providers, *(p for _, _, p in findings),
                         *(str(p) for p in fingerprints["provider"].unique())})
     limits, storage = _host_rows(store, fingerprints)
@@ -400,9 +399,7 @@ def _findings(data: Snapshot) -> Family:
     found = Family("fleet_open_findings", "The report's findings by kind and side: provider "
                    "(to dispute), renter (the renter's own side disturbed it) or unsettled "
                    "(measured under settings that can move it)", ("kind", "side", "provider"))
-    counts: dict[tuple[str, str, str], int] = {}
-    for finding in data.findings:
-        counts[finding] = counts.get(finding, 0) + 1
+    counts = Counter(data.findings)
     kinds = (*FINDING_KINDS, *sorted({k for k, _, _ in counts} - set(FINDING_KINDS)))
     for provider in data.providers:
         for kind in kinds:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agent.timing import repeat
-from fleet.document import BenchmarkResult
+from fleet.model.document import BenchmarkResult
 from fleet.model.job import JobResult
 
 # How many of the GPU's earlier figures count: a month of nights. Older ones describe a

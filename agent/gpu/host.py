@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-# The controller refuses strings longer than its limits (fleet/document.py); a host is not
+# The controller refuses strings longer than its limits (fleet/model/document.py); a host is not
 # trusted to keep them short, so the agent clips first rather than lose the whole document.
 NAME_LIMIT = 128
 TEXT_LIMIT = 256
@@ -662,7 +662,7 @@ def _effective_user() -> Optional[str]:
 def collect_host_facts(probe_torch: bool = True,
                        timings: Optional[Dict[str, Optional[float]]] = None) -> Dict[str, Any]:
     """This machine's facts, JSON-serialisable; the `host` part of the fleet-agent/1
-    document (fleet.document.Host). Missing values are None. `timings` gets the torch
+    document (fleet.model.document.Host). Missing values are None. `timings` gets the torch
     probe's import time (run_torch_probe)."""
     os_release = parse_os_release(
         _read_text("/etc/os-release") or _read_text("/usr/lib/os-release") or "")

@@ -3,7 +3,7 @@
 ("/" live).
 
 What each costs a job when wrong is said by the controller's rules
-(fleet/analysis/host_limits.py); here only what is.
+(fleet/analysis/host/limits.py); here only what is.
 
 Standard library only, Python 3.8.
 """

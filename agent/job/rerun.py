@@ -40,7 +40,7 @@ from agent.source import settings as run_settings
 TRAIN_MFU_FLOOR = 0.30
 DECODE_HBM_FLOOR = 0.45
 # Under the records' figure of the variant and backend by more than this: the shortfall
-# rule's floor for a memory copy (fleet/analysis/shortfall.py). Healthy lent H100s' job
+# rule's floor for a memory copy (fleet/analysis/node/shortfall.py). Healthy lent H100s' job
 # figures stood within 0.5% of each other on one node and 1.3% across nodes.
 RECORDS_MARGIN = 0.05
 MAX_NAMES = 64

@@ -27,7 +27,7 @@ number of SMs" from one toolkit version (one stream per handle, as here). So eac
 carries a digest of its first product, 62 bits from exact integer arithmetic on the int16
 view (the same on any device and in any reduction order), and the controller compares the
 digests of one node's GPUs of the same device, SM count, torch, CUDA runtime and cuBLAS
-(fleet/analysis/integrity.py). torch does not say which kernel cuBLAS picked without a
+(fleet/analysis/matmul/integrity.py). torch does not say which kernel cuBLAS picked without a
 profiler, so `kernel` is None and the stack stands in for it: GPUs whose stacks differ
 are compared each against itself only.
 

@@ -4,7 +4,7 @@ the job.
 
 A GPU's soaked figure is short where it falls under its floor (agent/node/floors.json
 "matmul": the catalog's soaked figure of its variant and configuration less the larger
-of 3% and 1.96 x the entry's sd, made by fleet/analysis/floors.py). The report's margin
+of 3% and 1.96 x the entry's sd, made by fleet/analysis/node/floors.py). The report's margin
 also holds the GPU's own repeat spread, so its threshold is never above this floor: every
 GPU the report calls short was measured again.
 
@@ -15,7 +15,7 @@ lacks them, then in the agent itself, with them, straight after. Both run on a c
 hot from the soak, so the pair differs by the settings, not by heat: a rerun without
 them alone, on a card that had cooled, could clear the floor by the soak's own drop (1-3%
 on the lent H100s) and hand the provider's shortfall to the renter. The controller
-(fleet/analysis/whose.py `whose_matmul`) reads the pair: still short without them, the
+(fleet/analysis/node/whose.py `whose_matmul`) reads the pair: still short without them, the
 card's; clear without them and the settings costing a measurable share, the renter's;
 the settings costing nothing, the card's.
 

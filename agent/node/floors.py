@@ -1,5 +1,5 @@
 """What the agent expects of its own all-reduce: the floor under which the controller
-calls it short (agent/node/floors.json, made by fleet/analysis/floors.py from the catalog
+calls it short (agent/node/floors.json, made by fleet/analysis/node/floors.py from the catalog
 and the shortfall rule), so that a short figure can be measured again in the same run.
 
 Read with pkgutil, which finds the file in the zipapp as in the source tree. Where no

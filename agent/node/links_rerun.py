@@ -4,7 +4,7 @@ node"; issue 44), as agent/node/memory_rerun.py settles a memory copy: a pair's 
 (agent/node/hostlink.py, to and from the device).
 
 A copy is short where it falls under the floor the report calls it short by
-(fleet/analysis/shortfall.py, carried by agent/node/floors.json):
+(fleet/analysis/node/shortfall.py, carried by agent/node/floors.json):
 
 - a pair: "peer_copy", the catalog's figure of its variant, direction and size at the
   NVLink fabric and links it crossed (a pair with fewer links than the records' is judged
@@ -14,7 +14,7 @@ A copy is short where it falls under the floor the report calls it short by
 - a host copy: "host_copy", the catalog's figure at the PCIe generation and width the
   copy ran at, less the larger of 10% and four times the sd. No datasheet share: a copy
   whose link ran below its maximum, or under `host_link_min_share` of what its link
-  carries, is fleet/analysis/hostlink.py's finding, not a shortfall, and is left alone
+  carries, is fleet/analysis/node/hostlink.py's finding, not a shortfall, and is left alone
   here as there.
 
 A figure the agent saw another process beside (`contention`) is not judged by the report,
@@ -100,7 +100,7 @@ def pair_floor(table: Dict[str, Any], variant: Optional[str], figure: Dict[str, 
 
 
 def _left_to_hostlink(table: Dict[str, Any], figure: Dict[str, Any]) -> bool:
-    """Whether fleet/analysis/hostlink.py calls the copy (its link below its maximum, or
+    """Whether fleet/analysis/node/hostlink.py calls the copy (its link below its maximum, or
     the copy under its share of what the link carries): its finding, not a shortfall."""
     link = figure.get("link") or {}
     gen, width = link.get("gen"), link.get("width")

@@ -4,7 +4,7 @@ node"; issue 44), as agent/node/rerun.py settles the all-reduce.
 A GPU's memory copy is short where it falls under its floor (agent/node/floors.json
 "memory_copy": the catalog's figure of its variant at the size, less the larger of 5% and
 four times the records' sd; without an entry, `memory_share` of its datasheet's HBM
-bandwidth), the same threshold the report calls it by (fleet/analysis/shortfall.py).
+bandwidth), the same threshold the report calls it by (fleet/analysis/node/shortfall.py).
 
 Where a short GPU ran under settings that can move a copy (CUDA_*: agent/source/
 settings.py), its memory copy runs again in a child process whose environment lacks

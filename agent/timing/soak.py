@@ -48,7 +48,7 @@ MIN_WINDOWS = 4
 # How many of its own standard errors the throughput change must clear the tolerance by.
 UNCERTAINTY_WEIGHT = 0.5
 # The most a verdict reports of the throughput change, either way: the document's bound
-# (fleet/document.py, SoakVerdict). Beyond ten times the level a span, a load is only
+# (fleet/model/document.py, SoakVerdict). Beyond ten times the level a span, a load is only
 # far from soaked; the CPU path's 0.2-s windows on a loaded CI machine got there, and
 # the document, refused whole, lost every figure with it.
 CHANGE_LIMIT = 10.0

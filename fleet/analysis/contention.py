@@ -25,7 +25,7 @@ a figure is:
 Each such figure is flagged, named, and left out of every median, straggler, gap, the
 synchronous figure, "what to buy" and cost (fleet/analysis/dataset.py leaves contended
 matmul results out as it does a shared host's; the report's node rules read figures
-without them; fleet/analysis/job.py leaves contended job results out of the job's
+without them; fleet/analysis/job/figures.py leaves contended job results out of the job's
 medians, shortfalls, stragglers, gaps and cost). One finding per node says what was seen,
 whichever figure showed it (matmul, node figures and job results together), and what to
 do: measure again with the GPU free.
@@ -50,10 +50,10 @@ SPREAD_JUDGED = ("memory_copy", "peer_copy", "allreduce")
 JOB_UNITS = {"train": "training step", "decode": "decode"}
 UNSEEN = "another process or a busy GPU"  # a contended figure that stored no words
 # A job result not flagged itself, left out with its GPU's results of the same run that
-# were (fleet/analysis/job.py, `_reasons`); said with its unit, as a spread is.
+# were (fleet/analysis/job/figures.py, `_reasons`); said with its unit, as a spread is.
 JOINED = "left out with its GPU's results of the same run measured beside other work"
 # A figure with no check of its own, left out with the GPU its run saw shared
-# (fleet/analysis/taint.py): its reason begins so, and the figures of one reason are said
+# (fleet/analysis/node/taint.py): its reason begins so, and the figures of one reason are said
 # on one line ("pair 0-3, pair 1-3, the all-reduce: measured in a run where ...").
 TAINTED = "measured in a run where "
 # A matmul whose runs the run's own settings cut short, shown by the agent's pair
@@ -83,7 +83,7 @@ def spread_reason(cv: float) -> str:
 
 
 def mark(figures: pd.DataFrame) -> pd.DataFrame:
-    """`figures` (fleet.analysis.node.prepare's frame) with `contended` also set where the
+    """`figures` (fleet.analysis.node.figures.prepare's frame) with `contended` also set where the
     repeats spread beyond SPREAD_CV, and `contention` saying so."""
     if figures.empty:
         return figures
@@ -221,7 +221,7 @@ def find_contention(figures: pd.DataFrame, matmul: list[tuple[Excluded, str | No
     """One finding per node with contended figures (`figures` after `mark`), matmul
     results left out as contended (`matmul`: each Excluded entry with the stored
     contention words of its newest contended result) or contended job results (`jobs`:
-    the job frame's rows fleet.analysis.job.contended_results leaves out as contended,
+    the job frame's rows fleet.analysis.job.figures.contended_results leaves out as contended,
     named as `matmul` names hosts)."""
     units: dict[tuple[str, str], list[str]] = defaultdict(list)
     seen: dict[tuple[str, str], list[str]] = defaultdict(list)

@@ -1,7 +1,7 @@
 """What a report rests on, read from the store's tables once: each host's latest state,
 its GPUs as found, and each GPU's measurements, reduced to per-GPU medians.
 
-The unit of evidence is a GPU, not a run (DESIGN.md, "Comparing providers honestly"):
+The unit of evidence is a GPU, not a run (docs/findings.md, "Comparing providers"):
 every result of one GPU under one benchmark configuration becomes one number, the median
 of its results' TFLOP/s, with the telemetry that explains it. Host facts (listing,
 fingerprint) come from the newest document of each host in scope, judged against the
@@ -19,7 +19,7 @@ Two hosts whose documents in one probe or sweep named the same GPUs (by UUID, el
 serial) are one machine listed twice, or were measured on the same cards at the same
 moment: the pair is a finding of its own (`SharedHosts`), and the results both hosts
 stored in that run are kept out of every measure (`Excluded`), so that no provider
-statistic counts contended figures, or one card twice (fleet/analysis/duplicates.py).
+statistic counts contended figures, or one card twice (fleet/analysis/listing/duplicates.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from fleet.document import Datasheet
+from fleet.model.document import Datasheet
 from fleet.store import config as store_config
 from fleet.store import series
 from fleet.store.config import STACK_COLUMNS
@@ -112,7 +112,7 @@ class Config:
     """A benchmark configuration: results under different ones are never compared.
 
     The thermal state is part of it (a soaked figure and a cool-start one differ by the
-    card's heating, 0.2-1.2% on the lent H100s and H200: DESIGN.md, "Thermal soak"), and
+    card's heating, 0.2-1.2% on the lent H100s and H200: docs/harness.md, "soaked"), and
     so is the software stack (cuBLAS picks kernels by version), unless the report was
     asked to compare across stacks (then `stack` is ACROSS_STACKS).
 
@@ -700,8 +700,8 @@ def _measures(engine: Engine, found: series.Read, gpus: pd.DataFrame, scope: Sco
         pairs = pd.MultiIndex.from_arrays([rows["probe_run_id"], rows["host_id"]])
         rows = leave_out(np.asarray(pairs.isin(list(contended))), SHARED_REASON)
     # A result measured beside another process is the renter's contention, not the
-    # card's figure: out of every median, like a shared host's (DESIGN.md, "Judging one
-    # node"). Row by row, so that a GPU's other nights stand.
+    # card's figure: out of every median, like a shared host's (docs/findings.md, "One
+    # node, judged on its own"). Row by row, so that a GPU's other nights stand.
     busy = (rows["_flags"] & (1 << FLAG_COLUMNS.index("contended"))) != 0
     if busy.any():
         rows = leave_out(busy, CONTENDED_REASON)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fleet.analysis.cluster_trend import trend_findings
+from fleet.analysis.cluster.trend import trend_findings
 from fleet.cli.options import db_option, err_console, reports_errors
 from fleet.cluster.between import STEP_TIMEOUT_S, BetweenOptions, BetweenRun
 from fleet.cluster.measure import ClusterOutcome, Connecting, measure_cluster

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet import repeat as fleet_repeat
-from fleet.document import AgentDocument, BenchmarkResult, Gpu, Health
+from fleet.model.document import AgentDocument, BenchmarkResult, Gpu, Health
 from fleet.sanitize import safe
 from fleet.words import power_limit
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from fleet.cli.display import print_bench, print_fingerprint
 from fleet.cli.options import HarnessArgs, err_console, harness_options, reports_errors
-from fleet.document import document_schema
+from fleet.model.document import document_schema
 from fleet.probe.local import bench as run_bench
 from fleet.probe.local import fingerprint as run_fingerprint
 

@@ -26,7 +26,7 @@ from rich.text import Text
 from fleet import repeat
 from fleet.cli.listing import show_frame, show_not_measured
 from fleet.cli.options import existing_store
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.sanitize import safe
 from fleet.store.job import config_text, job_row, shape_text
 

@@ -21,11 +21,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleet.analysis.nccl import transport_cause
-from fleet.analysis.node import size_text
+from fleet.analysis.node.figures import size_text
+from fleet.analysis.node.nccl import transport_cause
 from fleet.cli.listing import frame_rows, show_frame, show_not_measured
 from fleet.cli.options import existing_store
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.sanitize import safe
 from fleet.store.node import KINDS, settings_text, transport_text
 from fleet.store.settings import read_settings

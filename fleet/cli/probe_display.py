@@ -17,10 +17,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from fleet.analysis.duplicates import SharedGpus, same_gpus_note
-from fleet.analysis.not_measured import gpus_not_measured, judge
-from fleet.document import AgentDocument
+from fleet.analysis.health.not_measured import gpus_not_measured, judge
+from fleet.analysis.listing.duplicates import SharedGpus, same_gpus_note
 from fleet.inventory import Expect, LoadedInventory, Target
+from fleet.model.document import AgentDocument
 from fleet.probe.run import HostOutcome, ProbeReport, headline_tflops, variants_found
 from fleet.sanitize import safe
 from fleet.transport.ssh import SshPlan, preflight

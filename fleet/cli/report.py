@@ -11,7 +11,8 @@ import click
 
 from fleet.cli.options import db_option, err_console, existing_store, gathered, reports_errors
 from fleet.errors import InputError
-from fleet.report.build import FINDING_KINDS, Report
+from fleet.findings.kinds import FINDING_KINDS
+from fleet.report.build import Report
 from fleet.report.render import FORMATS, write_report
 from fleet.words import counted
 

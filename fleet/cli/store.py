@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fleet.analysis.not_measured import judge_rows
+from fleet.analysis.health.not_measured import judge_rows
 from fleet.api import Store
 from fleet.cli.job_listing import JobQuery, show_job_results
 from fleet.cli.listing import show_not_measured

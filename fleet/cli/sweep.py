@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from fleet.analysis.sweep.history import FAIL_KINDS, Findings
 from fleet.cli.cluster import print_outcomes
 from fleet.cli.options import (
     HarnessArgs,
@@ -29,7 +30,6 @@ from fleet.cli.options import (
 from fleet.errors import FleetError
 from fleet.probe.run import ProbeOptions
 from fleet.sanitize import safe
-from fleet.sweep.history import FAIL_KINDS, Findings
 from fleet.words import counted
 
 if TYPE_CHECKING:

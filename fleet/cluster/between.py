@@ -3,7 +3,7 @@
 schedule.py): the whole cluster at once, then the pair rounds (a round's pairs at once,
 each meeting at its first node on the cluster's port), then each suspect against a
 known-good node. Each step is fleet/cluster/step.py's, all or nothing; the judgement
-(fleet/analysis/cluster.py) decides which pairs passed, and so who the suspects are.
+(fleet/analysis/cluster/judgement.py) decides which pairs passed, and so who the suspects are.
 
 The whole cluster's step lets NCCL choose its algorithm, as a renter's job would; a pair
 forces the ring (`--algo Ring`): between two nodes NCCL may pick tree algorithms whose bus
@@ -25,15 +25,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from fleet.analysis.cluster import ClusterJudgement, judge_cluster
-from fleet.analysis.cluster_trend import Trends
+from fleet.analysis.cluster.judgement import ClusterJudgement, judge_cluster
+from fleet.analysis.cluster.standings import (
+    PairResult,
+)
+from fleet.analysis.cluster.trend import Trends
 from fleet.cluster.meeting import MeetingPoint, meeting_points, node_address
 from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
-from fleet.cluster.results import StepKind, StepResult
 from fleet.cluster.schedule import (
     DEFAULT_ROUNDS,
-    PairResult,
     Schedule,
     Step,
     plan,
@@ -42,6 +43,7 @@ from fleet.cluster.schedule import (
 from fleet.cluster.step import StepNode, StepRun, StepSpec, run_step
 from fleet.errors import ClusterError
 from fleet.model.network import NetworkFingerprint
+from fleet.model.step import StepKind, StepResult
 from fleet.payload import Payload
 from fleet.words import counted
 
@@ -267,7 +269,7 @@ def measure_again(run: BetweenRun, step_ids: Sequence[str], nodes: Mapping[str, 
                   payload: Payload, networks: Mapping[str, NetworkFingerprint],
                   cancel: threading.Event, observe: Observe | None = None) -> list[StepRun]:
     """Each step of `step_ids` run again, one at a time (two may share a node), as
-    "again-N" with the round it had (fleet/analysis/cluster_trend.py reads the later of
+    "again-N" with the round it had (fleet/analysis/cluster/trend.py reads the later of
     two measurements of a step); the judgement made again over every step. The steps
     run, in order."""
     say = observe or (lambda what, message: None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
 
+from fleet.analysis.cluster.stored import stored_trends, trends_of
 from fleet.cluster.between import (
     BetweenOptions,
     BetweenRun,
@@ -30,7 +31,7 @@ from fleet.inventory import LoadedInventory, Target
 from fleet.model.network import NetworkFingerprint
 from fleet.payload import Payload
 from fleet.runtime.provision import prepare_runtime
-from fleet.store.cluster import ClusterRun, record_cluster_run, stored_trends, trends_of
+from fleet.store.cluster import ClusterRun, record_cluster_run
 from fleet.store.models import Document, Host, Provider
 from fleet.store.network import read_networks
 from fleet.transport import open_transport

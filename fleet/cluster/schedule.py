@@ -26,17 +26,19 @@ the same steps out.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from fleet.analysis.cluster.standings import (
+    DEFAULT_THRESHOLD,
+    PairResult,
+    checked_nodes,
+    sort_out,
+)
 from fleet.errors import ClusterError
 
 DEFAULT_ROUNDS = 15  # Imbue's host validation runs 15 rounds of halves against halves
-# A bad node fails nearly every pair, a good one only those beside bad nodes: under half
-# passed is the bad side while fewer than half of a node's partners are bad.
-DEFAULT_THRESHOLD = 0.5
 
 Pair = tuple[str, str]
 Kind = Literal["cluster", "every-pair", "halves", "suspects"]
@@ -113,19 +115,6 @@ class Schedule:
         return sum(s.estimate_s for s in self.steps)
 
 
-def _checked(nodes: Sequence[str]) -> tuple[str, ...]:
-    given = tuple(nodes)
-    twice = [n for n, count in Counter(given).items() if count > 1]
-    if twice:
-        raise ClusterError(f"{twice[0]} is given twice among the cluster's nodes; list each "
-                           "node once")
-    if len(given) < 2:
-        raise ClusterError(f"a cluster needs two nodes to test between them, got "
-                           f"{len(given)} ({', '.join(given) or 'none'}); the node suite "
-                           "tests one node alone")
-    return given
-
-
 def _circle_round(order: Sequence[str | None], turn: int) -> tuple[Pair, ...]:
     """Turn `turn` of the circle method: the first seat stays, the others move `turn`
     places, and seat i meets seat size-1-i (the first half against the second). A node
@@ -147,7 +136,7 @@ def every_pair_rounds(nodes: Sequence[str]) -> tuple[tuple[Pair, ...], ...]:
     node stays put while the others turn one place a round. n-1 rounds for an even n; an
     odd n gains a stand-in, and whoever meets it sits the round out (n rounds). A pair's
     first node is the one listed first."""
-    given = _checked(nodes)
+    given = checked_nodes(nodes)
     index = {n: i for i, n in enumerate(given)}
     seating = _seating(given)
     rounds = []
@@ -167,7 +156,7 @@ def halves_rounds(nodes: Sequence[str], rounds: int, seed: int
     shuffles test about 50 of 480 pairs twice at 64 nodes in 15 rounds, a tenth of the
     tests wasted (bench/cluster_schedule.py). An odd count leaves one node out a round,
     a different one each round while the rounds are fewer than the nodes."""
-    given = _checked(nodes)
+    given = checked_nodes(nodes)
     if rounds < 1:
         raise ClusterError(f"rounds must be 1 or more, got {rounds}")
     rng = random.Random(seed)
@@ -203,7 +192,7 @@ def plan(nodes: Sequence[str], *, seed: int, rounds: int = DEFAULT_ROUNDS,
          durations: Durations | None = None, mode: Mode | None = None) -> Schedule:
     """The cluster's steps: the whole cluster, then every pair where that takes no more
     than `rounds` rounds (or `mode` says so), else `rounds` rounds of halves."""
-    given = _checked(nodes)
+    given = checked_nodes(nodes)
     durations = durations or Durations()
     chosen: Mode = mode or ("every-pair" if every_pair_fits(len(given), rounds) else "halves")
     whole = Step(kind="cluster", round=1, nodes=given, pairs=(), idle=(),
@@ -216,72 +205,6 @@ def plan(nodes: Sequence[str], *, seed: int, rounds: int = DEFAULT_ROUNDS,
 
 # --- After the pair rounds ----------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PairResult:
-    """One pair's verdict: both collectives reached their floor (passed) or not."""
-
-    first: str
-    second: str
-    passed: bool
-
-
-@dataclass(frozen=True)
-class Standing:
-    """A node's pair tests so far."""
-
-    node: str
-    passed: int
-    tested: int
-
-    @property
-    def ratio(self) -> float:
-        """Passes over tests; 0 for a node never tested."""
-        return self.passed / self.tested if self.tested else 0.0
-
-
-def standings(nodes: Sequence[str], results: Iterable[PairResult]) -> dict[str, Standing]:
-    """Each node's passes and tests, from the pair results."""
-    given = _checked(nodes)
-    known = set(given)
-    passed: Counter[str] = Counter()
-    tested: Counter[str] = Counter()
-    for result in results:
-        for node in (result.first, result.second):
-            if node not in known:
-                raise ClusterError(f"a pair result names {node}, which is not a node of this "
-                                   "cluster: give the results of this cluster's run only")
-            tested[node] += 1
-            passed[node] += result.passed
-    return {n: Standing(n, passed[n], tested[n]) for n in given}
-
-
-@dataclass(frozen=True)
-class Verdicts:
-    """After the pair rounds: who is tested again, and who they are tested against."""
-
-    suspects: tuple[str, ...]  # lowest pass ratio first
-    known_good: tuple[str, ...]  # highest pass ratio first
-
-
-def sort_out(nodes: Sequence[str], results: Iterable[PairResult], *,
-             threshold: float = DEFAULT_THRESHOLD) -> Verdicts:
-    """Suspects: nodes never tested, whose pass ratio is under `threshold`, or that failed
-    beside a partner whose ratio is not (a failure no bad partner explains, as a flaky
-    link's). Known good: every other tested node, its failures all beside suspects."""
-    given = _checked(nodes)
-    results = list(results)
-    table = standings(given, results)
-    low = {n for n in given if not table[n].tested or table[n].ratio < threshold}
-    unexplained = {node for r in results if not r.passed
-                   for node, partner in ((r.first, r.second), (r.second, r.first))
-                   if partner not in low}
-    place = {n: i for i, n in enumerate(given)}
-    suspects = sorted(low | unexplained, key=lambda n: (table[n].ratio, place[n]))
-    good = sorted((n for n in given if n not in low and n not in unexplained),
-                  key=lambda n: (-table[n].ratio, place[n]))
-    return Verdicts(tuple(suspects), tuple(good))
-
-
 def suspect_steps(nodes: Sequence[str], results: Iterable[PairResult], *,
                   threshold: float = DEFAULT_THRESHOLD, durations: Durations | None = None
                   ) -> tuple[Step, ...]:
@@ -289,7 +212,7 @@ def suspect_steps(nodes: Sequence[str], results: Iterable[PairResult], *,
     where it can be, in as few rounds as the known-good nodes allow; the known-good node
     hosts the pair's rendezvous. Against a known-good node a suspect that fails again is
     the fault."""
-    given = _checked(nodes)
+    given = checked_nodes(nodes)
     durations = durations or Durations()
     results = list(results)
     verdicts = sort_out(given, results, threshold=threshold)

@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fleet.cluster.results import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.errors import FleetError
 from fleet.inventory import Target
 from fleet.model.cluster import ClusterReport
+from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.payload import Payload, launch_agent
 from fleet.transport.base import (
     Cancelled,
@@ -87,7 +87,7 @@ class StepRun:
     error: str | None = None
 
     def result(self) -> StepResult:
-        """The step for the store and the judgement (fleet/cluster/results.py)."""
+        """The step for the store and the judgement (fleet/model/step.py)."""
         spec = self.spec
         first = self.reports.get(spec.hosts[0])
         figures: tuple[StepFigure, ...] = ()

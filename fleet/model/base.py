@@ -3,7 +3,7 @@ strict base model, and the few records the matmul, node and job results all carr
 (per-run times, telemetry, a soak's verdict, a process seen on a GPU).
 
 A host is not trusted: unknown fields are refused, strings and lists are bounded, and
-numbers must be finite (fleet/document.py says why).
+numbers must be finite (fleet/model/document.py says why).
 """
 
 from __future__ import annotations

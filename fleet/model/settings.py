@@ -29,7 +29,7 @@ GBps = Annotated[float, Field(ge=0, le=1e7)]
 
 
 class _Strict(BaseModel):
-    # As fleet/document.py's Strict: a host is not trusted.
+    # As fleet/model/document.py's Strict: a host is not trusted.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 

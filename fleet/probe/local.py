@@ -16,9 +16,9 @@ from pathlib import Path
 
 from agent.matmul.harness import DEFAULT_DTYPE, DEFAULT_SIZE
 from agent.timing import soak
-from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
 from fleet.events import ProgressHandler, read_events
+from fleet.model.document import AgentDocument
 from fleet.payload import build_payload, write_payload
 from fleet.transport.local import fleet_has_torch, machine_environment
 

@@ -24,13 +24,13 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from agent import __version__ as agent_version
-from fleet.analysis.duplicates import SharedGpus, shared_gpus
-from fleet.analysis.expectation import Verdict, check_expectation
-from fleet.analysis.not_measured import judge
-from fleet.document import AgentDocument
+from fleet.analysis.health.not_measured import judge
+from fleet.analysis.listing.duplicates import SharedGpus, shared_gpus
+from fleet.analysis.listing.expectation import Verdict, check_expectation
 from fleet.errors import AgentError, FleetError, InputError, StoreError
 from fleet.events import read_events
 from fleet.inventory import LoadedInventory, Target
+from fleet.model.document import AgentDocument
 from fleet.payload import Launched, NoPython, Payload, build_payload, launch_agent
 from fleet.probe.local import FINGERPRINT_TIMEOUT_S, BenchOptions
 from fleet.probe.storage_args import storage_args
@@ -131,7 +131,8 @@ class ProbeReport:
 
     @property
     def shared(self) -> list[SharedGpus]:
-        """Hosts of this run that answered with the same GPUs (fleet/analysis/duplicates.py)."""
+        """Hosts of this run that answered with the same GPUs
+        (fleet/analysis/listing/duplicates.py)."""
         return shared_gpus((h.target.key, h.document) for h in self.hosts if h.ok)
 
     @property

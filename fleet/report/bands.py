@@ -7,7 +7,7 @@ A `Unit` is one figure of one GPU (matmul, memory copy, training, decode), pair 
 way and both ways) or node (all-reduce), with the expected figure and the floor it is
 judged by where fleet has them, from the same rules the findings use: the catalog of
 healthy nodes (fleet/expected.py) and its margins for the matmul
-(fleet/analysis/shortfall.py `matmul_expected`) and the node's figures (`judged_rows`), the
+(fleet/analysis/node/shortfall.py `matmul_expected`) and the node's figures (`judged_rows`), the
 records of healthy lent cards for the job (agent/job/rerun.py `RECORDS_BY_SUITE`, 5%
 under them called). So a point drawn under its band is a figure the report calls short,
 and one within it is one it does not.
@@ -24,8 +24,8 @@ import pandas as pd
 
 from agent.job.rerun import RECORDS_BY_SUITE, RECORDS_MARGIN, record
 from fleet.analysis.dataset import GpuMeasure
-from fleet.analysis.job import JobGpu
-from fleet.analysis.shortfall import (
+from fleet.analysis.job.figures import JobGpu
+from fleet.analysis.node.shortfall import (
     RECORDS,
     MatmulShortfallOptions,
     ShortfallOptions,
@@ -155,7 +155,7 @@ def _soak_note(m: GpuMeasure) -> str:
 
 def node_units(figures: pd.DataFrame, options: ShortfallOptions | None = None) -> list[Unit]:
     """Each GPU's memory copy, each pair's copies and each node's all-reduce at their
-    largest size (fleet.analysis.node.prepare's frame, measured alone), beside what a
+    largest size (fleet.analysis.node.figures.prepare's frame, measured alone), beside what a
     healthy node gives (the catalog, else the datasheet's share), as the shortfall rule
     judges them."""
     units = []

@@ -15,19 +15,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pandas as pd
 from sqlalchemy import Engine
 
-from fleet.analysis.cooling import (
-    CoolingComparison,
-    CoolingOptions,
-    ThermalRow,
-    compare_cooling,
-    thermal_table,
-)
-from fleet.analysis.cost import CostRow, cost_table
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import (
     Aliases,
     Config,
@@ -40,17 +32,33 @@ from fleet.analysis.dataset import (
     load_dataset,
     named_pairs,
 )
-from fleet.analysis.drift import Drift, find_drift
-from fleet.analysis.found import FoundHost, fleet_as_found
-from fleet.analysis.gaps import Comparison, GapOptions, compare_providers
-from fleet.analysis.health import FleetHealth, fleet_health, told_elsewhere
-from fleet.analysis.integrity import find_corruption
-from fleet.analysis.job import contended_results
-from fleet.analysis.listing import Mismatch, MixedListing, find_mismatches, find_mixed_listings
-from fleet.analysis.older_rule import judge_again
-from fleet.analysis.stragglers import Straggler, StragglerOptions, find_stragglers
-from fleet.analysis.whose import RunSetting, run_settings, suspects_by_provider, unsettled_gap
-from fleet.analysis.whose import anonymized as anonymized_settings
+from fleet.analysis.health.cards import FleetHealth, fleet_health, told_elsewhere
+from fleet.analysis.health.older_rule import judge_again
+from fleet.analysis.job.figures import contended_results
+from fleet.analysis.listing.drift import Drift, find_drift
+from fleet.analysis.listing.found import FoundHost, fleet_as_found
+from fleet.analysis.listing.mismatches import (
+    Mismatch,
+    MixedListing,
+    find_mismatches,
+    find_mixed_listings,
+)
+from fleet.analysis.matmul.cooling import (
+    CoolingComparison,
+    CoolingOptions,
+    ThermalRow,
+    compare_cooling,
+    thermal_table,
+)
+from fleet.analysis.matmul.cost import CostRow, cost_table
+from fleet.analysis.matmul.gaps import Comparison, compare_providers
+from fleet.analysis.matmul.integrity import find_corruption
+from fleet.analysis.matmul.stragglers import Straggler, StragglerOptions, find_stragglers
+from fleet.analysis.node.whose import RunSetting, run_settings, suspects_by_provider
+from fleet.analysis.node.whose import anonymized as anonymized_settings
+from fleet.findings import count
+from fleet.findings.finding import Finding
+from fleet.report import rules
 from fleet.report.bands import Unit, job_units, matmul_units
 from fleet.report.charts import RowChart, crowd_medians, offer_chart, side_by_side
 from fleet.report.cluster import ClusterSection, cluster_hosts, cluster_runs, cluster_section
@@ -63,11 +71,6 @@ from fleet.report.offers import OfferInput, OfferLine, offer_lines
 from fleet.report.timeline import History, history_pairs, sweep_history
 from fleet.store.settings import read_settings
 from fleet.words import counted
-
-FINDING_KINDS = ("mismatch", "gap", "cooling", "drift", "straggler", "regression",
-                 "duplicate", "health", "hostlink", "peer", "shortfall", "contention",
-                 "corruption", "job_shortfall", "network", "not_measured",
-                 "host_limit", "storage", "bulletin")
 
 
 @dataclass(frozen=True)
@@ -84,40 +87,6 @@ class ReportOptions:
     across_stacks: bool = False
     node: NodeOptions = field(default_factory=NodeOptions)  # the node suite's rules
     job: JobOptions = field(default_factory=JobOptions)  # the job suite's own rule
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of the summary, and what is folded beneath it.
-
-    The line is `title` (what, where, how far off: "gpu-03 GPU 3: 53% below the rest of
-    its node on the matmul") and `cause`, the likely cause in a few words where one was
-    seen ("another process on the GPU"). Beneath it, `evidence` (what the finding rests
-    on, in words) and `details`, its items one a line (each outlying figure, each
-    difference), which `evidence` does not repeat.
-    """
-
-    kind: str  # one of FINDING_KINDS
-    provider: str
-    title: str
-    evidence: str
-    cause: str | None = None
-    details: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        # A list given for `details` (a 6-tuple built elsewhere) is kept as a tuple: the
-        # finding stays hashable and frozen.
-        object.__setattr__(self, "details", tuple(self.details))
-
-    @classmethod
-    def of(cls, found: Finding | tuple[Any, ...]) -> Finding:
-        """A finding from a Finding, or from (kind, provider, title, evidence) with or
-        without (cause, details) after them."""
-        if isinstance(found, Finding):
-            return found
-        if len(found) not in (4, 6):
-            raise ValueError(f"a finding is 4 or 6 values, not {len(found)}: {found!r}")
-        return cls(*found)
 
 
 @dataclass(frozen=True)
@@ -147,9 +116,9 @@ class Report:
     last: dt.datetime | None
     headline: Config | None  # the configuration with the most GPUs measured
     buy: tuple[Offer, ...]
-    dispute: tuple[Finding, ...]
-    # What the renter's own side disturbed, said apart (DESIGN.md, "Judging one node").
-    renter: tuple[Finding, ...]
+    # Every finding the report lists, in the order of its rules (fleet/report/rules.py),
+    # each with its side (`party`): the one list every count reads.
+    findings: tuple[Finding, ...]
     mismatches: tuple[Mismatch, ...]
     mixed: tuple[MixedListing, ...]
     drift: tuple[Drift, ...]
@@ -171,16 +140,11 @@ class Report:
     health: FleetHealth = field(default_factory=FleetHealth)  # of the GPUs as found
     # The node suite's figures as found, its findings, and each node's synchronous figure.
     node: NodeSection = field(default_factory=NodeSection)
-    # GPUs that computed wrong under load (fleet/analysis/integrity.py), also in `dispute`.
+    # GPUs that computed wrong under load (fleet/analysis/matmul/integrity.py), also in `dispute`.
     corruption: tuple[Finding, ...] = ()
     # The job suite's figures, their cost per million tokens, findings and synchronous
     # figures (issue 37).
     job: JobSection = field(default_factory=JobSection)
-    # Findings measured under settings that can move them and never measured again
-    # without them (fleet/analysis/whose.py), and health verdicts of a rule since withdrawn
-    # that their documents cannot be judged again by (fleet/analysis/older_rule.py): out of
-    # `dispute` and `renter`, shown apart.
-    unsettled: tuple[Finding, ...] = ()
     # Systematic gaps whose slower side ran under settings that can move a matmul: in
     # `unsettled`, not `dispute`.
     gaps_unsettled: tuple[Comparison, ...] = ()
@@ -221,37 +185,40 @@ class Report:
         """GPUs slower than their own past on the newest night of the sweep."""
         return 0 if self.history is None else self.history.regressed_last_night
 
+    @property
+    def dispute(self) -> tuple[Finding, ...]:
+        """What to dispute: the findings the provider answers for."""
+        return tuple(f for f in self.findings if f.party == "provider")
+
+    @property
+    def renter(self) -> tuple[Finding, ...]:
+        """Yours to fix: what the renter's own side disturbed, said apart
+        (docs/findings.md, "One node, judged on its own")."""
+        return tuple(f for f in self.findings if f.party == "renter")
+
+    @property
+    def unsettled(self) -> tuple[Finding, ...]:
+        """Not settled: findings measured under settings that can move them and never
+        measured again without them (fleet/analysis/node/whose.py), and health verdicts of
+        a rule since withdrawn that their documents cannot be judged again by
+        (fleet/analysis/health/older_rule.py): shown apart."""
+        return tuple(f for f in self.findings if f.party == "unsettled")
+
     def listed(self) -> tuple[tuple[str, Finding], ...]:
         """Every finding the report lists, with its side ("provider": What to dispute;
-        "renter": Yours to fix; "unsettled": Not settled): the one list that `counts`,
-        `--fail-on`, the findings line and the metrics read, so that none of them can
-        count a finding the others leave out."""
-        return (tuple(("provider", f) for f in self.dispute)
-                + tuple(("renter", f) for f in self.renter)
-                + tuple(("unsettled", f) for f in self.unsettled))
+        "renter": Yours to fix; "unsettled": Not settled), in the order listed."""
+        return tuple((f.party, f) for f in self.findings)
 
     def counts(self) -> dict[str, int]:
         """Findings per kind, on every side, as `--fail-on` reads them: each listed
         finding once, and each GPU slower than its own past on the sweep's newest night
         (listed in the sweep's history, not as a finding)."""
-        found = Counter(f.kind for _, f in self.listed())
-        found["regression"] += self.regressions
-        kinds = (*FINDING_KINDS, *sorted(set(found) - set(FINDING_KINDS)))
-        return {kind: found[kind] for kind in kinds}
+        return count.counts(self.findings, self.regressions)
 
     def findings_line(self) -> str:
         """"job_shortfall 4 (yours to fix 4), gap 1": each kind found, by its `--fail-on`
         name, with the sides that are not the provider's; "none" where nothing was."""
-        sides = Counter((f.kind, side) for side, f in self.listed())
-        words = {"renter": "yours to fix", "unsettled": "not settled"}
-        said = []
-        for kind, n in self.counts().items():
-            if not n:
-                continue
-            apart = [f"{words[side]} {sides[kind, side]}" for side in words
-                     if sides[kind, side]]
-            said.append(f"{kind} {n}" + (f" ({', '.join(apart)})" if apart else ""))
-        return ", ".join(said) or "none"
+        return count.line(self.findings, self.regressions)
 
 
 def _headline(data: Dataset) -> Config | None:
@@ -307,11 +274,6 @@ def _offers(cost: list[CostRow], headline: Config | None, gaps: list[Comparison]
     return offers
 
 
-def _below(share: float) -> str:
-    """A shortfall in a title: whole percent from 10% up, a tenth below ("53%", "3.5%")."""
-    return f"{share:.0%}" if share >= 0.095 else f"{share:.1%}"
-
-
 def _matmul_suspects(engine: Engine, data: Dataset, anonymize: bool
                      ) -> dict[str, tuple[RunSetting, ...]]:
     """Per provider (as `data` names it), the settings of its hosts' newest runs that can
@@ -322,126 +284,6 @@ def _matmul_suspects(engine: Engine, data: Dataset, anonymize: bool
     ran = run_settings(read_settings(engine, documents=sorted(documents)), pd.DataFrame())
     return suspects_by_provider(anonymized_settings(ran) if anonymize else ran, documents,
                                 "matmul")
-
-
-def _unsettled_gaps(gaps: list[Comparison], suspected: dict[str, tuple[RunSetting, ...]]
-                    ) -> list[tuple[str, str, str, str, str | None, tuple[str, ...]]]:
-    found = []
-    for gap in gaps:
-        whose = unsettled_gap(gap.slower, f"{gap.group} matmuls", suspected[gap.slower])
-        found.append(("gap", gap.slower,
-                      f"{gap.slower} is {gap.gap:.1%} slower than {gap.faster} on {gap.group}",
-                      f"{gap.config.label}: {gap.evidence}", whose.words, whose.suspects))
-    return found
-
-
-def _dispute(mismatches: list[Mismatch], mixed: list[MixedListing], gaps: list[Comparison],
-             cooling: list[CoolingComparison], stragglers: list[Straggler],
-             drift: list[Drift]) -> list[Finding]:
-    found = [Finding("mismatch", m.provider, f"{m.host}: listed {m.listed}, found {m.found}",
-                     "the host's newest document against its listing (the inventory's "
-                     "expect when it was probed)" + (
-                         f"; not checked: {'; '.join(m.unchecked)}" if m.unchecked else ""),
-                     details=m.problems) for m in mismatches]
-    found += [Finding("mismatch", m.provider,
-                      f"listing {m.listed}: {len(m.variants)} variants behind it",
-                      "hosts ordered under one listing carry different variants: the next "
-                      "order may get any of them",
-                      details=tuple(f"{variant} on {counted(gpus, 'GPU')} of "
-                                    f"{counted(hosts, 'host')}"
-                                    for variant, gpus, hosts in m.variants)) for m in mixed]
-    for gap in gaps:
-        # explain() names only what can slow a matmul, the operating point (power limit,
-        # SM clock, power drawn) first: the first it names is the likely cause.
-        differs = tuple(f"{d.what}: {d.slower} on {gap.slower}, {d.faster} on {gap.faster}"
-                        for d in gap.differences)
-        first = gap.differences[0] if gap.differences else None
-        found.append(Finding(
-            "gap", gap.slower,
-            f"{gap.slower} is {gap.gap:.1%} slower than {gap.faster} on {gap.group}",
-            f"{gap.config.label}: {gap.evidence}" + (
-                ". What differs:" if differs else
-                ". No difference in fingerprint or telemetry explains it"),
-            cause=None if first is None else f"{first.what} {first.slower} vs {first.faster}",
-            details=differs))
-    for c in cooling:
-        # Each side's figures a line; the differences and their tests stay the evidence.
-        sides = (c.hotter.describe(), c.cooler.describe())
-        tests = c.evidence.removeprefix(f"{sides[0]}; {sides[1]}. ")
-        found.append(Finding(
-            "cooling", c.hotter.provider,
-            f"{c.hotter.provider}'s {c.variant} run {c.temperature_difference_c:.1f} °C "
-            f"hotter than {c.cooler.provider}'s and lose {c.drop_difference * 100:.2f} "
-            "points more once soaked",
-            f"{c.config.label}, at the same power cap: {tests[:1].lower()}{tests[1:]}",
-            details=sides))
-    found += [Finding("straggler", s.provider,
-                      f"{s.host} GPU {s.gpu_index}: {_below(s.deficit)} below the rest of its "
-                      "node on the matmul", f"{s.config.label}: {s.evidence}")
-              for s in stragglers]
-    # Of drift, what costs throughput: a power limit below the datasheet's, or below
-    # what the rest of the variant runs at (once per provider and value).
-    said: set[tuple[str, str, str]] = set()
-    for d in sorted(drift, key=lambda d: d.reference != "datasheet"):
-        if d.attribute not in ("power limit", "power limit below datasheet"):
-            continue
-        for outlier in d.outliers:
-            key = (d.variant, outlier.provider, outlier.value)
-            if key in said or (d.reference != "datasheet" and
-                               _watts(outlier.value) >= _watts(d.usual)):
-                continue
-            said.add(key)
-            datasheet = d.reference == "datasheet"
-            usual = "the datasheet's" if datasheet else "the variant's usual"
-            found.append(Finding(
-                "drift", outlier.provider,
-                f"{d.variant}: power limit {outlier.value} on "
-                f"{counted(outlier.gpus, 'GPU')}, below {usual} {d.usual}",
-                (f"datasheet default {d.usual}" if datasheet else
-                 f"{d.usual} on {d.usual_gpus} of {counted(d.total_gpus, 'GPU')} of the "
-                 "variant") + f"; {outlier.value} on {counted(outlier.gpus, 'GPU')} of "
-                f"{outlier.provider}, on {counted(len(outlier.hosts), 'host')}:",
-                details=outlier.hosts))
-    return found
-
-
-def _duplicates(shared: tuple[SharedHosts, ...], anonymized: bool) -> list[Finding]:
-    found = []
-    for pair in shared:
-        other = (pair.other_host if pair.other_provider == pair.provider
-                 else f"{pair.other_provider}'s {pair.other_host}")
-        cards = counted(pair.gpu_count, "GPU")
-        runs = ", ".join(f"#{run}" for run in pair.runs)
-        found.append(Finding(
-            "duplicate", pair.provider, f"{pair.host} has the same GPUs as {other}",
-            f"{cards} in common in run {runs}: one machine listed twice (an inventory "
-            "mistake, or one node sold as two listings), and figures measured on both at "
-            "once were contended. Both hosts' results of those runs are left out of every "
-            "comparison, cost and chart until one of the two is chosen: remove the other "
-            "from the inventory, and the next run probes the machine once",
-            cause="one machine listed twice",
-            # The GPUs in common, a line each; an anonymized report keeps only their count.
-            details=() if anonymized else pair.gpus))
-    return found
-
-
-def _health(health: FleetHealth) -> list[Finding]:
-    # The agent's reasons are few and short: they stay the evidence, a line.
-    # The title asks for the agent's action ("..., ask the provider to reset it"); `cause`
-    # keeps it in a word for the table (issue 36).
-    found = [Finding("health", g.provider, f"{g.host} GPU {g.gpu_index} ({g.variant}) is "
-                     f"{g.verdict}" + (f": {g.ask}" if g.ask else ""), g.evidence,
-                     cause=g.action if g.ask else None) for g in health.unwell]
-    found += [Finding("health", u.provider, u.title, u.evidence) for u in health.unknown]
-    return found
-
-
-def _node_findings(node: NodeSection) -> list[Finding]:
-    return [Finding.of(item) for item in node.findings()]
-
-
-def _watts(text: str) -> float:
-    return float(text.removesuffix(" W"))
 
 
 @contextmanager
@@ -487,7 +329,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         jobs = jobs.anonymized(names)
         store = "(hidden in an anonymized report)"
     # Health verdicts of a rule the agent has since withdrawn, judged again by the rule of
-    # now where their documents carry what it needs (fleet/analysis/older_rule.py): every
+    # now where their documents carry what it needs (fleet/analysis/health/older_rule.py): every
     # table and finding below reads the verdict of now.
     again = judge_again(engine, data.gpus)
     data = replace(data, gpus=again.gpus)
@@ -498,7 +340,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     drift = find_drift(data)
     comparisons = compare_providers(data, options.gaps)
     # A gap whose slower side ran under settings that can move a matmul is not the
-    # provider's to answer until measured again without them (fleet/analysis/whose.py).
+    # provider's to answer until measured again without them (fleet/analysis/node/whose.py).
     suspected = _matmul_suspects(engine, data, options.anonymize)
     gaps = [c for c in comparisons if c.systematic and c.slower not in suspected]
     gaps_unsettled = [c for c in comparisons if c.systematic and c.slower in suspected]
@@ -514,8 +356,8 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         d.variant for d in drift} | {g.variant for g in job.gpus})
     node = node_section(engine, data, options.gaps, options.node,
                         contended_results(jobs.frame, jobs.shared), options.anonymize)
-    corruption = [Finding.of(c.finding()) for c in find_corruption(
-        engine, {h.document_id: (h.provider, h.host) for h in data.hosts})]
+    corrupted = find_corruption(engine, {h.document_id: (h.provider, h.host)
+                                         for h in data.hosts})
     network = network_section(engine, data)
     cluster = cluster_section(engine, runs, names)
     host_storage = host_storage_section(engine, data)
@@ -528,6 +370,14 @@ def _build(engine: Engine, options: ReportOptions, store: str,
     points = _points(jobs.frame)
     units = (matmul_units(data.measures, options.node.matmul) + list(node.units)
              + job_units(job.gpus, points))
+    judged = rules.Judged(
+        anonymized=options.anonymize, shared=data.shared, corruption=tuple(corrupted),
+        health=health, mismatches=tuple(mismatches), mixed=tuple(mixed), gaps=tuple(gaps),
+        gaps_unsettled=tuple(gaps_unsettled), suspected=suspected,
+        cooling=tuple(c for c in cooling if c.called), stragglers=tuple(stragglers),
+        drift=tuple(drift), again=again, node=node, job=job, network=network,
+        cluster=cluster, not_measured=not_measured, host_storage=host_storage)
+    found = rules.findings(judged)
     report = Report(
         generated_at=now or dt.datetime.now(dt.UTC), store=store,
         scope=data.scope.describe() + ("; software stacks compared as one"
@@ -540,20 +390,7 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         gpus_measured=len({m.gpu for m in data.measures}),
         results=sum(m.results for m in data.measures), first=data.first, last=data.last,
         headline=headline, buy=tuple(_offers(cost, headline, gaps, mismatches, mixed)),
-        # A failing card is to be replaced before its speed matters: health comes early.
-        dispute=tuple(_duplicates(data.shared, options.anonymize) + corruption + _health(health)
-                      + _dispute(mismatches, mixed, gaps,
-                                 [c for c in cooling if c.called], stragglers, drift)
-                      + _node_findings(node)
-                      + [Finding.of(item) for item in job.findings()]
-                      + [Finding.of(item) for item in network.findings()]
-                      + [Finding.of(item) for item in cluster.findings()]
-                      + [Finding.of(item) for item in not_measured.on("provider")]
-                      + [Finding.of(item) for item in host_storage.on("provider")]),
-        renter=tuple(Finding.of(item) for item in [*node.renter(), *job.renter(),
-                                                   *cluster.renter(),
-                                                   *not_measured.on("renter"),
-                                                   *host_storage.on("renter")]),
+        findings=found,
         mismatches=tuple(mismatches), mixed=tuple(mixed), drift=tuple(drift),
         comparisons=tuple(comparisons), thermal=tuple(thermal_table(data)),
         cooling=tuple(cooling), stragglers=tuple(stragglers), cost=tuple(cost),
@@ -563,14 +400,10 @@ def _build(engine: Engine, options: ReportOptions, store: str,
         excluded=data.excluded, shared=data.shared, providers=tuple(providers),
         variants=tuple(variants),
         history=history, found=tuple(fleet_as_found(data.gpus, data.measures)),
-        health=health, node=node, corruption=tuple(corruption), job=job,
+        health=health, node=node,
+        corruption=tuple(f for f in found if f.kind == "corruption"), job=job,
         gaps_unsettled=tuple(gaps_unsettled), network=network, cluster=cluster,
         not_measured=not_measured, host_storage=host_storage,
-        unsettled=tuple(Finding.of(item) for item in [
-            *(o.finding() for o in again.unsettled), *node.unsettled_findings(),
-            *_unsettled_gaps(gaps_unsettled, suspected), *job.unsettled(),
-            *cluster.unsettled(), *not_measured.on("unsettled"),
-            *host_storage.on("unsettled")]),
         units=tuple(units))
     offers = offer_lines(OfferInput(report.found, data.hosts, mismatches, cost, job.rows,
                                     points), report.listed())

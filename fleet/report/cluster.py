@@ -1,5 +1,5 @@
 """The report's "Between the nodes" section: each cluster's newest run of steps between
-its nodes (fleet/store/cluster.py), judged (fleet/analysis/cluster.py): its pairs against
+its nodes (fleet/store/cluster.py), judged (fleet/analysis/cluster/judgement.py): its pairs against
 what their fabric should give, each node's pass ratio, the whole cluster's figure, and
 the findings with their action, source and whose.
 
@@ -29,13 +29,19 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
-from fleet.analysis.cluster import ClusterFinding, NodeVerdict, PairVerdict, transport_words
-from fleet.analysis.cluster_trend import Trends, trend_findings
+from fleet.analysis.cluster.fabric import gbs
+from fleet.analysis.cluster.judgement import (
+    ClusterFinding,
+    NodeVerdict,
+    PairVerdict,
+    transport_words,
+)
+from fleet.analysis.cluster.stored import judge_run, trends_of
+from fleet.analysis.cluster.trend import Trends, trend_findings
 from fleet.analysis.dataset import Aliases, Scope
-from fleet.analysis.fabric import gbs
-from fleet.analysis.whose import Party
-from fleet.cluster.results import NodeTransport, StepResult
-from fleet.store.cluster import ClusterRun, judge_run, read_cluster_runs, trends_of
+from fleet.analysis.node.whose import Party
+from fleet.model.step import NodeTransport, StepResult
+from fleet.store.cluster import ClusterRun, read_cluster_runs
 
 KIND = "network"
 WITHHELD_ERROR = ("its error names hosts and addresses: withheld in an anonymized "

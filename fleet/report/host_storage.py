@@ -1,7 +1,7 @@
 """The report's section on what a job touches beside the GPUs (issue 58): each host's
 limits (CPUs and memory a GPU, /dev/shm, locked memory, governor, IOMMU, ACS, the
 import of torch), its storage figures, and the versions a provider patches, with the
-findings on them (fleet/analysis/host_limits.py, storage.py, bulletins.py).
+findings on them (fleet/analysis/host/limits.py, storage.py, bulletins.py).
 
     section = host_storage_section(engine, data)
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from fleet.analysis.bulletins import BulletinFile, NodeVersions, judge_versions, load_bulletins
 from fleet.analysis.dataset import Dataset, HostState
-from fleet.analysis.host_limits import HostNode, judge_limits, notes
-from fleet.analysis.storage import StorageNode, compare_siblings, judge_storage
+from fleet.analysis.host.bulletins import BulletinFile, NodeVersions, judge_versions, load_bulletins
+from fleet.analysis.host.limits import HostNode, judge_limits, notes
+from fleet.analysis.host.storage import StorageNode, compare_siblings, judge_storage
 from fleet.model.host_limits import HostLimits
 from fleet.model.storage import Storage, StorageTarget
 from fleet.store import models

@@ -21,10 +21,19 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from fleet.analysis import job_whose
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import Aliases, Config, Listing, Scope, SharedHosts
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.job import (
+from fleet.analysis.job import whose as job_whose
+from fleet.analysis.job.compare import (
+    JobComparison,
+    JobStraggler,
+    JobSync,
+    compare_job_providers,
+    find_job_stragglers,
+    job_sync_nodes,
+)
+from fleet.analysis.job.cost import JobRow, job_table
+from fleet.analysis.job.figures import (
     MATMUL_COLUMNS,
     JobConfig,
     JobExcluded,
@@ -35,17 +44,8 @@ from fleet.analysis.job import (
     job_gpus,
     left_out,
 )
-from fleet.analysis.job_compare import (
-    JobComparison,
-    JobStraggler,
-    JobSync,
-    compare_job_providers,
-    find_job_stragglers,
-    job_sync_nodes,
-)
-from fleet.analysis.job_cost import JobRow, job_table
-from fleet.analysis.job_whose import anonymized_suspects
-from fleet.analysis.stragglers import StragglerOptions
+from fleet.analysis.job.whose import anonymized_suspects
+from fleet.analysis.matmul.stragglers import StragglerOptions
 from fleet.store import series
 from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
 from fleet.store.job import frame as job_frame
@@ -180,11 +180,11 @@ class JobSection:
     sync: tuple[JobSync, ...] = ()
     excluded: tuple[JobExcluded, ...] = ()
     options: JobOptions = field(default_factory=JobOptions)
-    # Whose a short job figure is, where not the provider's (fleet/analysis/job_whose.py):
+    # Whose a short job figure is, where not the provider's (fleet/analysis/job/whose.py):
     # (provider, host, GPU index, verdict), its GPU-run's figures in `excluded`.
     whose: tuple[tuple[str, str, int, job_whose.Verdict], ...] = ()
     # (provider, configuration key, settings) whose counted figures ran under settings that
-    # can move a job (fleet/analysis/job_whose.py `suspected`).
+    # can move a job (fleet/analysis/job/whose.py `suspected`).
     suspected: tuple[tuple[str, str, str], ...] = ()
 
     def _suspects(self, comparison: JobComparison) -> str | None:

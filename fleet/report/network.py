@@ -1,5 +1,5 @@
 """The report's network section: each host's fabric NICs (or what it has instead), its
-GPUDirect RDMA, and the findings on them (fleet/analysis/network.py), each with its
+GPUDirect RDMA, and the findings on them (fleet/analysis/node/network.py), each with its
 action.
 
     section = network_section(engine, data)
@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Dataset
-from fleet.analysis.network import (
+from fleet.analysis.node.network import (
     NetworkExpectation,
     NetworkFinding,
     NodeNetwork,

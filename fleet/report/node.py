@@ -21,22 +21,22 @@ from typing import Any, ClassVar
 import pandas as pd
 from sqlalchemy import Engine
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.contention import PAIRED, Contention, find_contention, mark
 from fleet.analysis.dataset import CONTENDED_REASON, Dataset
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues
-from fleet.analysis.nccl import transport_cause
-from fleet.analysis.node import HOST_LINK_KINDS, NodeFound, nodes_as_found, prepare
-from fleet.analysis.node_gaps import NodeComparison, compare_node_figures
-from fleet.analysis.node_outliers import NodeOutlier, NodeOutlierOptions, find_node_outliers
-from fleet.analysis.peers import (
+from fleet.analysis.node.figures import HOST_LINK_KINDS, NodeFound, nodes_as_found, prepare
+from fleet.analysis.node.gaps import NodeComparison, compare_node_figures
+from fleet.analysis.node.hostlink import HostLinkIssue, HostLinkOptions, find_host_link_issues
+from fleet.analysis.node.nccl import transport_cause
+from fleet.analysis.node.outliers import NodeOutlier, NodeOutlierOptions, find_node_outliers
+from fleet.analysis.node.peers import (
     MissingPeers,
     NodeApart,
     PeerOptions,
     find_missing_peers,
     find_nodes_apart,
 )
-from fleet.analysis.shortfall import (
+from fleet.analysis.node.shortfall import (
     MatmulShortfall,
     MatmulShortfallOptions,
     Shortfall,
@@ -44,9 +44,8 @@ from fleet.analysis.shortfall import (
     find_matmul_shortfalls,
     find_shortfalls,
 )
-from fleet.analysis.sync import SyncNode, synchronous_nodes
-from fleet.analysis.taint import learned, taint
-from fleet.analysis.whose import (
+from fleet.analysis.node.taint import learned, taint
+from fleet.analysis.node.whose import (
     PAIR_COST,
     RunSetting,
     Unsettled,
@@ -55,9 +54,10 @@ from fleet.analysis.whose import (
     whose_apart,
     whose_matmul,
 )
-from fleet.analysis.whose import (
+from fleet.analysis.node.whose import (
     anonymized as anonymized_settings,
 )
+from fleet.analysis.sync import SyncNode, synchronous_nodes
 from fleet.report.bands import Unit, node_units
 from fleet.store.matmul_rerun import StoredRerun, read_matmul_reruns
 from fleet.store.node import read_node_results
@@ -223,7 +223,7 @@ class NodeSection:
     # Soaked matmuls the agent's pair without and with the run's settings put on them.
     renters_matmul: tuple[MatmulShortfall, ...] = ()
     # Findings measured under settings that can move them and never measured again
-    # without them (fleet/analysis/whose.py): neither disputed nor the renter's.
+    # without them (fleet/analysis/node/whose.py): neither disputed nor the renter's.
     unsettled: tuple[Unsettled, ...] = ()
     # Each GPU's memory copy, each pair's copies and each node's all-reduce measured alone,
     # beside what a healthy node gives: what the report's charts draw (bands.py).
@@ -246,7 +246,8 @@ class NodeSection:
 
     def renter(self) -> list[tuple[str, str, str, str, str | None, tuple[str, ...]]]:
         """(kind, provider, title, evidence, cause, details) of each finding that is the
-        renter's to fix, said apart from what to dispute (DESIGN.md, "Judging one node")."""
+        renter's to fix, said apart from what to dispute (docs/findings.md, "One node,
+        judged on its own")."""
         found: list[tuple[str, str, str, str, str | None, tuple[str, ...]]] = [
             ("contention", c.provider, c.title, c.evidence, c.cause, c.seen)
             for c in self.contention]
@@ -310,7 +311,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
                  options: NodeOptions | None = None, jobs: pd.DataFrame | None = None,
                  anonymized: bool = False) -> NodeSection:
     """The node section of the report on `data` (its hosts' newest documents); `jobs`,
-    the job results in scope left out as contended (fleet.analysis.job.contended_results,
+    the job results in scope left out as contended (fleet.analysis.job.figures.contended_results,
     hosts named as `data` names them), join the contention finding of their node.
     `anonymized`: what the agent saw beside a matmul or node figure is not read."""
     options = options or NodeOptions()
@@ -332,7 +333,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
     if anonymized:
         words = dict.fromkeys(words)
     # One run, one story per GPU: a GPU shared in one figure takes the run's figures on
-    # it that had no check of their own with it (fleet/analysis/taint.py).
+    # it that had no check of their own with it (fleet/analysis/node/taint.py).
     runs = dict(zip(stored["document_id"].astype(int).tolist(),
                     stored["run"].astype(int).tolist(), strict=True))
     figures = taint(figures, learned(figures, words, jobs, runs))
@@ -343,7 +344,7 @@ def node_section(engine: Engine, data: Dataset, gaps: GapOptions,
                  for e in data.excluded if e.reason == CONTENDED_REASON]
     # A GPU shared with another process is the renter's, whichever figure showed it.
     seen = tuple(find_contention(figures, contended, jobs))
-    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/whose.py).
+    # Whose each is, settled by the agent's rerun where it made one (fleet/analysis/node/whose.py).
     ran = run_settings(read_settings(engine, documents=sorted(names)), figures)
     if anonymized:
         ran = anonymized_settings(ran)
@@ -397,7 +398,7 @@ def _judge_matmul(data: Dataset, names: dict[int, tuple[str, str]],
                   ran: Mapping[int, tuple[RunSetting, ...]], pairs: list[StoredRerun],
                   options: NodeOptions
                   ) -> tuple[list[MatmulShortfall], list[MatmulShortfall], list[Unsettled]]:
-    """Each node's short soaked matmuls sorted by whose they are (fleet/analysis/whose.py
+    """Each node's short soaked matmuls sorted by whose they are (fleet/analysis/node/whose.py
     `whose_matmul`): the provider's, the renter's, unsettled."""
     provider: list[MatmulShortfall] = []
     renter: list[MatmulShortfall] = []
@@ -431,7 +432,7 @@ def _paired(words: str | None, document: int, gpu: int, pairs: list[StoredRerun]
 def _with_cause(shortfall: Shortfall, figures: pd.DataFrame,
                 ran: Mapping[int, tuple[RunSetting, ...]]) -> tuple[Shortfall, bool]:
     """An all-reduce shortfall with the cause NCCL's transport names, where it names one
-    (fleet/analysis/nccl.py), and whether that cause is a setting of the renter's run
+    (fleet/analysis/node/nccl.py), and whether that cause is a setting of the renter's run
     (`ran`: each document's settings, from every source)."""
     if shortfall.figure != "all-reduce":
         return shortfall, False

@@ -1,5 +1,5 @@
 """The report's "Not measured": every error the newest documents in scope carry, judged
-(fleet/analysis/not_measured.py), so that a GPU whose stage failed is said, with whose it
+(fleet/analysis/health/not_measured.py), so that a GPU whose stage failed is said, with whose it
 is, and never read as a healthy GPU with fewer figures (issue 54). Those with a party are
 findings of kind `not_measured`, each on its side; the rest (no GPU, a rerun that could
 not run) are listed as information.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
-from fleet.analysis.not_measured import (
+from fleet.analysis.health.not_measured import (
     OUT_OF_MEMORY,
     PARTY_WORDS,
     NotMeasured,

@@ -24,17 +24,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from fleet.analysis.cost import CostRow
 from fleet.analysis.dataset import Config, HostState
-from fleet.analysis.found import FoundHost
-from fleet.analysis.health import NOT_READ, UNWELL
-from fleet.analysis.job import JobConfig
-from fleet.analysis.job_cost import JobRow
-from fleet.analysis.listing import Mismatch
+from fleet.analysis.health.cards import NOT_READ, UNWELL
+from fleet.analysis.job.cost import JobRow
+from fleet.analysis.job.figures import JobConfig
+from fleet.analysis.listing.found import FoundHost
+from fleet.analysis.listing.mismatches import Mismatch
+from fleet.analysis.matmul.cost import CostRow
 from fleet.words import counted
 
 if TYPE_CHECKING:
-    from fleet.report.build import Finding
+    from fleet.findings.finding import Finding
 
 K = TypeVar("K")
 R = TypeVar("R")

@@ -1,5 +1,5 @@
 """A sweep's history in the report: TFLOP/s per provider and per GPU over the nights, and
-the night each change began (fleet.sweep.history finds them; this draws and lists them).
+the night each change began (fleet.analysis.sweep.history finds them; this draws and lists them).
 
 Lines, not boxes: one thick line per provider (the median of its GPUs each night) and a
 thin one per GPU. Past PER_GPU_LINES GPUs in a chart, only the GPUs with a regression keep
@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Aliases
-from fleet.report.charts import HEIGHT, LEFT, RIGHT, TOP, WIDTH, Tick, nice_ticks
-from fleet.sweep.history import (
+from fleet.analysis.sweep.history import (
     Findings,
     HostNight,
     Night,
@@ -27,7 +26,8 @@ from fleet.sweep.history import (
     findings_by_night,
     tflops_series,
 )
-from fleet.sweep.nights import read_nights
+from fleet.analysis.sweep.nights import read_nights
+from fleet.report.charts import HEIGHT, LEFT, RIGHT, TOP, WIDTH, Tick, nice_ticks
 from fleet.words import counted
 
 PER_GPU_LINES = 64

@@ -1,14 +1,14 @@
 """The steps between a cluster's nodes in the store (tables `cluster_step`,
 `cluster_step_node` and `cluster_figure`, revision 0022): one cluster run written in one
-transaction, and runs read back as the judgement takes them (fleet/analysis/cluster.py).
+transaction, and runs read back as the judgement takes them
+(fleet/analysis/cluster/stored.py judges them: the store only keeps and reads).
 
     stored = record_cluster_run(engine, run_id, results, documents, settings)
     (run,) = read_cluster_runs(engine, cluster="a100-pod")  # its newest run
-    judgement = judge_run(engine, run)
 
 A run is the controller's: its `run_id` (a uuid) groups every step of one cluster run, so
 that the newest run of a cluster can be read back whole. Each node of a step keeps its
-agent document of the same probe, through which `judge_run` reads the node's network
+agent document of the same probe, through which the judgement reads the node's network
 fingerprint (fleet/store/network.py).
 
 What a host sent is not trusted here either: identifiers longer than their columns are
@@ -28,13 +28,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, select
 
 from agent.source.settings import storable, withheld
-from fleet.analysis.cluster import ClusterJudgement, judge_cluster
-from fleet.analysis.cluster_trend import RULE, TrendRule, Trends, pair_trends
-from fleet.cluster.results import NodeTransport, StepFigure, StepResult
 from fleet.errors import ClusterError, StoreError
+from fleet.model.step import NodeTransport, StepFigure, StepResult
 from fleet.store.database import WRITES
 from fleet.store.models import ClusterFigure, ClusterStep, ClusterStepNode
-from fleet.store.network import read_networks
 from fleet.store.query import in_chunks
 
 KINDS = ("cluster", "pair", "suspect")
@@ -348,33 +345,3 @@ def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool =
         found.append(ClusterRun(name, run_id, started, tuple(results), documents, settings,
                                 provider))
     return found
-
-
-def judge_run(engine: Engine, run: ClusterRun) -> ClusterJudgement:
-    """The judgement on `run` (fleet/analysis/cluster.py), each host's network read from
-    its document; a host without a document, or whose document has no network, is not
-    judged."""
-    stored = {h: d for h, d in run.documents.items() if d is not None}
-    networks = read_networks(engine, documents=sorted(set(stored.values())))
-    return judge_cluster(run.results, {h: networks[d] for h, d in stored.items()
-                                       if d in networks}, run.settings)
-
-
-def trends_of(engine: Engine, run: ClusterRun, rule: TrendRule = RULE) -> Trends:
-    """`run` against the same cluster's runs before it (fleet/analysis/cluster_trend.py):
-    those of its provider, up to the rule's window."""
-    runs = read_cluster_runs(engine, run.cluster, latest=False,
-                             providers=(run.provider,) if run.provider else (),
-                             until=run.started_at, newest=rule.window + 1)
-    return pair_trends([run, *(r for r in runs if r.run_id != run.run_id)], rule)
-
-
-def stored_trends(engine: Engine, cluster: str, run_id: str, provider: str | None,
-                  rule: TrendRule = RULE) -> Trends:
-    """The trends of run `run_id` just stored: its steps against the cluster's earlier
-    runs; none where it is not the cluster's newest (another run stored meanwhile)."""
-    runs = read_cluster_runs(engine, cluster, latest=False,
-                             providers=(provider,) if provider else (), newest=1)
-    if not runs or runs[0].run_id != run_id:
-        return Trends()
-    return trends_of(engine, runs[0], rule)

@@ -1,6 +1,6 @@
 """The errors stored documents carry (`host_error` rows with a document), read back with
 what their GPU's fingerprint said of its memory when the run began (revision 0023), for
-fleet/analysis/not_measured.py to judge. Errors of hosts that sent no document are the
+fleet/analysis/health/not_measured.py to judge. Errors of hosts that sent no document are the
 report's failures (fleet/analysis/dataset.py), not these.
 """
 

@@ -5,7 +5,7 @@ sorted keys and no spaces), held unique per host by the database: storing it aga
 its host, from this process or from another one at the same moment, stores nothing and
 answers "already stored". In a probe or sweep, another inventory host that sends the very
 same document (the same machine listed twice) gets its own copy: each host's answer is
-its own, and the pair is a finding (fleet/analysis/duplicates.py). Hand ingest still
+its own, and the pair is a finding (fleet/analysis/listing/duplicates.py). Hand ingest still
 takes a document given twice, under whatever names, as one. A document that fails
 validation never reaches the database, so nothing of it is stored.
 
@@ -35,7 +35,9 @@ from sqlalchemy.exc import DBAPIError
 from agent.timing import repeat
 from fleet import __version__
 from fleet import repeat as fleet_repeat
-from fleet.document import (
+from fleet.errors import AgentError, InputError
+from fleet.events import MAX_LINE, read_events
+from fleet.model.document import (
     AgentDocument,
     BenchmarkResult,
     Gpu,
@@ -43,8 +45,6 @@ from fleet.document import (
     NodeResult,
     parse_document,
 )
-from fleet.errors import AgentError, InputError
-from fleet.events import MAX_LINE, read_events
 from fleet.store import models, series
 from fleet.store.config import POWER_CAP_REASONS
 from fleet.store.database import WRITES
@@ -723,7 +723,7 @@ def _health_columns(health: Health | None) -> dict[str, Any]:
 
 
 def health_counters(health: Health) -> dict[str, int | bool]:
-    """The counters a sweep compares night to night (fleet/sweep/history.py), flat and
+    """The counters a sweep compares night to night (fleet/analysis/sweep/history.py), flat and
     named as stored: those the driver did not give are left out, and so are the Xid
     lines, which are text for a reader and would make every row a few KiB."""
     counters: dict[str, int | bool | None] = {"pcie_replays": health.pcie_replays,

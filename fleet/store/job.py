@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, get_args
 from sqlalchemy import Engine, select
 
 from fleet import repeat
-from fleet.document import AgentDocument, Gpu
 from fleet.frames import columns, typed
+from fleet.model.document import AgentDocument, Gpu
 from fleet.model.job import Attention, JobResult, Workload
 from fleet.store.models import Gpu as GpuRow
 from fleet.store.models import Host, ProbeRun, Provider

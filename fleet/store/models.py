@@ -203,7 +203,7 @@ class Document(Base):
     # one host is one row, even when two processes store it at the same moment. Unique per
     # host, not alone: two inventory hosts that are one machine can send the very same
     # document, and each host's answer is its own (the report flags the pair, see
-    # fleet/analysis/duplicates.py). Led by content_hash, so a lookup by hash uses it too.
+    # fleet/analysis/listing/duplicates.py). Led by content_hash, so a lookup by hash uses it too.
     __table_args__ = (Index(None, "host_id", "collected_at"),
                       UniqueConstraint("content_hash", "host_id"))
 
@@ -300,7 +300,7 @@ class Fingerprint(Base):
     health_action: Mapped[str | None] = mapped_column(String(16))
     # The GPU's memory in use and the processes NVML listed on it when the run began,
     # each [pid, MiB, visible, name, user] (0023): what a stage that failed for want of
-    # memory is judged by (fleet/analysis/not_measured.py). NULL before 0023.
+    # memory is judged by (fleet/analysis/health/not_measured.py). NULL before 0023.
     memory_used_mib: Mapped[int | None] = mapped_column(Integer)
     processes: Mapped[list[list[Any]] | None] = mapped_column(Json)
 
@@ -838,7 +838,7 @@ class StorageTargetRow(Base):
 
 
 class ClusterStep(Base):
-    """One step between a cluster's nodes as it ran (fleet/cluster/results.py's
+    """One step between a cluster's nodes as it ran (fleet/model/step.py's
     StepResult, docs/cluster.md): the whole cluster, a pair of a round, or a suspect
     against a known-good node (0022). `run_id` is the controller's for one cluster run:
     the steps of the newest run are a cluster's figures now. A failed step keeps its
@@ -895,7 +895,7 @@ class ClusterStepNode(Base):
 
 class ClusterFigure(Base):
     """One collective at one size of a cluster step, in nccl-tests' definitions, GB/s and
-    microseconds (fleet/cluster/results.py's StepFigure) (0022)."""
+    microseconds (fleet/model/step.py's StepFigure) (0022)."""
 
     __tablename__ = "cluster_figure"
     __table_args__ = (

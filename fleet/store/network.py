@@ -5,7 +5,7 @@ the rows ingest writes from a validated document, and the fingerprints read back
 
 What is read back is the document's own block, validated again by the model it was
 validated by on the way in (fleet/model/network.py), so the analysis
-(fleet/analysis/network.py) reads the same shape whether it came from an agent or from
+(fleet/analysis/node/network.py) reads the same shape whether it came from an agent or from
 the store.
 """
 

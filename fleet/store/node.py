@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, get_args
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.orm import aliased
 
-from fleet.document import NcclTransport, NodeKind
 from fleet.errors import InputError
 from fleet.frames import columns, typed
+from fleet.model.document import NcclTransport, NodeKind
 from fleet.store.models import Gpu, Host, NodeResult, ProbeRun, Provider
 from fleet.store.query import in_chunks
 

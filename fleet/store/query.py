@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Engine, Select, false, func, literal, select
 
-from fleet.document import AgentDocument
 from fleet.errors import InputError
+from fleet.model.document import AgentDocument
 from fleet.store.config import CONFIG_COLUMNS, STACK_COLUMNS
 from fleet.store.models import (
     BenchmarkResult,

@@ -1,11 +1,11 @@
 """The settings each document's run measured under (run_setting, written by
 fleet/store/ingest.py) and the all-reduce's rerun without them (node_result's `rerun_*`):
-what settles whose a short figure is (fleet/analysis/whose.py).
+what settles whose a short figure is (fleet/analysis/node/whose.py).
 
     settings = read_settings(engine, documents=[12, 13])
 
 One row per setting and source, SETTING_COLUMNS in that order; a document stored before
-0018 has none (fleet/analysis/whose.py then reads the all-reduce's `nccl_settings`).
+0018 has none (fleet/analysis/node/whose.py then reads the all-reduce's `nccl_settings`).
 """
 
 from __future__ import annotations

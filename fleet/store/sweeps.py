@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, Text, cast, insert, select, update
 
 from fleet import __version__
-from fleet.document import AgentDocument, read_stored
+from fleet.model.document import AgentDocument, read_stored
 from fleet.store.database import WRITES
 from fleet.store.ingest import RunInfo
 from fleet.store.models import (

@@ -7,7 +7,7 @@ Celery worker took can be continued (`--resume`): only the hosts with no stored 
 in that run are probed. Hosts are probed by this controller's bounded fan-out
 (`fleet.probe.run`), or by Celery workers (`--via celery`, `fleet.sweep.distributed`).
 The summary is built from the store for every host of the inventory either way, then the
-night is compared with the sweep's earlier nights (`fleet.sweep.history`).
+night is compared with the sweep's earlier nights (`fleet.analysis.sweep.history`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ from typing import Any, Literal
 from sqlalchemy import Engine
 
 from agent import __version__ as agent_version
-from fleet.analysis.expectation import check_expectation
+from fleet.analysis.listing.expectation import check_expectation
+from fleet.analysis.sweep.history import FAIL_KINDS, Findings, RegressionRule, compare_night
+from fleet.analysis.sweep.nights import HISTORY_NIGHTS, read_nights
 from fleet.cluster.between import BetweenOptions
 from fleet.cluster.measure import ClusterOutcome, Connecting, measure_clusters
 from fleet.errors import FleetError, InputError
+from fleet.findings.kinds import FINDING_KINDS
 from fleet.inventory import LoadedInventory, Target
 from fleet.payload import build_payload
 from fleet.probe.run import HostOutcome, Observer, ProbeOptions, ProbeReport, listing_of, probe
@@ -42,9 +45,7 @@ from fleet.store.sweeps import (
     settled_hosts,
 )
 from fleet.sweep.distributed import DEFAULT_QUEUE_TIMEOUT_S, RemoteOutcome, require_postgres
-from fleet.sweep.history import FAIL_KINDS, Findings, RegressionRule, compare_night
 from fleet.sweep.lock import SweepLock
-from fleet.sweep.nights import HISTORY_NIGHTS, read_nights
 from fleet.writable import writable_file
 
 DEFAULT_NAME = "nightly"
@@ -125,8 +126,6 @@ class SweepReport:
 
 def check_fail_on(value: str, report: bool = True) -> tuple[str, ...]:
     """The --fail-on kinds; those only the report finds (gap, straggler, drift) need it."""
-    from fleet.report import FINDING_KINDS
-
     allowed = (*FAIL_KINDS, *(k for k in FINDING_KINDS if k not in FAIL_KINDS))
     kinds = tuple(part.strip() for part in value.split(",") if part.strip())
     unknown = [k for k in kinds if k not in allowed]

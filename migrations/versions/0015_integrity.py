@@ -4,7 +4,7 @@ Soaked results from agents that check the product under load (agent/matmul/integ
 how many checks compared the latest product with the GPU's first one, how many found it
 changed, the first such (seconds of load, the card's temperature, elements differing),
 the first product's digest (equal digests, equal bits: the node's GPUs of one device and
-stack are compared by it, fleet/analysis/integrity.py) and whether the corruption was
+stack are compared by it, fleet/analysis/matmul/integrity.py) and whether the corruption was
 the test hook's.
 
 Rows stored before this revision have none of it: NULL, their agents did not check.

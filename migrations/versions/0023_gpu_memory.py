@@ -2,7 +2,7 @@
 (issue 54).
 
 A stage that failed on a GPU for want of memory is judged by what held it
-(fleet/analysis/not_measured.py): a process the renter's run could see is the renter's
+(fleet/analysis/health/not_measured.py): a process the renter's run could see is the renter's
 to free, memory in use with none is the provider's to explain. The fingerprint read both
 (NVML's memory info and running processes, and /proc for whose each is); the store keeps
 them beside the GPU, so that the error in `host_error` is judged where it is read.

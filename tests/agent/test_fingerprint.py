@@ -13,7 +13,7 @@ import pytest
 
 from agent.collect import collect
 from agent.health import card as health
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from tests.conftest import GPU_CASES
 
 CASES = sorted(p.name for p in GPU_CASES.iterdir() if (p / "expected.json").is_file())

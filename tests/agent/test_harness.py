@@ -25,7 +25,7 @@ else:
 
 from agent.matmul import harness
 from agent.source.nvml import ReplayNvml
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from tests.conftest import ROOT
 
 
@@ -496,7 +496,7 @@ def test_a_drifting_card_is_not_steady(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def parse_result(result: dict[str, Any]) -> None:
     """The controller's strict model accepts the result as the agent emits it."""
-    from fleet.document import BenchmarkResult
+    from fleet.model.document import BenchmarkResult
 
     parsed = BenchmarkResult.model_validate(json.loads(json.dumps(result)))
     assert parsed.measurement is not None and parsed.warmup.state == result["warmup"]["state"]

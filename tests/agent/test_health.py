@@ -18,7 +18,7 @@ import pytest
 
 from agent.health import card as health
 from agent.source.nvml import Handle, ReplayNvml
-from fleet.document import Health
+from fleet.model.document import Health
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = {"nvml_error": "NVML_ERROR_NOT_SUPPORTED"}

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from agent.gpu import host
-from fleet.document import Host
+from fleet.model.document import Host
 from tests.conftest import FIXTURES, ROOT
 
 CASES_DIR = FIXTURES / "host"

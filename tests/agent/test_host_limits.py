@@ -16,7 +16,7 @@ import pytest
 from agent.gpu import host
 from agent.host import acs, limits, software
 from agent.host.document import host_limits
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.model.host_limits import HostLimits
 from tests.conftest import FIXTURES, ROOT
 

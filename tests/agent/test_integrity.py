@@ -19,7 +19,7 @@ else:
                                 "pip install torch==2.13.0 (a CPU build)")
 
 from agent.matmul import integrity
-from fleet.document import Integrity
+from fleet.model.document import Integrity
 from tests.agent.test_harness import cpu_target, measure, small, soaked
 
 

@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 from agent.job import rerun  # noqa: E402
 from agent.job import suite as jobs  # noqa: E402
 from agent.source import settings  # noqa: E402
-from fleet.document import parse_document  # noqa: E402
 from fleet.errors import AgentError  # noqa: E402
+from fleet.model.document import parse_document  # noqa: E402
 
 # On the CPU there is no datasheet peak: the floor is put on TFLOP/s, which a tiny CPU
 # stack never reaches a whole one of.

@@ -243,7 +243,7 @@ def _document(tmp_path: Any, *extra: str) -> dict[str, Any]:
 
 
 def test_cpu_path_end_to_end(tmp_path: Any) -> None:
-    from fleet.document import parse_document
+    from fleet.model.document import parse_document
 
     document = _document(tmp_path)
     assert document["errors"] == [] and document["benchmarks"] == [] and document["node"] == []
@@ -299,7 +299,7 @@ def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
     # Measured eager and, where asked, compiled. The compiled figure is its own
     # configuration, gated against float32 as the backends are, timed
     # on the card the eager load soaked, its compile time stored apart.
-    from fleet.document import parse_document
+    from fleet.model.document import parse_document
 
     document = _document(tmp_path, "--job-compile")
     assert document["errors"] == []
@@ -368,7 +368,7 @@ def test_a_lent_4x_h100_held_at_load_soaked_at_the_first_judgement() -> None:
     # bench/records/2026-11-27-h100x4-jobs-warm: the agent as committed, --suite all.
     import gzip
 
-    from fleet.document import parse_document
+    from fleet.model.document import parse_document
 
     path = ROOT / "bench/records/2026-11-27-h100x4-jobs-warm/all-1.jsonl.gz"
     with gzip.open(path, "rt", encoding="utf-8") as fh:

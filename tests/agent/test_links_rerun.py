@@ -18,9 +18,9 @@ else:
 from agent.node import floors, links_rerun
 from agent.node import suite as node
 from agent.source import settings
-from fleet.analysis.shortfall import ShortfallOptions
-from fleet.document import parse_document
+from fleet.analysis.node.shortfall import ShortfallOptions
 from fleet.expected import CATALOG, FigureKey
+from fleet.model.document import parse_document
 
 H100 = "H100-SXM5-80GB"
 BLOCKING = [{"name": "CUDA_LAUNCH_BLOCKING", "value": "1", "source": "environment",
@@ -37,7 +37,7 @@ VARIANTS = {0: H100, 1: H100}
 
 
 def _report_floor(key: FigureKey) -> float:
-    """What fleet/analysis/shortfall.py calls a figure of `key` short under."""
+    """What fleet/analysis/node/shortfall.py calls a figure of `key` short under."""
     entry = CATALOG.lookup(key)
     assert entry is not None
     return entry.gbs * (1.0 - ShortfallOptions().margin(key.kind, entry))

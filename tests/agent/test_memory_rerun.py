@@ -17,7 +17,7 @@ else:
 from agent.node import floors, memory_rerun
 from agent.node import suite as node
 from agent.source import settings
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 
 BLOCKING = [{"name": "CUDA_LAUNCH_BLOCKING", "value": "1", "source": "environment",
              "applies": True}]

@@ -14,7 +14,7 @@ import pytest
 
 import agent.network.document as block
 from agent.collect import collect
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.model.network import NetworkFingerprint
 from tests.conftest import GPU_CASES, ROOT
 from tests.store.network_factory import fingerprint

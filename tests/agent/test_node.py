@@ -16,7 +16,7 @@ from agent.gpu import links
 from agent.node import collective, peers
 from agent.node import suite as node
 from agent.source.nvml import ReplayNvml
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from tests.conftest import ROOT
 
 H100 = {"index": 0, "architecture": "Hopper", "nvlink_links_active": 18,

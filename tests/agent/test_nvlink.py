@@ -22,7 +22,7 @@ from agent.health import card as health
 from agent.node import peers
 from agent.node import suite as node
 from agent.source.nvml import ReplayNvml
-from fleet.document import Gpu, NodeResult
+from fleet.model.document import Gpu, NodeResult
 from tests.conftest import GPU_CASES, ROOT
 
 DOWN = GPU_CASES / "h200-sxm-x4-nvlink-down"  # 4x H200 on NVSwitch, GPU 2 link 7 down

@@ -11,8 +11,8 @@ import pytest
 
 from agent.node import suite as node
 from agent.source import settings
-from fleet.document import parse_document
 from fleet.errors import AgentError
+from fleet.model.document import parse_document
 
 MiB = 1 << 20
 

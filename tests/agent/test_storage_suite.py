@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.storage import mounts, sequential, suite
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.model.storage import Storage
 from tests.conftest import ROOT
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from agent.gpu import variants
-from fleet.document import Variant
+from fleet.model.document import Variant
 from tests.conftest import GPU_CASES, ROOT
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from fleet.analysis.job import MATMUL_COLUMNS
+from fleet.analysis.job.figures import MATMUL_COLUMNS
 from fleet.frames import frame
 from fleet.store.job import JOB_COLUMNS
 

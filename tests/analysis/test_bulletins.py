@@ -1,4 +1,4 @@
-"""NVIDIA's security bulletins as data (fleet/analysis/bulletins.json): the file fleet
+"""NVIDIA's security bulletins as data (fleet/analysis/host/bulletins.json): the file fleet
 ships validates and each entry names its bulletin, CVE, date, source and when it was
 read; each range holds exactly the versions its source says; a wrong entry is refused
 naming it; a fabric manager not at its driver's version is called."""
@@ -9,7 +9,12 @@ import json
 
 import pytest
 
-from fleet.analysis.bulletins import NodeVersions, judge_versions, load_bulletins, parse_version
+from fleet.analysis.host.bulletins import (
+    NodeVersions,
+    judge_versions,
+    load_bulletins,
+    parse_version,
+)
 from fleet.errors import InputError
 
 KNOWN = load_bulletins()

@@ -1,4 +1,4 @@
-"""The judgement on a cluster's steps between nodes (fleet/analysis/cluster.py): real
+"""The judgement on a cluster's steps between nodes (fleet/analysis/cluster/judgement.py): real
 network fingerprints from tests/fixtures/network/ (h100-8x-ib-ndr is 8 x 400 Gb/s NDR,
 lent-h100-1x the lent VM with virtio eth0 only), step results built as the store will
 hand them over."""
@@ -10,16 +10,16 @@ from functools import cache
 
 import pytest
 
-from fleet.analysis.cluster import (
+from fleet.analysis.cluster.judgement import (
     ClusterFinding,
     ClusterJudgement,
     PairVerdict,
     judge_cluster,
     node_fabric,
 )
-from fleet.cluster.results import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.errors import ClusterError
 from fleet.model.network import NetworkFingerprint
+from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
 from tests.analysis.test_network_findings import load
 
 GIB = 1 << 30

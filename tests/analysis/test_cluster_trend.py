@@ -1,4 +1,4 @@
-"""A cluster's steps against its own earlier runs (fleet/analysis/cluster_trend.py): how
+"""A cluster's steps against its own earlier runs (fleet/analysis/cluster/trend.py): how
 nightly sweeps track the fabric between nodes. The figures are NDR-like (a pair at
 ~47 GB/s a NIC, as nccl-tests' maintainers report healthy NDR) and socket-like (2.6-3.2
 GB/s, as the lent split H100 gave over NET/Socket: bench/records/
@@ -10,8 +10,8 @@ import datetime as dt
 
 import pytest
 
-from fleet.analysis.cluster_trend import TrendRule, pair_trends, trend_findings
-from fleet.cluster.results import StepFigure, StepResult
+from fleet.analysis.cluster.trend import TrendRule, pair_trends, trend_findings
+from fleet.model.step import StepFigure, StepResult
 from fleet.store.cluster import ClusterRun
 
 GIB = 1 << 30

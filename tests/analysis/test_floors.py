@@ -1,16 +1,16 @@
 """The floors the agent carries (agent/node/floors.json) are the catalog's and the
-shortfall rule's, as fleet/analysis/floors.py makes them: one source of truth."""
+shortfall rule's, as fleet/analysis/node/floors.py makes them: one source of truth."""
 
 from __future__ import annotations
 
 from agent.node import floors as agent_floors
-from fleet.analysis import floors
-from fleet.analysis.shortfall import ShortfallOptions
+from fleet.analysis.node import floors as floors
+from fleet.analysis.node.shortfall import ShortfallOptions
 
 
 def test_the_committed_floors_are_what_the_catalog_gives() -> None:
     assert floors.PATH.read_text() == floors.text(), (
-        "agent/node/floors.json is stale: python -m fleet.analysis.floors > "
+        "agent/node/floors.json is stale: python -m fleet.analysis.node.floors > "
         "agent/node/floors.json")
 
 

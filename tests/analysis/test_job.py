@@ -1,4 +1,4 @@
-"""The job suite's analysis on constructed frames (fleet/analysis/job.py, job_compare.py,
+"""The job suite's analysis on constructed frames (fleet/analysis/job/figures.py, job_compare.py,
 job_cost.py): per-GPU figures beside the matmul of the same run, the job's shortfall
 against its matmul and its cause, what is left out, stragglers, gaps, the synchronous
 figure and the cost of a million tokens."""
@@ -13,11 +13,18 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.contention import JOINED, find_contention
 from fleet.analysis.dataset import CONTENDED_REASON as MATMUL_CONTENDED_REASON
 from fleet.analysis.dataset import Excluded, Listing
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.job import (
+from fleet.analysis.job.compare import (
+    compare_job_providers,
+    find_job_stragglers,
+    job_sync_nodes,
+    sync_tokens_per_s,
+)
+from fleet.analysis.job.cost import cost_per_million_tokens, job_table
+from fleet.analysis.job.figures import (
     CONTENDED_REASON,
     NOT_SOAKED_REASON,
     SHARED_REASON,
@@ -27,13 +34,6 @@ from fleet.analysis.job import (
     find_job_shortfalls,
     job_gpus,
 )
-from fleet.analysis.job_compare import (
-    compare_job_providers,
-    find_job_stragglers,
-    job_sync_nodes,
-    sync_tokens_per_s,
-)
-from fleet.analysis.job_cost import cost_per_million_tokens, job_table
 from tests.analysis.job_frames import PCIE, WHEN, job_frame, job_row, matmul_frame
 
 TRAIN, DECODE, MATMUL = 79_000.0, 48_000.0, 700.0

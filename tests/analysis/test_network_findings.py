@@ -1,4 +1,4 @@
-"""Findings on network fingerprints (fleet/analysis/network.py), driven by the fixtures of
+"""Findings on network fingerprints (fleet/analysis/node/network.py), driven by the fixtures of
 tests/fixtures/network/: each folder's expected.json lists the findings its facts call
 for, as [rule, severity, devices]."""
 
@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent.network.fingerprint import network, replay
-from fleet.analysis.network import (
+from fleet.analysis.node.network import (
     NetworkExpectation,
     NodeNetwork,
     compare_siblings,

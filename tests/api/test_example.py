@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.conftest import ROOT

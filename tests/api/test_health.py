@@ -8,7 +8,7 @@ import datetime as dt
 import pandas as pd
 
 import fleet
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from tests.store import factory
 from tests.store.health import give_health, health

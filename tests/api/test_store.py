@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 import fleet
-from fleet.document import AgentDocument
 from fleet.errors import InputError, StoreError
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.sweeps import create_run, finish_run
 from tests.conftest import GPU_CASES

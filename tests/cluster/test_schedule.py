@@ -7,15 +7,17 @@ from itertools import combinations
 
 import pytest
 
+from fleet.analysis.cluster.standings import (
+    PairResult,
+    sort_out,
+    standings,
+)
 from fleet.cluster.schedule import (
     Durations,
-    PairResult,
     every_pair_fits,
     every_pair_rounds,
     halves_rounds,
     plan,
-    sort_out,
-    standings,
     suspect_steps,
 )
 from fleet.errors import ClusterError

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.analysis.cluster import judge_cluster, transport_words
+from fleet.analysis.cluster.judgement import judge_cluster, transport_words
 from fleet.cluster.step import StepRun, StepSpec, read_report
 from tests.analysis.test_network_findings import load
 from tests.conftest import ROOT

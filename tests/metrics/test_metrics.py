@@ -15,8 +15,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
 import fleet
+from fleet.findings.kinds import FINDING_KINDS
 from fleet.metrics import MAX_LABEL, SIDES, metrics_text
-from fleet.report.build import FINDING_KINDS
 from tests.conftest import FIXTURES, ROOT
 
 NODE = FIXTURES / "nodes" / "h200-sxm-x4-lent" / "document.json"

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from fleet.cli.probe_display import tflops_cell
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from tests.conftest import ROOT
 
 REAL = ROOT / "tests" / "fixtures" / "jobs" / "h200x2-held-oom" / "document.json"

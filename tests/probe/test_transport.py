@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet.analysis.expectation import check_expectation
-from fleet.document import AgentDocument
+from fleet.analysis.listing.expectation import check_expectation
 from fleet.errors import InputError
 from fleet.events import MAX_LINE, read_events
 from fleet.inventory import Expect, Target, parse_inventory
+from fleet.model.document import AgentDocument
 from fleet.transport.base import LineSplitter, TransportError, describe_exit, shell_path
 from fleet.transport.local import LocalTransport
 from fleet.transport.ssh import load_ssh_config, plan_ssh, preflight

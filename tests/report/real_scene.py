@@ -30,7 +30,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, update
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo, read_document_file
 from fleet.store.models import ProbeRun
 from tests.conftest import FIXTURES, ROOT

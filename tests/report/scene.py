@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.store import factory
 

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from sqlalchemy import Engine
 
-from fleet.cluster.results import NodeTransport, StepKind, StepResult
-from fleet.document import parse_document
+from fleet.model.document import parse_document
+from fleet.model.step import NodeTransport, StepKind, StepResult
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.cluster import record_cluster_run

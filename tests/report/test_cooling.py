@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from fleet.analysis.cooling import (
+from fleet.analysis.matmul.cooling import (
     CoolingOptions,
     compare_cooling,
     difference_interval,
     thermal_table,
 )
-from fleet.analysis.gaps import explain
+from fleet.analysis.matmul.gaps import explain
 from tests.report.synthetic import dataset, measure, provider_gpus, provider_soak
 
 

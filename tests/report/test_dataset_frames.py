@@ -14,7 +14,7 @@ import statistics
 from sqlalchemy import Engine, select, update
 
 from fleet.analysis.dataset import Scope, anonymize, load_dataset
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.models import BenchmarkResult, Document, Host

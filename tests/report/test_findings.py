@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import SHARED_REASON, Aliases, Scope, anonymize, load_dataset
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.report.scene import WHEN, hot_hosts, store_scene

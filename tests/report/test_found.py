@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from agent.gpu.variants import classify_variant
 from fleet.cli import main
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.report.browser import open_page, screenshot

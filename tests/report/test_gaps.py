@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from fleet.analysis.gaps import GapOptions, compare_providers, holm, rank_test, ratio_interval
-from fleet.analysis.stragglers import find_stragglers
+from fleet.analysis.compare import GapOptions, holm, rank_test, ratio_interval
+from fleet.analysis.matmul.gaps import compare_providers
+from fleet.analysis.matmul.stragglers import find_stragglers
 from tests.report.synthetic import dataset, measure, provider_gpus, provider_nodes
 
 

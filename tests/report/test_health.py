@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import Engine
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Origin, RunInfo

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fleet.analysis.health import fleet_health
-from fleet.report.build import _health
+from fleet.analysis.health.cards import fleet_health
+from fleet.report.rules import health as _health
 
 
 def frame(action: object) -> pd.DataFrame:

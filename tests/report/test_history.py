@@ -9,11 +9,11 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Scope
-from fleet.document import AgentDocument
+from fleet.analysis.sweep.history import GpuState, HostNight, Night
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.timeline import _only
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
-from fleet.sweep.history import GpuState, HostNight, Night
 from fleet.sweep.run import write_report
 from tests.store import factory
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store import models

@@ -1,4 +1,5 @@
-"""Cards that computed wrong under load, called in "What to dispute" (fleet/analysis/integrity.py).
+"""Cards that computed wrong under load, called in "What to dispute"
+(fleet/analysis/matmul/integrity.py).
 
 Documents are built (tests/store/factory.py) with each result's `integrity` as the agent
 writes it; one goes through the real agent on the CPU with a constructed corruption.
@@ -15,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.analysis.integrity import CAUSE, UNDECIDED
-from fleet.document import AgentDocument, parse_document
+from fleet.analysis.matmul.integrity import CAUSE, UNDECIDED
+from fleet.model.document import AgentDocument, parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from tests.conftest import ROOT

@@ -8,8 +8,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import cast
 
-from fleet.analysis.job import JobConfig
-from fleet.analysis.job_cost import JobRow
+from fleet.analysis.job.cost import JobRow
+from fleet.analysis.job.figures import JobConfig
 from fleet.report.job import JobSection
 
 EAGER = JobConfig("train", "llama3-8b", "4x4096 h32/8 ffn14336 b2 s4096", "bf16", "cudnn",

@@ -31,9 +31,9 @@ from click.testing import CliRunner
 from sqlalchemy import Engine
 
 from fleet.analysis.contention import JOINED
-from fleet.analysis.job import CONTENDED_REASON
+from fleet.analysis.job.figures import CONTENDED_REASON
 from fleet.cli import main
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.report.browser import open_page, screenshot

@@ -1,4 +1,4 @@
-"""Whose a short job figure is (fleet/analysis/job_whose.py), on a lent 4x H100's real
+"""Whose a short job figure is (fleet/analysis/job/whose.py), on a lent 4x H100's real
 suite 1.1.0 document (bench/records/2026-11-27-h100x4-job-backends, run 4) made to read as
 a renter's PYTORCH_NO_CUDA_MEMORY_CACHING=1 run would (every training step at 40%), stored
 through the real ingest path and reported alone."""
@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo
@@ -140,8 +140,8 @@ def test_a_provider_gap_whose_slower_side_ran_under_such_settings_is_unsettled()
     # only the comparison between providers does, and there it is not the provider's.
     import random
 
-    from fleet.analysis.gaps import GapOptions
-    from fleet.analysis.stragglers import StragglerOptions
+    from fleet.analysis.compare import GapOptions
+    from fleet.analysis.matmul.stragglers import StragglerOptions
     from fleet.report.job import JobInput, job_section
     from tests.analysis.job_frames import job_frame, matmul_frame
     from tests.analysis.test_job import crowd

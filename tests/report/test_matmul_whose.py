@@ -1,5 +1,5 @@
 """Whose a short soaked matmul is, settled by the agent's pair (agent/matmul/rerun.py:
-quick on the hot card without the run's settings, then with them; fleet/analysis/whose.py
+quick on the hot card without the run's settings, then with them; fleet/analysis/node/whose.py
 `whose_matmul`), on the lent 4x H200 node's real document with GPU 3's matmul made 6%
 slow, stored through the real ingest path (SQLite and PostgreSQL) and reported alone."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo

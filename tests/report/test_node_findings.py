@@ -14,12 +14,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fleet.analysis.gaps import GapOptions
-from fleet.analysis.hostlink import find_host_link_issues
-from fleet.analysis.node import nodes_as_found, prepare
-from fleet.analysis.node_gaps import compare_node_figures
-from fleet.analysis.node_outliers import find_node_outliers
-from fleet.analysis.peers import find_missing_peers, find_nodes_apart
+from fleet.analysis.compare import GapOptions
+from fleet.analysis.node.figures import nodes_as_found, prepare
+from fleet.analysis.node.gaps import compare_node_figures
+from fleet.analysis.node.hostlink import find_host_link_issues
+from fleet.analysis.node.outliers import find_node_outliers
+from fleet.analysis.node.peers import find_missing_peers, find_nodes_apart
 from tests.report.node_synthetic import Node, fleet_of, gpu_frame, node_frame
 
 LINKS_LOST = 16 / 18  # two NVLink 4 links of 18 down: every pair at 16/18

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.node import read_node_results

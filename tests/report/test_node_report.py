@@ -25,8 +25,8 @@ from click.testing import CliRunner
 from sqlalchemy import Engine
 
 from fleet.cli import main
-from fleet.document import AgentDocument
 from fleet.errors import InputError
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.sweep.run import check_fail_on

@@ -21,10 +21,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from fleet.analysis.job import CONTENDED_REASON
-from fleet.analysis.not_measured import RESERVED_MIB, GpuMemory, judge, judge_failure
+from fleet.analysis.health.not_measured import RESERVED_MIB, GpuMemory, judge, judge_failure
+from fleet.analysis.job.figures import CONTENDED_REASON
 from fleet.cli.main import main
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo

@@ -7,8 +7,8 @@ import dataclasses
 
 from sqlalchemy import Engine
 
+from fleet.findings.finding import Finding
 from fleet.report import ReportOptions, build_report, render
-from fleet.report.build import Finding
 from fleet.report.offers import OfferInput, offer_lines, placed
 from tests.report.real_scene import store_real
 from tests.report.scene import store_scene

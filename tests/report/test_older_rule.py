@@ -1,4 +1,4 @@
-"""Health verdicts of a rule since withdrawn (fleet/analysis/older_rule.py), on the real
+"""Health verdicts of a rule since withdrawn (fleet/analysis/health/older_rule.py), on the real
 document that holds them: the lent 2x H100's health soak of 2026-11-26
 (bench/records/2026-11-26-h100x2-health), whose agent called both healthy GPUs degraded
 for NVLink data CRC errors at 0.07-0.87 a second, a rule the agent has since withdrawn
@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import Engine, select
 
 from agent.health import card
-from fleet.analysis import older_rule
-from fleet.document import parse_document
+from fleet.analysis.health import older_rule as older_rule
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.models import Fingerprint

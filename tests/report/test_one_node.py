@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import CONTENDED_REASON
-from fleet.analysis.job import CONTENDED_REASON as JOB_CONTENDED_REASON
-from fleet.analysis.stragglers import StragglerOptions
-from fleet.document import parse_document
+from fleet.analysis.job.figures import CONTENDED_REASON as JOB_CONTENDED_REASON
+from fleet.analysis.matmul.stragglers import StragglerOptions
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo

@@ -14,16 +14,17 @@ import pytest
 from sqlalchemy import select
 
 from agent.timing.repeat import variant_spread
+from fleet.analysis.compare import GapOptions
 from fleet.analysis.dataset import GpuMeasure
-from fleet.analysis.gaps import GapOptions, compare_providers
-from fleet.analysis.stragglers import find_stragglers
-from fleet.document import AgentDocument
+from fleet.analysis.matmul.gaps import compare_providers
+from fleet.analysis.matmul.stragglers import find_stragglers
+from fleet.analysis.sweep.history import GpuState, HostNight, Night, compare_night
+from fleet.analysis.sweep.nights import read_nights
+from fleet.model.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.models import BenchmarkResult
 from fleet.store.sweeps import create_run, finish_run
-from fleet.sweep.history import GpuState, HostNight, Night, compare_night
-from fleet.sweep.nights import read_nights
 from tests.bench import scripts
 from tests.report.synthetic import SOAKED, dataset, measure
 from tests.store import factory

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fleet.cli import main
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.report.browser import open_page, screenshot

@@ -1,5 +1,5 @@
 """One node judged alone against what a healthy node of its variant gives (issue 38,
-fleet/analysis/shortfall.py, the catalog of fleet/expected.py): the lent 4x H200 node's
+fleet/analysis/node/shortfall.py, the catalog of fleet/expected.py): the lent 4x H200 node's
 own document, stored through the real ingest path, raises nothing as it measured; with
 its all-reduce at 7% (NCCL without peer-to-peer: 23.9 GB/s where the node gives 354), a
 lost NVLink link or a slow memory copy, one finding naming the expected figure and the
@@ -20,15 +20,14 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Config, GpuMeasure
-from fleet.analysis.node import prepare
-from fleet.analysis.shortfall import (
+from fleet.analysis.node.figures import prepare
+from fleet.analysis.node.shortfall import (
     DATASHEET,
     RECORDS,
     ShortfallOptions,
     find_matmul_shortfalls,
     find_shortfalls,
 )
-from fleet.document import parse_document
 from fleet.expected import (
     CATALOG,
     H200X2_SUITE,
@@ -40,6 +39,7 @@ from fleet.expected import (
     MiB,
     build,
 )
+from fleet.model.document import parse_document
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.node import read_node_results
 from tests.bench import scripts
@@ -167,7 +167,7 @@ def test_a_contended_figure_is_skipped(engine: Engine) -> None:
 
 
 def test_a_host_copy_hostlink_calls_is_left_to_it(engine: Engine) -> None:
-    # Half of what the link carries: fleet/analysis/hostlink.py's finding, not this one's.
+    # Half of what the link carries: fleet/analysis/node/hostlink.py's finding, not this one's.
     halved = _figures(engine, _scale(_document(), 0.5, "host_to_device", (0,)))
     assert find_shortfalls(halved) == []
     # 85% of the healthy figure: above hostlink's 70% of the link, below the records.

@@ -24,9 +24,10 @@ import pytest
 from markdown_it import MarkdownIt
 from sqlalchemy import Engine
 
-from fleet.document import AgentDocument
+from fleet.findings.finding import Finding
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
-from fleet.report.build import Finding, Report
+from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from tests.report.browser import open_page, screenshot
 from tests.report.scene import store_scene
@@ -250,7 +251,8 @@ def _hostile(engine: Engine) -> Report:
                for f in report.dispute if f.kind == "drift")
     told = Finding("peer", EVIL_PROVIDER, f"{EVIL_HOST}: pairs", "evidence",
                    cause=EVIL_CAUSE, details=(EVIL_DETAIL, EVIL_HOST))
-    return dataclasses.replace(report, dispute=(*report.dispute, told))
+    return dataclasses.replace(report, findings=(*report.dispute, told, *report.renter,
+                                                 *report.unsettled))
 
 
 def test_hostile_causes_and_details_are_text_in_every_form(engine: Engine) -> None:

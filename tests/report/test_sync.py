@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.analysis.cost import cost_table
 from fleet.analysis.dataset import Dataset, HostState, Listing, Scope
+from fleet.analysis.matmul.cost import cost_table
 from fleet.analysis.sync import synchronous_nodes, synchronous_tflops
 from tests.report.synthetic import WHEN, measure
 

@@ -1,4 +1,4 @@
-"""One run, one story per GPU (issue 44, item 3; fleet/analysis/taint.py), through
+"""One run, one story per GPU (issue 44, item 3; fleet/analysis/node/taint.py), through
 `fleet ingest` and `fleet report` as a user runs them, on real documents with the case put
 in (tests/fixtures/nodes/shared-gpu-runs/README.md says how each was made):
 

@@ -1,4 +1,4 @@
-"""Whose a short all-reduce is, settled by the agent's rerun (fleet/analysis/whose.py), on
+"""Whose a short all-reduce is, settled by the agent's rerun (fleet/analysis/node/whose.py), on
 the lent 4x H200 node's real document (tests/fixtures/nodes/h200-sxm-x4-lent/) made to
 read as the issue's NCCL_ALGO=Tree run did (71% of a healthy node), stored through the
 real ingest path (SQLite and PostgreSQL) and reported alone."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.document import parse_document
 from fleet.errors import AgentError
+from fleet.model.document import parse_document
 from fleet.report import ReportOptions, build_report, render
 from fleet.report.build import Report
 from fleet.store.ingest import Ingest, Origin, RunInfo
@@ -157,7 +157,7 @@ def test_a_secret_a_modified_agent_sends_is_withheld_by_the_controller() -> None
 
 
 def test_an_anonymized_report_names_a_settings_file_by_kind_and_hides_odd_values() -> None:
-    from fleet.analysis.whose import HIDDEN, RunSetting, anonymized
+    from fleet.analysis.node.whose import HIDDEN, RunSetting, anonymized
 
     ran = {1: (RunSetting("NCCL_ALGO", "Tree", "environment"),
                RunSetting("NCCL_PROTO", "LL", "nccl.conf:/home/alice/.nccl.conf"),
@@ -182,7 +182,7 @@ def test_a_container_image_s_labels_move_no_figure() -> None:
 
 def _gap_scene(engine: Engine, beta_settings: list[dict[str, Any]] | None) -> Report:
     """The scene's alpha and beta (beta 3% slower), beta's runs under `beta_settings`."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from tests.report.scene import WHEN, hosts
     from tests.store import factory
 

@@ -14,7 +14,7 @@ import random
 import statistics
 from typing import Any
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "H100 SXM5 80GB": {"name": "NVIDIA H100 80GB HBM3", "pci": "0x233010DE", "family": "H100",

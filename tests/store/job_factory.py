@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.model.job import JobResult
 
 STACK = {"torch_version": "2.13.0+cu130", "cuda_runtime_version": "13.0",

@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.document import AgentDocument, NodeResult
+from fleet.model.document import AgentDocument, NodeResult
 
 MiB = 1 << 20
 GiB = 1 << 30

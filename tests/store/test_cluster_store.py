@@ -16,17 +16,12 @@ import pytest
 from sqlalchemy import Engine, inspect, select
 from sqlalchemy.exc import IntegrityError
 
-from fleet.cluster.results import NodeTransport, StepFigure, StepKind, StepResult
-from fleet.document import parse_document
+from fleet.analysis.cluster.stored import judge_run
 from fleet.errors import ClusterError, StoreError
+from fleet.model.document import parse_document
+from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
 from fleet.store import models
-from fleet.store.cluster import (
-    ClusterRun,
-    judge_run,
-    read_cluster_runs,
-    record_cluster_run,
-    screen_settings,
-)
+from fleet.store.cluster import ClusterRun, read_cluster_runs, record_cluster_run, screen_settings
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.schema import downgrade, upgrade

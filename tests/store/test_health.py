@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from fleet.document import AgentDocument
+from fleet.analysis.sweep.history import HEALTH_NEWS
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin
 from fleet.store.models import Fingerprint
-from fleet.sweep.history import HEALTH_NEWS
 from tests.store import factory
 from tests.store.health import give_health, health
 

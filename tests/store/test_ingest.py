@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.exc import DBAPIError
 
-from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import (
     Ingest,
     Listing,

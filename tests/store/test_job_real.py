@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import fleet
-from fleet.document import parse_document
 from fleet.errors import AgentError
+from fleet.model.document import parse_document
 from fleet.report.render import write_report
 from tests.conftest import FIXTURES
 

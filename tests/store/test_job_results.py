@@ -22,8 +22,8 @@ from sqlalchemy import Engine, select
 import fleet
 from fleet.cli import main
 from fleet.cli.display import print_bench
-from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo, parse_text, prepare
 from fleet.store.job import JOB_COLUMNS, frame
 from fleet.store.models import Gpu, JobResult

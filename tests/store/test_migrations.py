@@ -131,7 +131,7 @@ def test_processes_upgrading_one_new_database_take_turns(empty_url: str) -> None
 def test_results_stored_before_the_soak_read_as_cool_start(empty_url: str) -> None:
     """0006 fills the rows already stored: measured from a cool start (every result
     before harness 1.3 was), never soaked, hottest telemetry sample as the temperature."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin
     from fleet.store.models import BenchmarkResult
     from tests.store import factory
@@ -164,7 +164,7 @@ def test_documents_stored_before_0007_keep_their_rows_and_references(empty_url: 
     """0007 rebuilds the document table on SQLite, which every result and fingerprint
     refers to: the rows stay, the references hold, and afterwards one document can be
     stored under two hosts of a probe."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin, Outcome, RunInfo
     from fleet.store.models import BenchmarkResult, Document
     from tests.store import factory
@@ -196,7 +196,7 @@ def test_documents_stored_before_0007_keep_their_rows_and_references(empty_url: 
 def test_fingerprints_stored_before_0008_are_filled_from_their_bodies(empty_url: str) -> None:
     """0008 adds what "fleet as found" reads per GPU and fills it from each stored body,
     MIG instances and a vGPU profile included."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin
     from fleet.store.models import Fingerprint
     from tests.store import factory
@@ -250,7 +250,7 @@ def test_rows_stored_before_0009_get_their_power_cap_share_run_and_host(
     """0009 repeats each fingerprint's run and host beside it, and gives each result the
     share of its samples at the power cap; both are filled for rows already stored, and
     the ingest path fills them alike."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin, RunInfo
     from fleet.store.models import BenchmarkResult, Document, Fingerprint, Host
     from tests.store import factory
@@ -298,7 +298,7 @@ def test_rows_stored_before_0009_get_their_power_cap_share_run_and_host(
 def test_node_results_go_down_and_come_up_with_0011(empty_url: str) -> None:
     """0011 adds node_result: down to 0010 it goes with its rows while the documents and
     results stay; up again it is empty, and the documents' figures are in their bodies."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin
     from fleet.store.models import BenchmarkResult, Document, NodeResult
     from fleet.store.query import load_document
@@ -332,7 +332,7 @@ def test_job_results_go_down_and_come_up_with_0016(empty_url: str) -> None:
     job figures, and down to 0015 loses the table with its rows while the documents,
     node figures and results stay; up again it is empty, and the document's job figures
     are still in its body."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin
     from fleet.store.models import BenchmarkResult, Document, JobResult, NodeResult
     from fleet.store.query import load_document
@@ -375,7 +375,7 @@ def test_job_rows_stored_before_0017_read_their_pinned_backend_as_headline(
     """0017 adds what a job figure's headline rests on; a row stored at 0016 has none of
     it, and reads as suite 1.0 ran: the pinned backend (the soaked training step, and
     decode) the headline, training's GQA expanded, decode's grouped."""
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin
     from fleet.store.job import frame
     from tests.store import factory, job_factory, node_factory
@@ -408,7 +408,7 @@ def test_fingerprints_stored_before_0011_read_as_health_not_read(empty_url: str)
     (their agents read no counters, so there is nothing in their bodies to fill them
     from), and the library shows them as "not read", never as healthy."""
     import fleet
-    from fleet.document import AgentDocument
+    from fleet.model.document import AgentDocument
     from fleet.store.ingest import Ingest, Origin
     from fleet.store.models import Fingerprint
     from tests.store import factory

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, select
 
 from fleet.cli import main
-from fleet.document import parse_document
 from fleet.errors import AgentError
+from fleet.model.document import parse_document
 from fleet.model.network import NetworkFingerprint
 from fleet.store import models
 from fleet.store.ingest import Ingest, Origin, RunInfo, parse_text

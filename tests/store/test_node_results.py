@@ -18,8 +18,8 @@ from sqlalchemy import Engine, select
 
 import fleet
 from fleet.cli import main
-from fleet.document import AgentDocument
 from fleet.errors import AgentError, InputError
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo, parse_text, prepare
 from fleet.store.models import Document, Gpu, Host, NodeResult
 from fleet.store.node import NODE_COLUMNS, read_node_results

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet.document import AgentDocument
 from fleet.errors import InputError
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.models import SUMMARY_INDEX
 from fleet.store.query import (

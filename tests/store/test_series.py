@@ -14,8 +14,8 @@ from sqlalchemy.exc import DBAPIError
 
 from fleet.analysis.dataset import Scope, load_dataset
 from fleet.cli import main
-from fleet.document import AgentDocument
 from fleet.errors import StoreError
+from fleet.model.document import AgentDocument
 from fleet.store import series
 from fleet.store.database import WRITES, open_engine, resolve
 from fleet.store.ingest import Ingest, Origin, RunInfo

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from fleet.analysis.sweep.nights import read_nights
 from fleet.inventory import load_inventory
 from fleet.probe.local import BenchOptions
 from fleet.probe.run import ProbeOptions
@@ -57,7 +58,6 @@ from fleet.sweep.distributed import (
     run_on_celery,
     store_identity,
 )
-from fleet.sweep.nights import read_nights
 from tests.probe.conftest import Workspace
 from tests.sweep.conftest import (
     engine_of,

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.analysis.dataset import Scope
-from fleet.document import AgentDocument
+from fleet.analysis.sweep.history import GpuState, HealthNews, HostNight, Night, compare_night
+from fleet.analysis.sweep.nights import read_nights
 from fleet.errors import InputError
+from fleet.model.document import AgentDocument
 from fleet.report import ReportOptions, build_report, render
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.sweeps import create_run, finish_run
-from fleet.sweep.history import GpuState, HealthNews, HostNight, Night, compare_night
-from fleet.sweep.nights import read_nights
 from fleet.sweep.run import check_fail_on
 from tests.probe.conftest import Workspace
 from tests.store import factory

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from fleet.analysis.expectation import check_expectation
-from fleet.document import AgentDocument
+from fleet.analysis.listing.expectation import check_expectation
+from fleet.analysis.sweep.history import GpuState, HostNight, Night, RegressionRule, compare_night
+from fleet.analysis.sweep.nights import read_nights
 from fleet.inventory import Expect
+from fleet.model.document import AgentDocument
 from fleet.store import sweeps
 from fleet.store.database import open_engine, resolve
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.sweeps import create_run, end_run, finish_run
-from fleet.sweep.history import GpuState, HostNight, Night, RegressionRule, compare_night
-from fleet.sweep.nights import read_nights
 from tests.store import factory
 from tests.store.conftest import migrated_sqlite
 

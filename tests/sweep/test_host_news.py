@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from fleet.document import AgentDocument
+from fleet.analysis.sweep.history import compare_night
+from fleet.analysis.sweep.nights import read_nights
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.sweeps import create_run, finish_run
-from fleet.sweep.history import compare_night
-from fleet.sweep.nights import read_nights
 from tests.store import factory
 from tests.store import host_storage_factory as make
 

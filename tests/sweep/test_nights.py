@@ -14,7 +14,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from fleet.document import AgentDocument
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Listing, Origin, RunInfo
 from fleet.store.sweeps import create_run, documents_stored, newest_run
 from tests.probe.conftest import Workspace

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
-from fleet.document import AgentDocument
 from fleet.errors import FleetError, InputError
+from fleet.model.document import AgentDocument
 from fleet.store.ingest import Ingest, Origin
 from fleet.store.models import BenchmarkResult, Document
 from fleet.store.query import load_document

@@ -9,7 +9,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet.document import parse_document
+from fleet.model.document import parse_document
 from fleet.store.ingest import Ingest, Origin, RunInfo
 from fleet.store.sweeps import create_run
 from tests.conftest import FIXTURES

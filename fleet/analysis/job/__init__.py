@@ -1,0 +1,1 @@
+"""The job suite judged: training and decode tokens/s, their comparisons, cost and whose."""

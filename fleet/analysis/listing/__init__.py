@@ -1,0 +1,1 @@
+"""Listed against found: mismatches, mixed listings, drift, duplicates, the fleet as found."""

@@ -1,0 +1,1 @@
+"""The soaked matmul judged: provider gaps, stragglers, cooling, cost, wrong products."""

@@ -1,0 +1,98 @@
+"""What one step between nodes measured, as the controller holds it once the agents'
+`fleet-cluster/1` events (docs/cluster.md, "Between the nodes") were validated and stored.
+
+Plain frozen data, built by the store and the orchestration and read by the judgement
+(fleet/analysis/cluster/judgement.py). A step's nodes all report the same figures (each iteration's
+time is max-reduced over every rank of every node), so a step is one `StepResult` with
+its figures once and each node's own transport beside them. Bandwidths are in GB/s
+(10^9 bytes a second), as nccl-tests prints them; link rates elsewhere are in Gb/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Op = Literal["all_reduce", "all_gather"]
+StepKind = Literal["cluster", "pair", "suspect"]
+
+
+@dataclass(frozen=True)
+class StepFigure:
+    """One collective at one size, in nccl-tests' definitions.
+
+    op: "all_reduce" or "all_gather".
+    size_bytes: all_reduce: the buffer reduced; all_gather: the whole gathered buffer.
+    busbw_gbs: the median over the timed iterations of algbw x 2(n-1)/n (all_reduce) or
+        x (n-1)/n (all_gather), n the world: what each rank's busiest link carried.
+    algbw_gbs: size over the iteration's time.
+    time_us: the median iteration's time, the slowest rank's.
+    busbw_min_gbs, busbw_max_gbs: the timed iterations' range; None where not kept.
+    """
+
+    op: Op
+    size_bytes: int
+    busbw_gbs: float
+    algbw_gbs: float
+    time_us: float
+    busbw_min_gbs: float | None = None
+    busbw_max_gbs: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeTransport:
+    """What NCCL's own INFO lines on one node said it used for the step.
+
+    host: the node (the inventory's host name).
+    network: NCCL's network transport: "IB" (verbs: InfiniBand and RoCE), "Socket" (TCP),
+        a plugin's name ("AWS Libfabric"); None where NCCL did not say (gloo, or no log).
+    plugin: the external net plugin NCCL loaded, None where none was (or none said).
+    gdrdma: whether the NET connections read and wrote GPU memory directly (GPUDirect
+        RDMA, "NET/IB/0/GDRDMA"); None where NCCL did not say.
+    paths: the distinct connection paths, "NET/IB/0/GDRDMA", "P2P/CUMEM/read".
+    interfaces: the devices NCCL named for the network, as it printed them:
+        "mlx5_0:1/IB", "eth0:10.0.0.5<0>".
+    set_by_environment: NCCL's "NAME set by environment to VALUE" lines as "NAME=VALUE":
+        what NCCL read from its environment, which NCCL fills from its configuration
+        files too (~/.nccl.conf, /etc/nccl.conf), so not only what the run set.
+    """
+
+    host: str
+    network: str | None
+    plugin: str | None
+    gdrdma: bool | None
+    paths: tuple[str, ...] = ()
+    interfaces: tuple[str, ...] = ()
+    set_by_environment: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step of a cluster's schedule (fleet/cluster/schedule.py) as it ran.
+
+    cluster: the cluster's name (the inventory's `cluster:`).
+    step_id: the step's id, as the controller gave it to the agents (`--step`).
+    kind: "cluster" (every node at once), "pair" (one pair of a pair round) or "suspect"
+        (one pair of the suspects' round: a suspect against a known-good node).
+    round: the round, 1-based within its kind; None for the cluster step.
+    hosts: the step's nodes in node-rank order (a pair: the rendezvous node first).
+    ranks_per_node: G, the ranks (GPUs) each node ran.
+    backend: "nccl" or "gloo" (gloo runs over TCP whatever the node has).
+    algo: NCCL_ALGO the ranks were given ("Ring"), None where NCCL chose.
+    figures: every op at every size; () for a step that failed.
+    transports: each node's, in `hosts` order; a node that sent no event has none.
+    error: why the step failed (the nodes' `errors`, or the controller's own: a node
+        that sent no event, a timeout), None where it ran.
+    """
+
+    cluster: str
+    step_id: str
+    kind: StepKind
+    round: int | None
+    hosts: tuple[str, ...]
+    ranks_per_node: int
+    backend: str
+    algo: str | None
+    figures: tuple[StepFigure, ...] = ()
+    transports: tuple[NodeTransport, ...] = ()
+    error: str | None = None
