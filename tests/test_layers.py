@@ -71,7 +71,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("fleet.document",),
         ("fleet.model", "fleet.inventory"),
         ("fleet.expected", "fleet.frames", "fleet.sanitize", "fleet.words", "fleet.writable",
-         "fleet.errors", "fleet.version"),
+         "fleet.version"),
+        ("fleet.errors",),
     ),
 }
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 
 from fleet.analysis.cluster import ClusterJudgement, judge_cluster
 from fleet.analysis.cluster_trend import Trends
-from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
 from fleet.cluster.results import StepKind, StepResult
 from fleet.cluster.schedule import (
@@ -39,6 +38,7 @@ from fleet.cluster.schedule import (
 )
 from fleet.cluster.step import StepNode, StepRun, StepSpec, run_step
 from fleet.errors import ClusterError
+from fleet.inventory.clusters import Cluster
 from fleet.model.network import NetworkFingerprint
 from fleet.payload import Payload
 from fleet.words import counted

@@ -27,10 +27,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import Decision, Reach, Rendezvous, choose_rendezvous, decide
 from fleet.errors import ClusterError, FleetError, InputError
 from fleet.inventory import LoadedInventory, Target
+from fleet.inventory.clusters import Cluster
 from fleet.transport import open_transport
 from fleet.transport.base import (
     Cancelled,
