@@ -1,2 +1,2 @@
-"""What crosses boundaries, model by model (DESIGN.md, "Layout"); fleet/document.py holds
+"""What crosses boundaries, model by model (docs/layout.md); fleet/document.py holds
 the agent document and refers to these."""
