@@ -137,7 +137,9 @@ def _inside(tree: ast.Module) -> tuple[set[int], set[int]]:
     checking: set[int] = set()
     nested: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        test = node.test if isinstance(node, ast.If) else None
+        if isinstance(test, ast.Name | ast.Attribute) and \
+                getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING":
             checking.update(id(n) for part in node.body for n in ast.walk(part))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             nested.update(id(n) for n in ast.walk(node) if n is not node)
