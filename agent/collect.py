@@ -123,6 +123,8 @@ def collect(
                 ran = suite.run(cfg, gpus, live, progress)
                 documents[suite.key], before = ran.results, suite
                 errors += ran.errors
+                if suite.rerun is not None:
+                    errors += suite.rerun(cfg, ran, gpus, live, progress)
                 if suite is suites.NODE:
                     _health_after_load(gpus, live, ran.links, started)
             if node is not None:
@@ -148,6 +150,8 @@ def collect(
                 ran = suite.run(cfg, [], None, progress)
                 documents[suite.key] = ran.results
                 errors += ran.errors
+                if suite.rerun is not None:
+                    errors += suite.rerun(cfg, ran, [], None, progress)
             elif not asked:  # the first suite asked says it, for all
                 errors.append({"stage": suite.stage, "message": suite.no_gpu})
             asked = True

@@ -39,17 +39,25 @@ class Ran:
     heated: bool = False
 
 
+# A suite's rerun: its configuration, what its run gave, the GPUs and their source, and
+# progress in; the errors of what could not be measured again out.
+Again = Callable[[Any, Ran, Figures, Optional[Nvml], Progress], Figures]
+
+
 @dataclass(frozen=True)
 class Suite:
     """One suite: where its figures go in the document, its stage in progress and errors,
-    what it says where there is no GPU, how it runs (reruns included) and what it makes of
-    its configuration after the suite run just before it."""
+    what it says where there is no GPU, its configuration's class, how it runs, what
+    measures its short figures again straight after, and what it makes of its
+    configuration after the suite run just before it."""
 
     name: str
     key: str
     stage: str
     no_gpu: str
+    config: type
     run: Callable[[Any, Figures, Optional[Nvml], Progress], Ran]
+    rerun: Optional[Again]
     after: Callable[[Any, Optional["Suite"], Optional[Ran]], Any] = lambda cfg, s, r: cfg
 
 
@@ -83,7 +91,16 @@ def _matmul(cfg: harness.Config, gpus: Figures, nvml: Optional[Nvml],
                                          lambda message: progress("benchmark", message))
     except harness.HarnessError as exc:
         return Ran([], [{"stage": "benchmark", "message": f"{exc}; fingerprinted only"}])
+    # A soaked matmul that ran on every GPU left each hot: the job's shorter span
+    # (agent/job/suite.py Config.warm_span_s says what it rests on).
+    return Ran(results, failures,
+               heated=cfg.protocol == "soaked" and bool(results) and not failures)
 
+
+def _matmul_rerun(cfg: harness.Config, ran: Ran, gpus: Figures, nvml: Optional[Nvml],
+                  progress: Progress) -> Figures:
+    """A short soaked matmul measured again without the run's settings that can move it,
+    then with them (agent/rerun/matmul.py)."""
     def again(quick: harness.Config) -> Figures:
         found, failed = harness.run(quick, gpus, nvml,
                                     lambda message: progress("benchmark", message))
@@ -91,17 +108,12 @@ def _matmul(cfg: harness.Config, gpus: Figures, nvml: Optional[Nvml],
             raise harness.HarnessError("; ".join(str(f["message"]) for f in failed)[:600])
         return found
 
-    # A short soaked matmul measured again without the run's settings that can move it,
-    # then with them (agent/rerun/matmul.py).
-    rerun = measured_again(
-        "benchmark", "matmul again without the run's settings", results,
-        lambda: matmul_rerun.settle(results, run_settings.collect(os.environ, limit=None),
-                                    cfg, _variants(gpus), again,
+    return measured_again(
+        "benchmark", "matmul again without the run's settings", ran.results,
+        lambda: matmul_rerun.settle(ran.results,
+                                    run_settings.collect(os.environ, limit=None), cfg,
+                                    _variants(gpus), again,
                                     lambda message: progress("benchmark", message)))
-    # A soaked matmul that ran on every GPU left each hot: the job's shorter span
-    # (agent/job/suite.py Config.warm_span_s says what it rests on).
-    return Ran(results, failures + rerun,
-               heated=cfg.protocol == "soaked" and bool(results) and not failures)
 
 
 def _job(cfg: jobs.Config, gpus: Figures, nvml: Optional[Nvml], progress: Progress) -> Ran:
@@ -113,14 +125,18 @@ def _job(cfg: jobs.Config, gpus: Figures, nvml: Optional[Nvml], progress: Progre
         return Ran([], [{"stage": "job", "message": f"{exc}; no job figure"}])
     progress("job", f"job suite: {jobs.summary_line(results)}, {len(errors)} failed, in "
              f"{time.monotonic() - started:.1f} s")
-    # A short job figure measured again without the run's settings that can move it
-    # (agent/rerun/job.py).
-    rerun = measured_again(
-        "job", "job again without the run's settings", results,
-        lambda: job_rerun.settle(results, run_settings.collect(os.environ, limit=None), cfg,
-                                 lambda message: progress("job", message),
+    return Ran(results, errors)
+
+
+def _job_rerun(cfg: jobs.Config, ran: Ran, gpus: Figures, nvml: Optional[Nvml],
+               progress: Progress) -> Figures:
+    """A short job figure measured again without the run's settings that can move it
+    (agent/rerun/job.py)."""
+    return measured_again(
+        "job", "job again without the run's settings", ran.results,
+        lambda: job_rerun.settle(ran.results, run_settings.collect(os.environ, limit=None),
+                                 cfg, lambda message: progress("job", message),
                                  variants=_variants(gpus)))
-    return Ran(results, errors + rerun)
 
 
 def _job_after(cfg: jobs.Config, before: Optional[Suite], ran: Optional[Ran]) -> Any:
@@ -138,9 +154,13 @@ def _node(cfg: node.Config, gpus: Figures, nvml: Optional[Nvml], progress: Progr
 
 
 MATMUL = Suite("matmul", "benchmarks", "benchmark", "no NVIDIA GPU: nothing to benchmark",
-               _matmul)
-JOB = Suite("job", "jobs", "job", "no NVIDIA GPU: no job to run", _job, _job_after)
-NODE = Suite("node", "node", "node", "no NVIDIA GPU: no node to measure", _node)
+               harness.Config, _matmul, _matmul_rerun)
+JOB = Suite("job", "jobs", "job", "no NVIDIA GPU: no job to run", jobs.Config, _job,
+            _job_rerun, _job_after)
+# The node's three reruns run inside the suite, at the points it says and watched as its
+# figures were (agent/rerun/node.py, handed to it by `run_node`).
+NODE = Suite("node", "node", "node", "no NVIDIA GPU: no node to measure", node.Config,
+             _node, None)
 
 # On GPUs the job runs straight after the matmul, while the cards still hold its heat:
 # behind the node suite (25 s of transfers on a 4x H100) they had cooled 22-24 C and took
