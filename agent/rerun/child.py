@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agent.gpu.fingerprint import read_system
 from agent.node import collective
+from agent.rerun.bounds import MAX_WHY
 from agent.source import settings as run_settings
 from agent.source.nvml import Nvml
 from agent.survey import fingerprint_all, open_source
@@ -59,7 +60,7 @@ def run(kind: str, spec: Dict[str, Any], without: Sequence[str], timeout_s: floa
                                json.dumps(spec)], env=env, capture_output=True,
                               timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:4000], time.monotonic() - started
+        return None, f"{type(exc).__name__}: {exc}"[:MAX_WHY], time.monotonic() - started
     wall = round(time.monotonic() - started, 3)
     lines = [line[len(prefix(kind)):]
              for line in done.stdout.decode("utf-8", "replace").splitlines()

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from agent.matmul import harness
 from agent.node import floors
 from agent.rerun import child
-from agent.rerun.bounds import MAX_BASIS, MAX_NAMES, TIMEOUT_S
+from agent.rerun.bounds import MAX_BASIS, MAX_NAMES, MAX_WHY, TIMEOUT_S
 from agent.rerun.protocol import Plan, Rerun
 from agent.source import settings as run_settings
 
@@ -139,7 +139,7 @@ class MatmulRerun(Rerun):
             report["with_them"] = self.with_them(quick_config(self.cfg, plan["gpus"]))
         except Exception as exc:  # the child's figures alone settle nothing
             return (None, f"the measurement with the settings failed: {type(exc).__name__}: "
-                          f"{exc}"[:4000], 0.0)
+                          f"{exc}"[:MAX_WHY], 0.0)
         return report, None, round(time.monotonic() - started, 3)
 
     def place(self, plan: Plan, answer: Dict[str, Any], wall: float) -> None:
