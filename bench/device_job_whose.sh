@@ -2,7 +2,7 @@
 # Issue 44 for the job: renter-side settings that slow a job, made for real by the
 # renter's own environment, each run as a user would run it
 # (`python3 -m agent bench --suite job` under the setting). Where the headline falls under
-# its floor (agent/job/rerun.py), the agent should run the job again without the setting in
+# its floor (agent/rerun/job.py), the agent should run the job again without the setting in
 # a child process in the same run and keep both; the report should put it to the renter.
 # Nothing is changed on the GPUs. Packed into "$OUT/whose-job.tgz" after each run.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 44 on a lent node of two GPUs or more: a pair's copy and a host copy measured again
-# without the run's settings (agent/node/links_rerun.py), run for real.
+# without the run's settings (agent/rerun/links.py), run for real.
 #
 # Per settings list (the arguments, else $SETTING, else CUDA_LAUNCH_BLOCKING=1):
 #   1. `python3 -m agent bench --suite node` under it against the committed floors;

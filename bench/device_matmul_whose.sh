@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44 on a lent GPU: the soaked matmul's pair (agent/matmul/rerun.py) run for real.
+# Issue 44 on a lent GPU: the soaked matmul's pair (agent/rerun/matmul.py) run for real.
 # A healthy card is never short, so the floors in this run's copy of agent/node/floors.json
 # are raised to FLOOR TFLOP/s (the copy on the lent machine only: the committed file is
 # the catalog's): every soaked figure is then short, and the agent measures it again,

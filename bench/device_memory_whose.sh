@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 44 on a lent GPU: the memory copy measured again without the run's settings
-# (agent/node/memory_rerun.py), run for real: `python3 -m agent bench --suite node` under
+# (agent/rerun/memory.py), run for real: `python3 -m agent bench --suite node` under
 # each setting list, first against the catalog's floors as committed, then, where nothing
 # was short, with the memory floors of this run's copy of agent/node/floors.json raised to
 # FLOOR GB/s (the copy on the lent machine only), so that a healthy card is measured again.

@@ -1,11 +1,11 @@
 """NVIDIA's nvbench (PyPI `cuda-bench`) on the harness's own product: one run, one process.
 
-DESIGN.md holds fleet to nvbench's repeat spread: `bench/harness_fidelity.py --nvbench`
+docs/design.md holds fleet to nvbench's repeat spread: `bench/harness_fidelity.py --nvbench`
 starts this script once per repeat, as a user runs nvbench, and compares the spreads.
 nvbench gives two figures. Its headline, the cold GPU mean: each sample after an L2
 flush, queued behind a blocking kernel, and samples taken below 75% of the maximum SM
 clock thrown away with a 50 ms pause for the card to recover, so on a power-capped card
-it reports the burst level, not the sustained one (DESIGN.md). And its batch figure:
+it reports the burst level, not the sustained one (docs/design.md). And its batch figure:
 back-to-back launches, no flush, for about a second after the cold samples. Everything
 here is nvbench's default except, with --criterion, its stopping criterion. Writes one
 JSON object to --out.

@@ -19,7 +19,7 @@ bench script or the issue put it (never a new kind of fault invented here):
   and at 92% with its rerun too (the provider's); on the lent 2x H100's healthy-1 run
   under the same setting, pair 0-1 at 90% whose rerun clears (the renter's) and whose
   rerun reads 92% (the provider's), and GPU 1's pinned copy to the device at 85% whose
-  rerun clears (the renter's), as agent/node/links_rerun.py measures them again;
+  rerun clears (the renter's), as agent/rerun/links.py measures them again;
 - issue 44's own cases: `NCCL_ALGO=Tree` (all-reduce at 71%, the renter's), and a suite
   1.0.0 run whose GPU 3 matmul ran beside another user's pid while its pairs with GPU 3
   read 55% and its all-reduce 38% (the renter's), with its 1.1.0 twin whose pair with
@@ -251,7 +251,7 @@ def _rerun_of(figure: dict[str, Any], share: float, floor_gbs: float) -> dict[st
 
 def _pair_under_launch_blocking(host: str, rerun_share: float) -> Document:
     """Healthy-1 of the lent 2x H100 under CUDA_LAUNCH_BLOCKING=1, pair 0-1 at 90% both
-    ways (356.8 and 701.8 GB/s, under the 380.5 and 746.5 agent/node/links_rerun.py and
+    ways (356.8 and 701.8 GB/s, under the 380.5 and 746.5 agent/rerun/links.py and
     the report call short) and measured again without it at `rerun_share`."""
     data = copy.deepcopy(_healthy_h100x2())
     data["host"]["hostname"] = host

@@ -1,5 +1,5 @@
 """What a healthy node of each variant gives, measured on lent nodes and cited: the
-catalog a single node is judged against (DESIGN.md, "Judging one node").
+catalog a single node is judged against (docs/design.md, "Judging one node").
 
 Each entry is one figure of one configuration of one variant (the variant label as
 agent/gpu/variants.py spells it), with the median a healthy node gave, how much that spreads

@@ -337,8 +337,8 @@ def fingerprint_gpu(
     return gpu
 
 
-# The origin collect.open_source gives the `nvidia-smi -q -x` it ran on this very host: its
-# answers are this host's, so its kernel log is the one to read.
+# The origin agent/survey.py's open_source gives the `nvidia-smi -q -x` it ran on this very
+# host: its answers are this host's, so its kernel log is the one to read.
 LIVE_SMI_ORIGIN = "nvidia-smi -q -x"
 
 

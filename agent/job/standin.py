@@ -2,7 +2,7 @@
 one case the end-to-end test of what a user installs needs (tests/install/) and no CPU
 makes by itself (issue 54).
 
-A short figure is judged against a floor (agent/job/rerun.py: the records of the GPU's
+A short figure is judged against a floor (agent/job/records.py: the records of the GPU's
 variant, else a share of its datasheet's peak), and the CPU path has neither: it never
 measures anything again. With `FLEET_CPU_STANDIN=NAME` in the agent's environment, and
 only on the CPU path (`--cpu`):

@@ -1,6 +1,6 @@
 """The standard harness: an M×N×K matmul number that survives a skeptic.
 
-Protocol (seeds 001 and 002, DESIGN.md "The standard harness"):
+Protocol (docs/design.md, "The standard harness"):
 - random inputs from a fixed seed, never zeros (zeros ran 13% faster on an H200 here);
 - a correctness gate against a float64 reference on a slice of rows, before timing;
 - CUDA events recorded on the kernel's own stream; the L2 flushed before every timed run

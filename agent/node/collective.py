@@ -126,7 +126,7 @@ def run(devices: Sequence[Optional[int]], backend: str, sizes: Sequence[int],
     per size, the per-iteration times in ms of the slowest rank and the names of the
     settings (agent/source/settings.py's families) rank 0 ran under (`env`); and, through
     NCCL, the transports its ranks' logs name (`transports`). `env`: the ranks'
-    environment, the agent's own by default (agent/node/rerun.py takes settings out)."""
+    environment, the agent's own by default (agent/rerun/allreduce.py takes settings out)."""
     port = _free_port()
     env = dict(os.environ if env is None else env)
     if backend == "nccl":

@@ -24,18 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from agent.gpu import links, numa, nvlink
 from agent.matmul.harness import Config as HarnessConfig
 from agent.matmul.harness import GpuTarget, HarnessError, import_torch, match_targets
-from agent.node import (
-    bandwidth,
-    collective,
-    floors,
-    hostlink,
-    links_rerun,
-    memory,
-    memory_rerun,
-    peers,
-    rerun,
-)
-from agent.source import settings as run_settings
+from agent.node import bandwidth, collective, hostlink, memory, peers
 from agent.source.nvml import Nvml
 from agent.timing import contention
 
@@ -70,8 +59,8 @@ class Config:
     skip: Tuple[str, ...] = field(default_factory=tuple)
     # What each figure is called short under (agent/node/floors.py); None: the table
     # packed with the agent. A short figure under settings that can move it runs again
-    # without them (agent/node/rerun.py, memory_rerun.py, links_rerun.py) unless `rerun`
-    # is off.
+    # without them (the `Reruns` handed to `run`: agent/rerun/node.py) unless `rerun` is
+    # off.
     floors: Optional[Dict[str, Any]] = None
     rerun: bool = True
 
@@ -97,6 +86,37 @@ class Outcome:
         if gpu is not None:
             error["gpu"] = gpu
         self.errors.append(error)
+
+
+# A rerun ready to run: why it could not be done, else None.
+Settle = Callable[[], Optional[str]]
+
+
+class Reruns:
+    """What measures the node's short figures again without the run's settings
+    (agent/rerun/node.py, the layer above the suites): the suite says when, and watches
+    the GPUs around it; each method returns the rerun to run, or None where no setting
+    that can move those figures could be taken out (nothing is then read or run)."""
+
+    def memory(self, cfg: "Config", copies: List[Dict[str, Any]],
+               prints: Sequence[Dict[str, Any]], progress: Progress) -> Optional[Settle]:
+        """The memory copies'."""
+        return None
+
+    def links(self, cfg: "Config", copies: List[Dict[str, Any]],
+              prints: Sequence[Dict[str, Any]], progress: Progress) -> Optional[Settle]:
+        """The pairs' and host copies' (`LINK_KINDS`)."""
+        return None
+
+    def allreduce(self, cfg: "Config", reduced: List[Dict[str, Any]],
+                  prints: Sequence[Dict[str, Any]], ranks: Sequence[Optional[int]],
+                  backend: str, progress: Progress) -> Optional[Settle]:
+        """The all-reduce's."""
+        return None
+
+
+# The figures a link rerun measures again: a pair's copy, a GPU's host copies.
+LINK_KINDS = ("peer_copy", "host_to_device", "device_to_host")
 
 
 def _why(exc: BaseException) -> str:
@@ -182,8 +202,10 @@ def _busy(targets: Sequence[GpuTarget]) -> Dict[int, Optional[int]]:
 
 
 def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
-        progress: Progress) -> Outcome:
-    """Measure the node; the figures are fleet-agent/1 NodeResults."""
+        progress: Progress, reruns: Optional[Reruns] = None) -> Outcome:
+    """Measure the node; the figures are fleet-agent/1 NodeResults. `reruns`: what measures
+    a short figure again (none: nothing is)."""
+    again = reruns if reruns is not None and cfg.rerun else Reruns()
     torch = import_torch()
     targets = match_targets(torch, HarnessConfig(device=cfg.device, gpus=cfg.gpus), gpus,
                             nvml)
@@ -223,8 +245,11 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
         finally:
             if cuda:
                 torch.cuda.empty_cache()
-    if cfg.rerun:
-        _memory_rerun(cfg, outcome, targets if cuda else [], busy, prints, progress)
+    copies = [f for f in outcome.results if f.get("kind") == "memory_copy"]
+    settle = again.memory(cfg, copies, prints, progress)
+    if settle is not None:
+        _again("memory copy again without the run's settings", copies,
+               targets if cuda else [], busy, settle, progress, outcome)
     paths: List[Optional[str]] = []
     if cuda:
         for a in range(len(targets)):
@@ -248,8 +273,11 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
                                  f"{_why(exc)}", ga.get("index"))
                 finally:
                     torch.cuda.empty_cache()
-    if cfg.rerun:
-        _links_rerun(cfg, outcome, targets if cuda else [], busy, prints, progress)
+    copies = [f for f in outcome.results if f.get("kind") in LINK_KINDS]
+    settle = again.links(cfg, copies, prints, progress)
+    if settle is not None:
+        _again("link copies again without the run's settings", copies,
+               targets if cuda else [], busy, settle, progress, outcome)
     ranks: List[Optional[int]] = ([t.index for t in targets] if cuda
                                   else [None] * cfg.cpu_ranks)
     if len(ranks) >= 2:
@@ -274,28 +302,23 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
             outcome.results += reduced
         except (collective.CollectiveError, OSError, ValueError) as exc:
             outcome.fail(f"all-reduce over {len(ranks)} ranks: {_why(exc)}")
-        if reduced and cfg.rerun:
-            _rerun(cfg, reduced, targets if cuda else [], busy, prints, ranks, backend,
-                   progress, outcome)
+        settle = again.allreduce(cfg, reduced, prints, ranks, backend, progress) \
+            if reduced else None
+        if settle is not None:
+            _rerun(reduced, targets if cuda else [], busy, settle, progress, outcome)
     return outcome
 
 
-def _rerun(cfg: Config, reduced: List[Dict[str, Any]], targets: Sequence[GpuTarget],
-           busy: Dict[int, Optional[int]], prints: Sequence[Dict[str, Any]],
-           ranks: Sequence[Optional[int]], backend: str, progress: Progress,
+def _rerun(reduced: List[Dict[str, Any]], targets: Sequence[GpuTarget],
+           busy: Dict[int, Optional[int]], settle: Settle, progress: Progress,
            outcome: Outcome) -> None:
-    """The all-reduce again without the run's settings where it was short
-    (agent/node/rerun.py), its figures on `reduced`'s; watched as the first was, since
-    someone arriving in between would make it short and the finding the provider's."""
+    """The all-reduce again without the run's settings where it was short, its figures on
+    `reduced`'s; watched as the first was, since someone arriving in between would make it
+    short and the finding the provider's."""
     what = "all-reduce again without the run's settings"
     try:
         with _Watch(targets, busy) as watch:
-            failed = rerun.settle(
-                reduced, run_settings.collect(os.environ, limit=None),
-                cfg.floors if cfg.floors is not None else floors.load(),
-                floors.variant_of(prints), ranks, backend, cfg.allreduce_sizes,
-                cfg.allreduce_timeout_s, cfg.allreduce_warmup, cfg.allreduce_iterations,
-                progress)
+            failed = settle()
     except Exception as exc:  # a temp file, a corrupt floors.json: the figures stand
         for figure in reduced:
             figure.pop("rerun", None)
@@ -304,45 +327,6 @@ def _rerun(cfg: Config, reduced: List[Dict[str, Any]], targets: Sequence[GpuTarg
     if failed:
         outcome.fail(f"{what}: {failed}")
     _drop_if_seen(watch, reduced, what, progress, outcome)
-
-
-def _memory_rerun(cfg: Config, outcome: Outcome, targets: Sequence[GpuTarget],
-                  busy: Dict[int, Optional[int]], prints: Sequence[Dict[str, Any]],
-                  progress: Progress) -> None:
-    """Each short memory copy again without the run's settings (agent/node/memory_rerun.py),
-    on its figure."""
-    recorded = run_settings.collect(os.environ, limit=None)
-    if not any(run_settings.removable(s)
-               for s in run_settings.suspects(recorded, "memory_copy")):
-        return  # nothing could be taken out: no floor read, nothing measured again
-    copies = [f for f in outcome.results if f.get("kind") == "memory_copy"]
-    _again("memory copy again without the run's settings", copies, targets, busy,
-           lambda: memory_rerun.settle(
-               copies, recorded, cfg.floors if cfg.floors is not None else floors.load(),
-               _variants(prints), cfg.device, cfg.copy_bytes, cfg.repeats, progress),
-           progress, outcome)
-
-
-def _links_rerun(cfg: Config, outcome: Outcome, targets: Sequence[GpuTarget],
-                 busy: Dict[int, Optional[int]], prints: Sequence[Dict[str, Any]],
-                 progress: Progress) -> None:
-    """Each short pair's copy and short host copy again without the run's settings
-    (agent/node/links_rerun.py), on its figure."""
-    recorded = run_settings.collect(os.environ, limit=None)
-    if not any(run_settings.removable(s) for kind in links_rerun.KINDS
-               for s in run_settings.suspects(recorded, kind)):
-        return  # nothing could be taken out: no floor read, nothing measured again
-    copies = [f for f in outcome.results if f.get("kind") in links_rerun.KINDS]
-    _again("link copies again without the run's settings", copies, targets, busy,
-           lambda: links_rerun.settle(
-               copies, recorded, cfg.floors if cfg.floors is not None else floors.load(),
-               _variants(prints), cfg.device, cfg.repeats, progress),
-           progress, outcome)
-
-
-def _variants(prints: Sequence[Dict[str, Any]]) -> Dict[int, str]:
-    return {int(p["index"]): str((p.get("variant") or {}).get("label"))
-            for p in prints if p.get("index") is not None}
 
 
 def _again(what: str, figures: List[Dict[str, Any]], targets: Sequence[GpuTarget],
@@ -378,11 +362,11 @@ def _drop_if_seen(watch: _Watch, figures: List[Dict[str, Any]], what: str,
 
 
 def run_or_fail(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
-                progress: Progress) -> Outcome:
+                progress: Progress, reruns: Optional[Reruns] = None) -> Outcome:
     """`run`, with a suite that cannot start at all (no torch, no device) reported as one
     failure instead of raised."""
     try:
-        return run(cfg, gpus, nvml, progress)
+        return run(cfg, gpus, nvml, progress, reruns)
     except HarnessError as exc:
         outcome = Outcome()
         outcome.fail(f"{exc}; node suite not run")

@@ -2,7 +2,7 @@
 
 Every NVML question the agent asks goes through `Nvml.call(handle, fn, *args)`, so the
 same fingerprint code runs against a live driver, writes a recording while it does, or
-replays a recording (`nvml-recording/1`, see DESIGN.md) on a machine with no GPU.
+replays a recording (`nvml-recording/1`, docs/design.md) on a machine with no GPU.
 
 Recording keys are the pynvml function name, then the arguments after the handle in
 parentheses (NVML constants by name, numbers as numbers, no spaces). A value is what

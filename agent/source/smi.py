@@ -8,7 +8,7 @@ then one mapping turns the tree into recording keys.
 
 Rules, so that a converted recording says no more than nvidia-smi did:
 - A value becomes what pynvml would have returned, in pynvml's units (mW, bytes, MHz, C),
-  and with the recording's key and value shape (see DESIGN.md "NVML recordings").
+  and with the recording's key and value shape (docs/design.md, "NVML recordings").
 - "N/A", "[N/A]" and "Not Supported" become {"nvml_error": "NVML_ERROR_NOT_SUPPORTED"};
   NVML's other error strings map back to their names.
 - A field nvidia-smi does not print is left out, so replay answers FUNCTION_NOT_FOUND, as

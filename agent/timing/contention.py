@@ -104,7 +104,7 @@ def seen_from_here(process: Dict[str, Any], proc: str = "/proc") -> Dict[str, An
             "own": known["own"]}
 
 
-# Names the agent that started this process (agent/job/rerun.py sets it on its child).
+# Names the agent that started this process (agent/rerun/child.py sets it on its child).
 PARENT_ENV = "FLEET_AGENT_PARENT"
 
 

@@ -2,7 +2,7 @@
 tens of seconds, not by the agreement of 1-s windows.
 
 Under a power cap the level falls as the die heats: leakage rises, so the same watts buy
-a lower clock (DESIGN.md, "Thermal soak"). A lent H100 SXM under continuous load from
+a lower clock (docs/design.md, "Thermal soak"). A lent H100 SXM under continuous load from
 idle did 675.4 TFLOP/s in its first 20 s, 669.0 in the next 20, then held 664.9-666.9
 for 200 s at 75 °C; an H200 held its level throughout. That fall is a drift of ~0.03% a
 second for 40-60 s: each 1-s window stays within 0.5% of its neighbour while the level

@@ -1,7 +1,7 @@
 """NVML telemetry sampled on a side thread while the harness measures.
 
-Power, not the kernel, sets a power-capped card's number (DESIGN.md, "The standard
-harness"), so each result carries what the card did during its own measurement window:
+Power, not the kernel, sets a power-capped card's number (docs/design.md, "The
+standard harness"), so each result carries what the card did during its own measurement window:
 SM and memory clocks, power, temperature and the clocks-event reasons bitmask.
 """
 

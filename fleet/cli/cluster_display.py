@@ -9,9 +9,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleet.cluster.members import Cluster, named
 from fleet.cluster.rendezvous import DEFAULT_PORT
 from fleet.cluster.schedule import plan
+from fleet.inventory.clusters import Cluster, named
 from fleet.sanitize import safe
 from fleet.words import counted
 

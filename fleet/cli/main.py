@@ -12,7 +12,7 @@ import importlib
 
 import click
 
-from fleet import __version__
+from fleet.version import __version__
 
 # Each command's name and the module of fleet.cli that defines it (in its COMMANDS);
 # tests/test_cli_main.py checks that the two agree.

@@ -31,7 +31,6 @@ from fleet.analysis.cluster.standings import (
 )
 from fleet.analysis.cluster.trend import Trends
 from fleet.cluster.meeting import MeetingPoint, meeting_points, node_address
-from fleet.cluster.members import Cluster
 from fleet.cluster.reach import DEFAULT_TIMEOUT_S, Node, ReachCheck, check_reach
 from fleet.cluster.schedule import (
     DEFAULT_ROUNDS,
@@ -42,6 +41,7 @@ from fleet.cluster.schedule import (
 )
 from fleet.cluster.step import StepNode, StepRun, StepSpec, run_step
 from fleet.errors import ClusterError
+from fleet.inventory.clusters import Cluster
 from fleet.model.network import NetworkFingerprint
 from fleet.model.step import StepKind, StepResult
 from fleet.payload import Payload

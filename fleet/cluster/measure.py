@@ -24,10 +24,10 @@ from fleet.cluster.between import (
     run_between,
 )
 from fleet.cluster.meeting import as_reached
-from fleet.cluster.members import Cluster
 from fleet.cluster.step import StepNode
 from fleet.errors import ClusterError, FleetError
 from fleet.inventory import LoadedInventory, Target
+from fleet.inventory.clusters import Cluster
 from fleet.model.network import NetworkFingerprint
 from fleet.payload import Payload
 from fleet.runtime.provision import prepare_runtime

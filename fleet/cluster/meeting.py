@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import Rendezvous
 from fleet.errors import ClusterError, FleetError
 from fleet.inventory import Target
+from fleet.inventory.clusters import Cluster
 from fleet.transport.ssh import plan_ssh
 
 MAX_PORT = 65535

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.cluster.meeting import MeetingPoint, as_reached, meeting_points
-from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import Decision, Reach, Rendezvous, choose_rendezvous, decide
 from fleet.errors import ClusterError, FleetError, InputError
 from fleet.inventory import LoadedInventory, Target
+from fleet.inventory.clusters import Cluster
 from fleet.transport import open_transport
 from fleet.transport.base import (
     Cancelled,

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from fleet.cluster.members import Cluster, named
 from fleet.errors import ClusterError
+from fleet.inventory.clusters import Cluster, named
 from fleet.words import counted
 
 DEFAULT_PORT = 29550

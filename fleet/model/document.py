@@ -767,9 +767,9 @@ class NodeResult(Strict):
                    Annotated[str, StringConstraints(max_length=128)]] | None = Field(
         default=None, max_length=32)
     # The same figure measured again in the same run without the settings that could
-    # move it, where the agent found it short: the all-reduce (agent/node/rerun.py), a
-    # memory copy (agent/node/memory_rerun.py), a pair's or a host copy
-    # (agent/node/links_rerun.py).
+    # move it, where the agent found it short: the all-reduce (agent/rerun/allreduce.py), a
+    # memory copy (agent/rerun/memory.py), a pair's or a host copy
+    # (agent/rerun/links.py).
     rerun: SettingsRerun | None = None
 
     @model_validator(mode="after")

@@ -103,7 +103,7 @@ class JobProvenance(Strict):
 
 class JobRerun(Strict):
     """A short headline measured again in the same run, in a child process whose
-    environment lacked the settings that can move a job (agent/job/rerun.py): what was
+    environment lacked the settings that can move a job (agent/rerun/job.py): what was
     taken out, the floor the first figure fell under (in its tokens/s, with what it
     rests on: the records' figure of the variant, or a share of the datasheet's), and
     the rerun's figure."""
@@ -206,7 +206,7 @@ class JobResult(Strict):
     processes: list[SeenProcess] = Field(max_length=64)
     provenance: JobProvenance
     wall_s: Seconds
-    # A short headline measured again without the run's settings (agent/job/rerun.py).
+    # A short headline measured again without the run's settings (agent/rerun/job.py).
     rerun: JobRerun | None = None
 
     @model_validator(mode="after")

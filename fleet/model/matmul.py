@@ -1,4 +1,4 @@
-"""A short soaked matmul measured again in the same run (agent/matmul/rerun.py): quick on
+"""A short soaked matmul measured again in the same run (agent/rerun/matmul.py): quick on
 the card still hot from the soak, first in a child process without the settings that can
 move a matmul, then with them, so that the pair differs by the settings alone."""
 

@@ -1,6 +1,6 @@
 """The settings an agent document was measured under, and a figure measured again
-without them (agent/source/settings.py, agent/node/rerun.py): what settles whose a short
-figure is (DESIGN.md, "Judging one node").
+without them (agent/source/settings.py, agent/rerun/): what settles whose a short
+figure is (docs/reruns.md).
 
 Each setting says where it came from: "environment" (the agent's own), "inventory" (the
 controller set it from the inventory's `env:` and said so in FLEET_INVENTORY_ENV), or

@@ -8,7 +8,7 @@ way and both ways) or node (all-reduce), with the expected figure and the floor 
 judged by where fleet has them, from the same rules the findings use: the catalog of
 healthy nodes (fleet/expected.py) and its margins for the matmul
 (fleet/analysis/node/shortfall.py `matmul_expected`) and the node's figures (`judged_rows`), the
-records of healthy lent cards for the job (agent/job/rerun.py `RECORDS_BY_SUITE`, 5%
+records of healthy lent cards for the job (agent/job/records.py `RECORDS_BY_SUITE`, 5%
 under them called). So a point drawn under its band is a figure the report calls short,
 and one within it is one it does not.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from agent.job.rerun import RECORDS_BY_SUITE, RECORDS_MARGIN, record
+from agent.job.records import RECORDS_BY_SUITE, RECORDS_MARGIN, record
 from fleet.analysis.dataset import GpuMeasure
 from fleet.analysis.job.figures import JobGpu
 from fleet.analysis.node.shortfall import (

@@ -19,9 +19,9 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from fleet import __version__
 from fleet.errors import InputError
 from fleet.report.build import Report
+from fleet.version import __version__
 from fleet.words import counted
 
 FORMATS = ("html", "md", "json")

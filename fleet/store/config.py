@@ -1,7 +1,7 @@
 """A benchmark configuration's columns, named once.
 
-Results under different configurations are never compared (DESIGN.md, "Comparing
-providers honestly"), so the configuration is spelled in many places: the columns of
+Results under different configurations are never compared (docs/design.md,
+"Comparing providers honestly"), so the configuration is spelled in many places: the columns of
 benchmark_result, the rows `fleet results` lists (`query.ResultRow`), the main query's
 groups (`query.VariantSummary`) and the report's `fleet.analysis.dataset.Config`. Those
 derive their lists of names from here; tests/store/test_config_fields.py checks that the

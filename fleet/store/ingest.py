@@ -33,7 +33,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
 from agent.timing import repeat
-from fleet import __version__
 from fleet import repeat as fleet_repeat
 from fleet.errors import AgentError, InputError
 from fleet.events import MAX_LINE, read_events
@@ -56,6 +55,7 @@ from fleet.store.node import settings_text, transport_text
 from fleet.store.series import epoch_us
 from fleet.store.settings import rerun_columns, setting_row
 from fleet.store.statements import Statements, to_json
+from fleet.version import __version__
 
 DEFAULT_PROVIDER = "unknown"
 TELEMETRY_WIDTH = 6

@@ -113,7 +113,7 @@ JOB_COLUMNS = columns(
                               "memory copy a step read"),
     ("rerun_tokens_per_s", "float64", "a short headline measured again in the same run "
                                       "without the settings that can move a job "
-                                      "(agent/job/rerun.py): its tokens/s"),
+                                      "(agent/rerun/job.py): its tokens/s"),
     ("rerun_share", "float64", "the rerun's MFU (training) or share of HBM (decode)"),
     ("rerun_floor", "float64", "the floor the first figure fell under, tokens/s (the "
                                "records' figure less 5%, or a share of the datasheet's)"),

@@ -1,5 +1,5 @@
 """The soaked matmuls the agent measured again without the run's settings, then with
-them (agent/matmul/rerun.py, migration 0020), as the report reads them to say whose a
+them (agent/rerun/matmul.py, migration 0020), as the report reads them to say whose a
 short one is (fleet/analysis/node/whose.py `whose_matmul`)."""
 
 from __future__ import annotations

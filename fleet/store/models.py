@@ -437,7 +437,7 @@ class BenchmarkResult(Base):
     # the JSON took it seconds over millions of them (0009).
     power_cap_share: Mapped[float] = mapped_column(Float)
     # 0020: a short soaked figure measured again quick on the hot card, without the
-    # settings that could move it and then with them (agent/matmul/rerun.py): both
+    # settings that could move it and then with them (agent/rerun/matmul.py): both
     # figures, the settings taken out (names, space-separated), the floor it fell under,
     # and whether another process was on the GPU around the pair.
     rerun_tflops: Mapped[float | None] = mapped_column(Float)
@@ -547,7 +547,7 @@ class NodeResult(Base):
     nvlink_links: Mapped[int | None] = mapped_column(Integer)
     nvlink_fabric: Mapped[str | None] = mapped_column(String(16))
     # 0018: the all-reduce measured again in the same run without the settings that
-    # could move it (agent/node/rerun.py): its bus bandwidth, the settings taken out and
+    # could move it (agent/rerun/allreduce.py): its bus bandwidth, the settings taken out and
     # those kept (names, space-separated), and the floor the agent called it short under.
     rerun_gbs: Mapped[float | None] = mapped_column(Float)
     rerun_without: Mapped[str | None] = mapped_column(String(1024))
@@ -666,7 +666,7 @@ class JobResult(Base):
     copy_gbs: Mapped[float | None] = mapped_column(Float)
     copy_share: Mapped[float | None] = mapped_column(Float)
     # Migration 0019: a short headline measured again without the run's settings that
-    # can move a job (agent/job/rerun.py).
+    # can move a job (agent/rerun/job.py).
     rerun_tokens_per_s: Mapped[float | None] = mapped_column(Float)
     rerun_share: Mapped[float | None] = mapped_column(Float)
     rerun_floor: Mapped[float | None] = mapped_column(Float)

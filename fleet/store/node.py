@@ -105,8 +105,8 @@ NODE_COLUMNS = columns(
     ("nvlink_links", "Int64", "peer_copy: the NVLink links joining the pair"),
     ("nvlink_fabric", "string", 'peer_copy: "switch" (through NVSwitch) or "direct"'),
     ("rerun_gbs", "float64", "the figure measured again in the same run without the "
-                             "settings that could move it (agent/node/rerun.py, "
-                             "memory_rerun.py, links_rerun.py), GB/s; missing where none "
+                             "settings that could move it (agent/rerun/allreduce.py, "
+                             "memory.py, links.py), GB/s; missing where none "
                              "was made"),
     ("rerun_without", "string", 'the rerun: the settings taken out ("NCCL_ALGO ...")'),
     ("rerun_kept", "string", "the rerun: the settings that could move it and stayed "

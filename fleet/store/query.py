@@ -1,7 +1,7 @@
 """Reading results back: plain rows for the CLI, and the report's main query.
 
 The main query compares providers per variant on per-GPU medians: a thousand results
-from one slow box are one slow box (DESIGN.md, "Comparing providers honestly"). SQL
+from one slow box are one slow box (docs/design.md, "Comparing providers honestly"). SQL
 filters and fetches one narrow row per result through the copies on benchmark_result
 (see models); the medians are taken here, because SQLite has no median aggregate and
 one code path keeps both backends' answers identical.
@@ -42,7 +42,7 @@ UNKNOWN_VERSION = "?"
 def software_stack(torch: str | None, cuda_runtime: str | None, cublas: str | None) -> str:
     """The stack a result was measured on, as reports and `fleet results --stack` read it:
     "torch 2.13.0+cu130, CUDA 13.0, cuBLAS 13.0.2" (cuBLAS picks the GEMM kernels by
-    version, so two stacks are two measurements; DESIGN.md)."""
+    version, so two stacks are two measurements; docs/design.md)."""
     return (f"torch {torch or UNKNOWN_VERSION}, CUDA {cuda_runtime or UNKNOWN_VERSION}, "
             f"cuBLAS {cublas or UNKNOWN_VERSION}")
 

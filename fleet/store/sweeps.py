@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import Engine, Text, cast, insert, select, update
 
-from fleet import __version__
 from fleet.model.document import AgentDocument, read_stored
 from fleet.store.database import WRITES
 from fleet.store.ingest import RunInfo
@@ -30,6 +29,7 @@ from fleet.store.models import (
     RunHost,
 )
 from fleet.store.query import in_chunks
+from fleet.version import __version__
 
 log = logging.getLogger(__name__)
 

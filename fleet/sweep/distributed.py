@@ -68,7 +68,6 @@ from urllib.parse import unquote
 from sqlalchemy import select, text
 
 from agent import __version__ as agent_version
-from fleet import __version__
 from fleet.errors import FleetError, InputError, StoreError
 from fleet.inventory import LoadedInventory, Target, load_inventory
 from fleet.probe.local import BenchOptions
@@ -78,6 +77,7 @@ from fleet.store.database import Location, hide_passwords, redact, resolve
 from fleet.store.ingest import Ingest, RunInfo
 from fleet.store.models import ProbeRun
 from fleet.transport.ssh import RETRY_BACKOFF_S
+from fleet.version import __version__
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -2,7 +2,7 @@
 soaked figure (harness 1.3); the summary index covers what the main query now groups by
 (thermal state and software stack) and the first-20-s level and drop it shows.
 
-Results stored before this revision were all measured from a cool start (DESIGN.md,
+Results stored before this revision were all measured from a cool start (docs/design.md,
 "Thermal soak"): they are marked so, never soaked, and their temperature under load is
 the telemetry's maximum, which is what they had.
 

@@ -2,7 +2,7 @@
 
 Where a GPU's headline training step fell under its MFU floor, or its bandwidth-point
 decode under its HBM floor, and the run's settings held some that can move a job, the
-agent ran the job suite again in a child process without them (agent/job/rerun.py): the
+agent ran the job suite again in a child process without them (agent/rerun/job.py): the
 rerun's tokens/s and share, the settings taken out, the floor, and whether another
 process was on the GPU around it (`rerun_*`). Documents stored before have none.
 

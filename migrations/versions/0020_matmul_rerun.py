@@ -3,7 +3,7 @@ then with them (issue 44).
 
 Where a GPU's soaked figure fell under its floor and the run's settings held some that
 can move a matmul, the agent measured it again quick on the card still hot from the soak,
-in a child process without them and then with them (agent/matmul/rerun.py): both figures,
+in a child process without them and then with them (agent/rerun/matmul.py): both figures,
 the settings taken out, the floor, and whether another process was on the GPU around the
 pair (`rerun_*`). Documents stored before have none.
 

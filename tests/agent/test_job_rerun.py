@@ -1,5 +1,5 @@
 """A short job figure measured again without the run's settings that can move it
-(agent/job/rerun.py), on the CPU path with a real child process running the job suite."""
+(agent/rerun/job.py), on the CPU path with a real child process running the job suite."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agent.job import rerun  # noqa: E402
+from agent.job import records  # noqa: E402
 from agent.job import suite as jobs  # noqa: E402
+from agent.rerun import job as rerun  # noqa: E402
 from agent.source import settings  # noqa: E402
 from fleet.errors import AgentError  # noqa: E402
 from fleet.model.document import parse_document  # noqa: E402
@@ -31,25 +32,25 @@ def test_floors_judge_only_the_headline_training_and_bandwidth_decode() -> None:
     train = {"headline": True, "workload": "train", "point": None, "attention": "cudnn",
              "suite_version": "1.1.0", "tokens_per_s": 30_000.0, "mfu": 0.18}
     # No records of the variant: the datasheet's share, as the figure's own tokens/s.
-    assert rerun.short(train) == pytest.approx(
+    assert records.short(train) == pytest.approx(
         (50_000.0, "datasheet: mfu 0.180, under 0.3 of its datasheet's dense bf16 peak"))
-    assert rerun.short(dict(train, mfu=0.46, tokens_per_s=76_000.0)) is None
-    assert rerun.short(dict(train, headline=False)) is None  # not what a tuned job gets
-    assert rerun.short(dict(train, mfu=None)) is None  # no peak: nothing judges it
+    assert records.short(dict(train, mfu=0.46, tokens_per_s=76_000.0)) is None
+    assert records.short(dict(train, headline=False)) is None  # not what a tuned job gets
+    assert records.short(dict(train, mfu=None)) is None  # no peak: nothing judges it
     decode = {"headline": True, "workload": "decode", "point": "bandwidth",
               "attention": "cudnn", "suite_version": "1.1.0", "tokens_per_s": 12_000.0,
               "hbm_share": 0.3}
-    assert rerun.short(decode) is not None
-    assert rerun.short(dict(decode, point="latency")) is None  # one sequence: no floor
+    assert records.short(decode) is not None
+    assert records.short(dict(decode, point="latency")) is None  # one sequence: no floor
     # A variant with records: 5% under its backend's figure, a loss no datasheet share sees.
     h100 = "H100-SXM5-80GB"
     floor = 79_893.0 * 0.95
-    assert rerun.short(dict(train, tokens_per_s=75_000.0, mfu=0.46), variant=h100) == (
+    assert records.short(dict(train, tokens_per_s=75_000.0, mfu=0.46), variant=h100) == (
         pytest.approx(floor), f"records: 79,893 tokens/s expected of a healthy {h100} "
-        f"(cudnn, {rerun.RECORDS_SOURCE}), called under {floor:,.0f}")
-    assert rerun.short(dict(train, tokens_per_s=76_500.0, mfu=0.47), variant=h100) is None
+        f"(cudnn, {records.RECORDS_SOURCE}), called under {floor:,.0f}")
+    assert records.short(dict(train, tokens_per_s=76_500.0, mfu=0.47), variant=h100) is None
     # Another suite's shapes are not the records': the datasheet share judges them.
-    assert rerun.short(dict(train, tokens_per_s=75_000.0, mfu=0.46, suite_version="1.0.0"),
+    assert records.short(dict(train, tokens_per_s=75_000.0, mfu=0.46, suite_version="1.0.0"),
                        variant=h100) is None
 
 
@@ -178,25 +179,25 @@ def test_the_records_of_the_figures_own_suite_judge_it() -> None:
     # healthy there, and 1.1.0's record (30,978 at 128 x 4,096) must not call it short.
     decode = {"workload": "decode", "point": "bandwidth", "headline": True,
               "attention": "cudnn", "tokens_per_s": 18_200.0, "hbm_share": 0.80}
-    assert rerun.short(dict(decode, suite_version="1.2.0"), variant="H100-SXM5-80GB") is None
-    floor, basis = rerun.short(dict(decode, suite_version="1.2.0", tokens_per_s=16_000.0),
+    assert records.short(dict(decode, suite_version="1.2.0"), variant="H100-SXM5-80GB") is None
+    floor, basis = records.short(dict(decode, suite_version="1.2.0", tokens_per_s=16_000.0),
                                variant="H100-SXM5-80GB") or (0.0, "")
     assert floor == pytest.approx(18_234.0 * 0.95)
     assert "2026-11-28-h100x2-decode-8192" in basis
-    short_then = rerun.short(dict(decode, suite_version="1.1.0"), variant="H100-SXM5-80GB")
+    short_then = records.short(dict(decode, suite_version="1.1.0"), variant="H100-SXM5-80GB")
     assert short_then is not None and short_then[0] == pytest.approx(30_978.0 * 0.95)
 
 
 def test_the_agents_suite_has_records_and_an_h200_is_judged_by_its_own() -> None:
     # The records judge the suite the agent runs: a version bump without its records
     # would leave every figure to the coarse datasheet floors.
-    assert rerun.RECORDS_SUITE == jobs.SUITE_VERSION
-    assert rerun.RECORDS is rerun.RECORDS_BY_SUITE[jobs.SUITE_VERSION]
+    assert records.RECORDS_SUITE == jobs.SUITE_VERSION
+    assert records.RECORDS is records.RECORDS_BY_SUITE[jobs.SUITE_VERSION]
     decode = {"workload": "decode", "point": "bandwidth", "headline": True,
               "attention": "cudnn", "suite_version": "1.3.0", "hbm_share": 0.80}
     # An H100's healthy figure would be an H200's shortfall: each variant its own record.
-    assert rerun.short(dict(decode, tokens_per_s=18_700.0), variant="H100-SXM5-80GB") is None
-    floor, basis = rerun.short(dict(decode, tokens_per_s=18_700.0),
+    assert records.short(dict(decode, tokens_per_s=18_700.0), variant="H100-SXM5-80GB") is None
+    floor, basis = records.short(dict(decode, tokens_per_s=18_700.0),
                                variant="H200-SXM-141GB") or (0.0, "")
     assert floor == pytest.approx(26_795.0 * 0.95)
     assert "2026-11-28-h200-job-suite-1.3.0" in basis
@@ -206,18 +207,18 @@ def test_a_compiled_figure_is_judged_by_its_own_record_else_its_backends_eager_o
         monkeypatch: pytest.MonkeyPatch) -> None:
     train = {"workload": "train", "point": None, "headline": True, "attention": "cudnn",
              "suite_version": jobs.SUITE_VERSION, "compiled": True, "mfu": 0.5}
-    eager = rerun.RECORDS[("H200-SXM-141GB", "train", None, "cudnn")]
-    table = {k: v for k, v in rerun.RECORDS.items() if not k[3].endswith(rerun.COMPILED)}
-    monkeypatch.setitem(rerun.RECORDS_BY_SUITE, jobs.SUITE_VERSION, table)
+    eager = records.RECORDS[("H200-SXM-141GB", "train", None, "cudnn")]
+    table = {k: v for k, v in records.RECORDS.items() if not k[3].endswith(records.COMPILED)}
+    monkeypatch.setitem(records.RECORDS_BY_SUITE, jobs.SUITE_VERSION, table)
     # No compiled record: the eager one judges it, the lower floor.
-    floor, basis = rerun.short(dict(train, tokens_per_s=0.9 * eager),
+    floor, basis = records.short(dict(train, tokens_per_s=0.9 * eager),
                                variant="H200-SXM-141GB") or (0.0, "")
     assert floor == pytest.approx(eager * 0.95) and "cudnn compiled" in basis
     table = dict(table)
     table[("H200-SXM-141GB", "train", None, "cudnn/compiled")] = 1.2 * eager
-    monkeypatch.setitem(rerun.RECORDS_BY_SUITE, jobs.SUITE_VERSION, table)
-    assert rerun.short(dict(train, tokens_per_s=1.1 * eager),
+    monkeypatch.setitem(records.RECORDS_BY_SUITE, jobs.SUITE_VERSION, table)
+    assert records.short(dict(train, tokens_per_s=1.1 * eager),
                        variant="H200-SXM-141GB") is not None
     # An eager figure of the same backend keeps the eager record.
-    assert rerun.short(dict(train, compiled=False, tokens_per_s=1.1 * eager),
+    assert records.short(dict(train, compiled=False, tokens_per_s=1.1 * eager),
                        variant="H200-SXM-141GB") is None

@@ -1,5 +1,5 @@
 """A short pair's copy or host copy measured again without the run's settings that can
-move it (agent/node/links_rerun.py): its floors against the catalog's, on the CPU path
+move it (agent/rerun/links.py): its floors against the catalog's, on the CPU path
 with a real child process, and through the node suite as the agent runs it."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ if os.environ.get("CI"):
 else:
     pytest.importorskip("torch")
 
-from agent.node import floors, links_rerun
+from agent import suites
+from agent.node import floors
 from agent.node import suite as node
+from agent.rerun import links as links_rerun
 from agent.source import settings
 from fleet.analysis.node.shortfall import ShortfallOptions
 from fleet.expected import CATALOG, FigureKey
@@ -166,7 +168,7 @@ def test_the_node_suite_measures_a_short_host_copy_again_without_the_settings(
     said: list[str] = []
     cfg = node.Config.for_cpu()
     cfg.floors = _cpu_table()
-    outcome = node.run(cfg, [], None, said.append)
+    outcome = suites.run_node(cfg, [], None, said.append)
     copies = [f for f in outcome.results if f["kind"] in links_rerun.HOST_KINDS]
     assert len(copies) == 2 and not outcome.errors
     for figure in copies:
@@ -191,11 +193,11 @@ def test_no_rerun_without_a_setting_or_with_rerun_off(monkeypatch: pytest.Monkey
     cfg.floors = _cpu_table()
     for key in [k for k in os.environ if settings.family_of(k) == "cuda"]:
         monkeypatch.delenv(key)
-    outcome = node.run(cfg, [], None, lambda _: None)  # nothing to take out
+    outcome = suites.run_node(cfg, [], None, lambda _: None)  # nothing to take out
     assert all("rerun" not in f for f in outcome.results)
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     cfg.rerun = False
-    outcome = node.run(cfg, [], None, lambda _: None)
+    outcome = suites.run_node(cfg, [], None, lambda _: None)
     assert all("rerun" not in f for f in outcome.results)
 
 

@@ -1,5 +1,5 @@
 """A short soaked matmul measured again without the run's settings, then with them
-(agent/matmul/rerun.py), on the CPU path with a real child process running the harness."""
+(agent/rerun/matmul.py), on the CPU path with a real child process running the harness."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ if os.environ.get("CI"):
 else:
     pytest.importorskip("torch")
 
-from agent.matmul import harness, rerun
+from agent.matmul import harness
 from agent.node import floors
+from agent.rerun import matmul as rerun
 from agent.source import settings
 from fleet.model.matmul import MatmulRerun
 from tests.agent.test_harness import small
@@ -156,7 +157,7 @@ def test_runs_cut_short_with_the_settings_on_are_theirs_not_another_tenants() ->
 
 
 def test_a_rerun_that_raises_leaves_the_figures_and_says_so() -> None:
-    from agent.collect import _measured_again
+    from agent.suites import measured_again as _measured_again
 
     results = [{"gpu_index": 0, "rerun": {"half": "written"}}]
 

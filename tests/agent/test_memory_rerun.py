@@ -1,5 +1,5 @@
 """A short memory copy measured again without the run's settings that can move it
-(agent/node/memory_rerun.py), on the CPU path with a real child process, and through the
+(agent/rerun/memory.py), on the CPU path with a real child process, and through the
 node suite as the agent runs it."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ if os.environ.get("CI"):
 else:
     pytest.importorskip("torch")
 
-from agent.node import floors, memory_rerun
+from agent import suites
+from agent.node import floors
 from agent.node import suite as node
+from agent.rerun import memory as memory_rerun
 from agent.source import settings
 from fleet.model.document import parse_document
 
@@ -60,7 +62,7 @@ def test_the_node_suite_measures_a_short_memory_copy_again_without_the_settings(
     said: list[str] = []
     cfg = node.Config.for_cpu()
     cfg.floors = _short_table()
-    outcome = node.run(cfg, [], None, said.append)
+    outcome = suites.run_node(cfg, [], None, said.append)
     [copy] = [f for f in outcome.results if f["kind"] == "memory_copy"]
     again = copy["rerun"]
     assert again["without"] == ["CUDA_LAUNCH_BLOCKING"] and again["floor_gbs"] == 1e6
@@ -84,11 +86,11 @@ def test_a_healthy_copy_or_one_without_settings_is_not_measured_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = node.Config.for_cpu()
     cfg.floors = _short_table()
-    outcome = node.run(cfg, [], None, lambda _: None)  # no setting in the run
+    outcome = suites.run_node(cfg, [], None, lambda _: None)  # no setting in the run
     assert all("rerun" not in f for f in outcome.results if f["kind"] == "memory_copy")
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     cfg.floors = dict(_short_table(), memory_copy=[])
-    outcome = node.run(cfg, [], None, lambda _: None)  # nothing judges it
+    outcome = suites.run_node(cfg, [], None, lambda _: None)  # nothing judges it
     assert all("rerun" not in f for f in outcome.results if f["kind"] == "memory_copy")
 
 

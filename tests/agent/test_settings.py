@@ -1,5 +1,5 @@
 """The settings a run measured under (agent/source/settings.py) and the all-reduce measured
-again without them (agent/node/rerun.py), on the CPU path with real gloo ranks."""
+again without them (agent/rerun/allreduce.py), on the CPU path with real gloo ranks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
+from agent import suites
+from agent.node import floors
 from agent.node import suite as node
+from agent.rerun import allreduce as allreduce_rerun
 from agent.source import settings
 from fleet.errors import AgentError
 from fleet.model.document import parse_document
@@ -82,7 +85,7 @@ def test_a_short_allreduce_runs_again_without_the_settings_that_can_move_it(
     cfg = node.Config.for_cpu()
     cfg.floors = _short(4 * MiB)
     said: list[str] = []
-    outcome = node.run(cfg, [], None, said.append)
+    outcome = suites.run_node(cfg, [], None, said.append)
     assert outcome.errors == []
     reduce = [r for r in outcome.results if r["kind"] == "allreduce"]
     assert [r["size_bytes"] for r in reduce] == [MiB, 4 * MiB]
@@ -113,12 +116,12 @@ def test_a_healthy_allreduce_or_one_without_settings_is_not_run_again(
     monkeypatch.setenv("NCCL_ALGO", "Tree")
     cfg = node.Config.for_cpu()
     cfg.floors = {"allreduce": [dict(_short(4 * MiB)["allreduce"][0], floor_gbs=0.0)]}
-    outcome = node.run(cfg, [], None, lambda _: None)
+    outcome = suites.run_node(cfg, [], None, lambda _: None)
     assert [r.get("rerun") for r in outcome.results if r["kind"] == "allreduce"] == [None] * 2
     monkeypatch.delenv("NCCL_ALGO")
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")  # kept as found: nothing to take out
     cfg.floors = _short(4 * MiB)
-    outcome = node.run(cfg, [], None, lambda _: None)
+    outcome = suites.run_node(cfg, [], None, lambda _: None)
     assert [r.get("rerun") for r in outcome.results if r["kind"] == "allreduce"] == [None] * 2
 
 
@@ -187,7 +190,7 @@ def _setting(name: str, source: str = "environment", applies: bool = True
 def test_a_name_etc_nccl_conf_also_sets_is_kept_not_taken_out() -> None:
     # Taken out of the environment, NCCL would take /etc's value: the rerun would still
     # run under one while its record said it ran without it.
-    from agent.node import rerun
+    from agent.rerun import allreduce as rerun
 
     recorded = [_setting("NCCL_ALGO"), _setting("NCCL_PROTO"),
                 _setting("NCCL_ALGO", "nccl.conf:/etc/nccl.conf", applies=False)]
@@ -203,7 +206,7 @@ def test_a_name_etc_nccl_conf_also_sets_is_kept_not_taken_out() -> None:
 
 
 def test_a_short_small_size_is_enough_to_run_again() -> None:
-    from agent.node import rerun
+    from agent.rerun import allreduce as rerun
 
     figures = [_figure(MiB, 1.0), _figure(4 * MiB, 500.0)]
     plan = rerun.decide(figures, [_setting("NCCL_ALGO")],
@@ -216,7 +219,7 @@ def test_a_short_small_size_is_enough_to_run_again() -> None:
 
 
 def test_what_a_rerun_names_is_capped_at_what_the_controller_stores() -> None:
-    from agent.node import rerun
+    from agent.rerun import allreduce as rerun
 
     recorded = [_setting(f"NCCL_X{i:03d}") for i in range(80)]
     plan = rerun.decide([_figure(MiB, 1.0)], recorded, _table((MiB, 100.0)), None, 2)
@@ -225,7 +228,7 @@ def test_what_a_rerun_names_is_capped_at_what_the_controller_stores() -> None:
 
 def test_nvls_set_only_in_the_users_conf_reaches_the_reruns_ranks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.node import rerun
+    from agent.rerun import allreduce as rerun
 
     user = tmp_path / "user.conf"
     user.write_text("NCCL_ALGO=Ring\nNCCL_NVLS_ENABLE=0\n# NCCL_ALGO=Tree\n")
@@ -268,10 +271,10 @@ def test_a_rerun_that_raises_keeps_the_original_figures(
     cfg = node.Config.for_cpu()
     if where == "settle":
         cfg.floors = _short(4 * MiB)
-        monkeypatch.setattr(node.rerun, "settle", broken)
+        monkeypatch.setattr(allreduce_rerun, "settle", broken)
     else:
-        monkeypatch.setattr(node.floors, "load", broken)
-    outcome = node.run(cfg, [], None, lambda _: None)
+        monkeypatch.setattr(floors, "load", broken)
+    outcome = suites.run_node(cfg, [], None, lambda _: None)
     reduce = [r for r in outcome.results if r["kind"] == "allreduce"]
     assert [r["size_bytes"] for r in reduce] == [MiB, 4 * MiB]
     assert all("rerun" not in r for r in reduce)
@@ -281,7 +284,7 @@ def test_a_rerun_that_raises_keeps_the_original_figures(
 
 def test_a_rerun_another_process_shared_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_ALGO", "Tree")
-    settle = node.rerun.settle
+    settle = allreduce_rerun.settle
     rerunning: list[bool] = []
 
     def watched_settle(*args: Any, **kwargs: Any) -> Any:
@@ -294,12 +297,12 @@ def test_a_rerun_another_process_shared_is_dropped(monkeypatch: pytest.MonkeyPat
             if rerunning:
                 self.seen.append({"pid": 4242, "own": False, "user": "bob"})
 
-    monkeypatch.setattr(node.rerun, "settle", watched_settle)
+    monkeypatch.setattr(allreduce_rerun, "settle", watched_settle)
     monkeypatch.setattr(node, "_Watch", Crowded)
     cfg = node.Config.for_cpu()
     cfg.floors = _short(4 * MiB)
     said: list[str] = []
-    outcome = node.run(cfg, [], None, said.append)
+    outcome = suites.run_node(cfg, [], None, said.append)
     reduce = [r for r in outcome.results if r["kind"] == "allreduce"]
     assert len(reduce) == 2 and all("rerun" not in r for r in reduce)
     assert all(r["contention"] == [] for r in reduce)  # the first run was alone

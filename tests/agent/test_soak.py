@@ -1,7 +1,7 @@
 """The soak test on constructed series: 2-s windows of a card whose level and temperature we
 choose, with the noise a power-capped card's windows show.
 
-The shapes are the lent cards' (DESIGN.md, "Thermal soak"): an H100 lost ~1.4% in its first
+The shapes are the lent cards' (docs/design.md, "Thermal soak"): an H100 lost ~1.4% in its first
 minute of load while heating ~25 °C, then held; an H200 held its level throughout.
 """
 

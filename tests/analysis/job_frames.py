@@ -73,7 +73,7 @@ def job_row(provider: str, host: str, gpu_index: int, workload: str, tokens_per_
         # Suite 1.0: the pinned backend (flash) was the headline; training expanded GQA.
         "headline": attention == "flash", "gqa": "expanded" if train else "grouped",
         "point": None, "copy_gbs": None, "copy_share": None,
-        # No rerun (agent/job/rerun.py), no setting that could move a job.
+        # No rerun (agent/rerun/job.py), no setting that could move a job.
         "rerun_tokens_per_s": None, "rerun_share": None, "rerun_floor": None,
         "rerun_without": None, "rerun_contended": None, "job_suspects": None,
         **more,

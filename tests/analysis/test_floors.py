@@ -32,7 +32,7 @@ def test_the_agent_calls_the_issues_all_reduce_short_and_a_healthy_one_not() -> 
 def test_a_short_small_size_alone_makes_the_agent_measure_again() -> None:
     # The issue's node healthy at 1 GiB and short at 16 MiB only: each size is judged by
     # its own floor, not the largest's.
-    from agent.node import rerun
+    from agent.rerun import allreduce as rerun
 
     table = agent_floors.load()
     sizes = (16 << 20, 64 << 20, 256 << 20, 1 << 30)

@@ -6,9 +6,9 @@ failures. Pure data: step results as the store hands them over."""
 from __future__ import annotations
 
 import pytest
-from fleet.analysis.pair_evidence import failure_words
 
 from fleet.analysis.cluster.judgement import judge_cluster
+from fleet.analysis.cluster.pair_evidence import failure_words
 from fleet.model.step import StepFigure, StepResult
 from tests.analysis.test_cluster_judge import FOUR, fp, only, pair, step
 

@@ -1,5 +1,5 @@
 """Whose a short pair's copy or host copy is, settled by the agent's rerun without the
-run's settings (agent/node/links_rerun.py, fleet/analysis/node/whose.py): on the lent 2x H100's
+run's settings (agent/rerun/links.py, fleet/analysis/node/whose.py): on the lent 2x H100's
 healthy document with pair 0-1 or GPU 1's pinned host copy made short under
 CUDA_LAUNCH_BLOCKING=1, stored through `fleet ingest` into SQLite as a user runs it, read
 back from the store and reported."""
@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
-from agent.node import floors, links_rerun
+from agent.node import floors
+from agent.rerun import links as links_rerun
 from fleet.analysis.node.figures import prepare
 from fleet.analysis.node.shortfall import find_shortfalls
 from fleet.analysis.node.whose import run_settings, whose_shortfall

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.cluster.members import Cluster
 from fleet.cluster.rendezvous import (
     DEFAULT_PORT,
     Reach,
@@ -15,6 +14,7 @@ from fleet.cluster.rendezvous import (
 )
 from fleet.errors import ClusterError
 from fleet.inventory import inventory_from_text
+from fleet.inventory.clusters import Cluster
 
 POD = Cluster(name="pod", provider="lambda", hosts=("g1", "g2", "g3", "g4"),
               where="inv.yaml:3:14: providers.lambda.cluster",

@@ -1,7 +1,7 @@
 """Node-suite frames with a known truth, for the node analyses alone (no store): rows in
 fleet.store.node.NODE_COLUMNS, typed as `read_node_results` types them.
 
-Healthy figures are the lent nodes' (issue 32, DESIGN.md): HBM copy 3,010 GB/s on H100
+Healthy figures are the lent nodes' (issue 32, docs/design.md): HBM copy 3,010 GB/s on H100
 SXM (datasheet 3,350) and 4,251 on H200 (4,800); pinned host copies 55.2-55.5 GB/s on
 PCIe Gen5 x16 (63.02); pairs 394.5-396 GB/s one way (450) and 768-771 both ways (900);
 all-reduce bus bandwidth 329-361 GB/s at 1-2 GiB. Spreads are drawn per node (its

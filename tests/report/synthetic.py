@@ -65,7 +65,7 @@ def provider_soak(rng: random.Random, provider: str, *, hosts: int = 4, per_host
     """Soaked GPUs whose temperature under load and drop from the first 20 s are normal
     around `temperature_c` and `drop`, with a shared effect per node (its cooling: sd
     `node_temperature_c`, `node_drop`) and one per GPU (`gpu_temperature_c`, `gpu_drop`):
-    spreads like those of the lent H100s and H200 (69-75 °C, 0.2-1.2%; DESIGN.md)."""
+    spreads like those of the lent H100s and H200 (69-75 °C, 0.2-1.2%; docs/design.md)."""
     measures = []
     for h in range(hosts):
         node_t, node_d = rng.gauss(0.0, node_temperature_c), rng.gauss(0.0, node_drop)

@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 RUN = ROOT / "bench/records/2026-11-27-h100x4-job-backends/run-4.jsonl.gz"
 SETTING = {"name": "PYTORCH_NO_CUDA_MEMORY_CACHING", "value": "1", "withheld": None,
            "source": "environment", "family": "torch", "applies": True}
-FLOOR = 79_893.0 * 0.95  # agent/job/rerun.py RECORDS less its 5% margin
+FLOOR = 79_893.0 * 0.95  # agent/rerun/job.py RECORDS less its 5% margin
 
 
 @cache

@@ -1,4 +1,4 @@
-"""Whose a short soaked matmul is, settled by the agent's pair (agent/matmul/rerun.py:
+"""Whose a short soaked matmul is, settled by the agent's pair (agent/rerun/matmul.py:
 quick on the hot card without the run's settings, then with them; fleet/analysis/node/whose.py
 `whose_matmul`), on the lent 4x H200 node's real document with GPU 3's matmul made 6%
 slow, stored through the real ingest path (SQLite and PostgreSQL) and reported alone."""

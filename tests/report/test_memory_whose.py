@@ -1,5 +1,5 @@
 """Whose a short memory copy is, settled by the agent's rerun without the run's settings
-(agent/node/memory_rerun.py, fleet/analysis/node/whose.py), on the lent 4x H200 node's real
+(agent/rerun/memory.py, fleet/analysis/node/whose.py), on the lent 4x H200 node's real
 document with GPU 2's copy made 10% slow under CUDA_LAUNCH_BLOCKING=1, stored through the
 real ingest path (SQLite and PostgreSQL) and reported alone."""
 

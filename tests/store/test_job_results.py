@@ -468,7 +468,7 @@ def test_fleet_bench_shows_each_gpus_jobs_in_80_columns() -> None:
 
 
 def test_a_short_jobs_rerun_and_the_runs_suspects_reach_the_frame(engine: Engine) -> None:
-    # agent/job/rerun.py: GPU 0's headline training step measured again without the run's
+    # agent/rerun/job.py: GPU 0's headline training step measured again without the run's
     # settings that can move a job; the run's settings as the agent records them.
     data = _h200()
     for result in data["jobs"]:  # as suite 1.1.0 marks them

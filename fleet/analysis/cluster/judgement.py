@@ -450,7 +450,7 @@ def _judge_pair(step: StepResult, networks: Mapping[str, NetworkFingerprint],
                              for f in (reduce, gather) if f is not None)
     if expected is None:
         # Not judged, and said why: the node standings leave it out of the fabric's
-        # question (fleet/analysis/pair_evidence.py).
+        # question (fleet/analysis/cluster/pair_evidence.py).
         base = replace(base, cause="not judged: " + (
             "no RDMA fabric between them" if why_not == "no-fabric" else str(why_not)))
         sockets = _socket_causes(step, fabrics, settings)

@@ -43,7 +43,7 @@ def judge_nodes(order: Sequence[str], verdicts: Sequence[PairVerdict], cluster: 
     """Each node's standing from its pairs, and the findings: slow node, suspect and
     shared fault from the judged pairs only; a node whose pair steps failed where its
     partners ran with others, or steps failing whoever met, from every pair step
-    (fleet/analysis/pair_evidence.py). `lost`: nodes that took part in no step, with why."""
+    (fleet/analysis/cluster/pair_evidence.py). `lost`: nodes that took part in no step, with why."""
     lost = lost or {}
     pairs = [v for v in verdicts if len(v.hosts) == 2]
     if len(order) < 2:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from agent.job import rerun as agent_rerun
+from agent.job import records as agent_records
 from fleet.analysis.node.whose import HIDDEN, PLAIN
 
 # (provider, host, run, GPU index)
@@ -79,7 +79,7 @@ def _short(row: dict[str, Any]) -> tuple[float, str] | None:
               "suite_version": str(row.get("suite_version")),
               "tokens_per_s": _number(row.get("tokens_per_s")),
               "mfu": _number(row.get("mfu")), "hbm_share": _number(row.get("hbm_share"))}
-    return agent_rerun.short(figure, variant=str(row.get("variant")))
+    return agent_records.short(figure, variant=str(row.get("variant")))
 
 
 def verdicts(frame: pd.DataFrame) -> dict[GpuRun, Verdict]:

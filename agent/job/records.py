@@ -1,5 +1,8 @@
-"""Whose a short job figure is, settled by measuring it again (DESIGN.md, "Judging one
-node"; issue 44), as agent/node/rerun.py settles the all-reduce.
+"""What a job figure is called short under: the records of healthy lent cards by suite,
+variant and backend, else a share of the datasheet (issue 44). The agent's rerun reads it
+(agent/rerun/job.py), and so do the controller's verdict on a rerun
+(fleet/analysis/job_whose.py) and the report's bands (fleet/report/bands.py), so that one
+table calls a figure short everywhere.
 
 A GPU's headline training step, or its headline decode at the bandwidth point, is short:
 
@@ -15,27 +18,11 @@ A GPU's headline training step, or its headline decode at the bandwidth point, i
   H100s: MFU 0.46-0.49 with cuDNN, 0.44-0.47 with flash) or, for decode, under
   `DECODE_HBM_FLOOR` of its datasheet's HBM bandwidth (0.57-0.75): only what is gross
   (an allocator that frees every tensor, PYTORCH_NO_CUDA_MEMORY_CACHING=1).
-
-Where a GPU's figure is short and the run's settings hold some that can move a job
-(agent/source/settings.py: CUDA_*, cuBLAS, cuDNN, PyTorch), the job suite runs again in a
-child process whose environment lacks them, on the short GPUs, with the headline backends
-only and short windows (`rerun_config`): the card is still hot from the suite, and the
-question is whether the settings cost the figure its floor, not its fourth digit. Each
-short headline gets the rerun's figure (`rerun`), with what was taken out and what the
-child ran under. On a healthy node: no rerun, no cost.
-
-The child is agent/child.py's: the agent's own Python, told its parent's pid.
 """
 
-import gc
-import json
-import sys
-from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from agent import child
 from agent.job import standin
-from agent.source import settings as run_settings
 
 TRAIN_MFU_FLOOR = 0.30
 DECODE_HBM_FLOOR = 0.45
@@ -43,9 +30,6 @@ DECODE_HBM_FLOOR = 0.45
 # rule's floor for a memory copy (fleet/analysis/node/shortfall.py). Healthy lent H100s' job
 # figures stood within 0.5% of each other on one node and 1.3% across nodes.
 RECORDS_MARGIN = 0.05
-MAX_NAMES = 64
-RESULT_PREFIX = "fleet-job-rerun "
-TIMEOUT_S = 300.0
 # Floors by (workload, decode point): (the figure's field, the floor, what it is a share of).
 Floors = Dict[Tuple[str, Optional[str]], Tuple[str, float, str]]
 FLOORS: Floors = {
@@ -169,124 +153,3 @@ def record(result: Dict[str, Any], variant: Optional[str]) -> Optional[float]:
         if own is not None:
             return own
     return table.get(key)
-
-
-def _variant(result: Dict[str, Any], variants: Optional[Dict[int, str]]) -> Optional[str]:
-    return (variants or {}).get(int(result["gpu_index"]))
-
-
-def decide(results: Sequence[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
-           floors: Optional[Floors] = None, variants: Optional[Dict[int, str]] = None
-           ) -> Optional[Dict[str, Any]]:
-    """What a rerun would take out and run: {"without", "gpus", "backends", "points"};
-    None where no headline is short, or no setting that can move a job may be taken out.
-    Only what was short is run again: the short figures' backends (training's first: the
-    child soaks on it, as the suite does) and decode points (none where only training was
-    short). `variants`: each GPU index's variant label, for the records' floors."""
-    shorts = [r for r in results if short(r, floors, _variant(r, variants)) is not None]
-    if not shorts:
-        return None
-    taken = sorted({str(s["name"]) for s in run_settings.suspects(recorded, "job")
-                    if run_settings.removable(s)})[:MAX_NAMES]
-    if not taken:
-        return None
-    shorts.sort(key=lambda r: r["workload"] != "train")
-    backends: List[str] = []
-    for r in shorts:
-        if r["attention"] not in backends:
-            backends.append(str(r["attention"]))
-    return {"without": taken, "gpus": sorted({int(r["gpu_index"]) for r in shorts}),
-            "backends": backends,
-            "points": sorted({str(r["point"]) for r in shorts if r["workload"] == "decode"}),
-            # A short compiled headline is measured again compiled: its rerun's headline
-            # is then the same form's.
-            "compile": any(bool(r.get("compiled")) for r in shorts)}
-
-
-def rerun_config(cfg: Any, backends: Sequence[str], gpus: Sequence[int],
-                 compile: bool = False) -> Any:
-    """The child's suite: the short figures' backends on the short GPUs, in short windows,
-    compiled only where a short figure was (its cache then warm from the suite's run)."""
-    if cfg.device == "cpu":
-        return replace(cfg, backends=tuple(backends), gpus=None, compile=compile)
-    return replace(cfg, backends=tuple(backends), gpus=list(gpus), window_s=1.0,
-                   span_s=4.0, warm_span_s=4.0, cap_s=10.0, measure_s=3.0, beside_s=2.0,
-                   compile=compile)
-
-
-def _release_gpu_memory() -> None:
-    """What the suite left in the caching allocator, handed back before the child needs it."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def settle(results: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]], cfg: Any,
-           progress: Callable[[str], None], environ: Optional[Dict[str, str]] = None,
-           floors: Optional[Floors] = None, variants: Optional[Dict[int, str]] = None,
-           timeout_s: float = TIMEOUT_S) -> Optional[str]:
-    """Run the suite again without the settings `decide` names, where it names some, and
-    put on each short headline its rerun (`rerun`). Returns why the rerun failed (the
-    figures then stand alone, and the controller calls them unsettled), else None."""
-    # A rerun's child never reruns: what it could not take out, it cannot either.
-    if child.in_child():
-        return None
-    plan = decide(results, recorded, floors, variants)
-    if plan is None:
-        return None
-    judged = [(r, short(r, floors, _variant(r, variants))) for r in results]
-    under = "; ".join(f"GPU {r['gpu_index']} {r['workload']}"
-                      + (f" ({r['point']})" if r.get("point") else "")
-                      + f" {r['tokens_per_s']:,.0f} tokens/s, {found[1]}"
-                      for r, found in judged if found is not None)
-    progress(f"job short ({under}): again without {', '.join(plan['without'])}")
-    run = rerun_config(cfg, plan["backends"], plan["gpus"], plan["compile"])
-    spec = {"device": run.device, "backends": list(run.backends), "gpus": run.gpus,
-            "window_s": run.window_s, "span_s": run.span_s, "cap_s": run.cap_s,
-            "measure_s": run.measure_s, "beside_s": run.beside_s,
-            "decode_s": run.decode_s, "cpu": run.device == "cpu",
-            "points": plan["points"], "compile": run.compile}
-    _release_gpu_memory()
-    report, failed, wall = child.run("agent.job.rerun:child_main", spec, plan["without"],
-                                     RESULT_PREFIX, timeout_s, environ)
-    if report is None:
-        return failed
-    again = {(int(r["gpu_index"]), r["workload"], r.get("point")): r
-             for r in report["jobs"] if r.get("headline")}
-    ran_with = report["ran_with"]
-    for result, found in judged:
-        other = again.get((int(result["gpu_index"]), result["workload"], result.get("point")))
-        if found is None or other is None:
-            continue
-        result["rerun"] = {
-            "without": plan["without"], "floor_tokens_per_s": round(found[0], 3),
-            "floor_basis": found[1][:512], "tokens_per_s": other["tokens_per_s"],
-            "attention": other["attention"], "mfu": other.get("mfu"),
-            "hbm_share": other.get("hbm_share"),
-            "contended": bool((other.get("flags") or {}).get("contended")),
-            "ran_with": ran_with[:MAX_NAMES], "wall_s": wall}
-    return None
-
-
-def child_main(argv: List[str]) -> int:
-    """The rerun's child: the job suite as the spec says, its results on one line."""
-    from agent.collect import collect
-    from agent.job import transformer
-    from agent.job.suite import Config
-
-    spec = json.loads(argv[0])
-    cpu = bool(spec.get("cpu"))
-    cfg = Config.for_cpu() if cpu else Config()
-    points = transformer.CPU_DECODE_POINTS if cpu else transformer.DECODE_POINTS
-    cfg = replace(cfg, backends=tuple(spec["backends"]), gpus=spec.get("gpus"),
-                  window_s=float(spec["window_s"]), span_s=float(spec["span_s"]),
-                  warm_span_s=float(spec["span_s"]), cap_s=float(spec["cap_s"]),
-                  measure_s=float(spec["measure_s"]), beside_s=float(spec["beside_s"]),
-                  decode_s=float(spec["decode_s"]), compile=bool(spec.get("compile")),
-                  shapes={"decode": {p: points[p] for p in spec.get("points", points)}})
-    document = collect(probe_torch=False, job=cfg)
-    child.reply(RESULT_PREFIX, {"jobs": document["jobs"], "errors": document["errors"]})
-    return 0 if document["jobs"] else 3

@@ -1,5 +1,5 @@
-"""Whose a short link copy is, settled by measuring it again (DESIGN.md, "Judging one
-node"; issue 44), as agent/node/memory_rerun.py settles a memory copy: a pair's peer copy
+"""Whose a short link copy is, settled by measuring it again (docs/reruns.md; issue 44),
+as agent/rerun/memory.py settles a memory copy: a pair's peer copy
 (agent/node/peers.py, one way and both ways) and a GPU's host copy
 (agent/node/hostlink.py, to and from the device).
 
@@ -20,7 +20,7 @@ A copy is short where it falls under the floor the report calls it short by
 A figure the agent saw another process beside (`contention`) is not judged by the report,
 nor measured again here. Where a short copy ran under settings that can move it (CUDA_*:
 agent/source/settings.py), the short pairs and the short copies' GPUs are measured again
-in one child process whose environment lacks them (agent/child.py), with the suite's own
+in one child process whose environment lacks them (agent/rerun/child.py), with the suite's own
 code, size and repeats; a host copy from the CPUs the first ran from, so that its buffer
 lands on the same NUMA node. Each rerun figure goes on its original's `rerun`. The caller
 watches the GPUs around it: another process there drops the rerun.
@@ -32,21 +32,21 @@ s a GPU in the suite on the lent 2x H100, bench/records/2026-11-26-h100x2-node-h
 of which the copies take under one: the rest is making the host buffers).
 """
 
-import json
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent import child
-from agent.gpu import links
-from agent.node import bandwidth
+from agent.gpu import links, numa
+from agent.matmul.harness import Config, import_torch, match_targets
+from agent.node import bandwidth, hostlink, peers
+from agent.node.suite import LINK_KINDS
+from agent.rerun import child
+from agent.rerun.bounds import MAX_BASIS, MAX_NAMES, TIMEOUT_S
+from agent.rerun.protocol import Plan, Rerun
 from agent.source import settings as run_settings
 
-MAX_NAMES = 64
-MAX_BASIS = 512
-RESULT_PREFIX = "fleet-links-rerun "
-TIMEOUT_S = 180.0
-HOST_KINDS = ("host_to_device", "device_to_host")
-KINDS = ("peer_copy", *HOST_KINDS)
+# The node suite's link figures (agent/node/suite.py LINK_KINDS): a pair's, a GPU's host's.
+KINDS = LINK_KINDS
+HOST_KINDS = tuple(k for k in KINDS if k != "peer_copy")
 
 # ("peer_copy", GPU, peer, direction) or (kind, GPU, host memory): one figure of a run.
 Key = Tuple[Any, ...]
@@ -174,62 +174,82 @@ def _name(key: Key) -> str:
     return f"GPU {key[1]} {str(key[0]).replace('_', ' ')} ({key[2]})"
 
 
+class LinksRerun(Rerun):
+    """The short pairs' copies and the short host copies' GPUs again in one child."""
+
+    kind = "links"
+
+    def __init__(self, figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
+                 table: Dict[str, Any], variants: Dict[int, str], device: str,
+                 repeats: int) -> None:
+        self.figures, self.recorded, self.table = figures, recorded, table
+        self.variants, self.device, self.repeats = variants, device, repeats
+
+    def plan(self) -> Optional[Plan]:
+        return decide(self.figures, self.recorded, self.table, self.variants)
+
+    def _originals(self, plan: Plan) -> Dict[Key, Dict[str, Any]]:
+        judged: Dict[Key, Floor] = plan["floors"]
+        originals: Dict[Key, Dict[str, Any]] = {}
+        for figure in self.figures:
+            key = key_of(figure)
+            if key is not None and key in judged:
+                originals[key] = figure
+        return originals
+
+    def said(self, plan: Plan) -> str:
+        judged: Dict[Key, Floor] = plan["floors"]
+        originals = self._originals(plan)
+        under = "; ".join(f"{_name(k)} at {float(originals[k]['gbs']):g} GB/s under {v[0]:g}"
+                          for k, v in sorted(judged.items(), key=lambda item: str(item[0])))
+        return f"node: link copies short ({under}): again without {', '.join(plan['without'])}"
+
+    def spec(self, plan: Plan) -> Dict[str, Any]:
+        pairs: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        hosts: Dict[int, Dict[str, Any]] = {}
+        for key, figure in sorted(self._originals(plan).items(),
+                                  key=lambda item: str(item[0])):
+            size = int(figure["size_bytes"])
+            if key[0] == "peer_copy":
+                pair = pairs.setdefault((key[1], key[2]),
+                                        {"gpus": [key[1], key[2]], "size": size})
+                pair["size"] = max(pair["size"], size)
+            else:
+                # From the CPUs the first copy ran from: its host buffer on the same NUMA
+                # node.
+                host = hosts.setdefault(key[1], {"gpu": key[1], "size": size,
+                                                 "cpus": figure.get("cpus")})
+                host["size"] = max(host["size"], size)
+        return {"device": self.device, "repeats": self.repeats,
+                "pairs": list(pairs.values()), "hosts": list(hosts.values())}
+
+    def place(self, plan: Plan, answer: Dict[str, Any], wall: float) -> None:
+        judged: Dict[Key, Floor] = plan["floors"]
+        again = {key_of(f): f for f in answer["figures"] if key_of(f) is not None}
+        for key, figure in self._originals(plan).items():
+            other = again.get(key)
+            if other is None:
+                continue
+            record = other["stats"]
+            figure["rerun"] = {
+                "without": plan["without"], "kept": [],
+                "floor_gbs": judged[key][0], "floor_basis": judged[key][1],
+                "gbs": record["median_gbs"], "min_gbs": record["min_gbs"],
+                "max_gbs": record["max_gbs"], "samples_gbs": record["samples_gbs"],
+                "algbw_gbs": None, "transports": None,
+                "ran_with": answer["ran_with"][:MAX_NAMES], "wall_s": wall}
+
+
 def settle(figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
            table: Dict[str, Any], variants: Dict[int, str], device: str, repeats: int,
            progress: Callable[[str], None], environ: Optional[Dict[str, str]] = None,
-           timeout_s: float = TIMEOUT_S) -> Optional[str]:
+           timeout_s: float = TIMEOUT_S["links"]) -> Optional[str]:
     """Copy the short pairs and the short host copies' GPUs again without the settings
     `decide` names, in a child process, at each figure's own size, and put each rerun
     figure on its original's `rerun`. Returns why it could not be done (the figures then
     stand alone, and the controller calls them unsettled)."""
-    if child.in_child():
-        return None
-    plan = decide(figures, recorded, table, variants)
-    if plan is None:
-        return None
-    judged: Dict[Key, Floor] = plan["floors"]
-    originals: Dict[Key, Dict[str, Any]] = {}
-    for figure in figures:
-        key = key_of(figure)
-        if key is not None and key in judged:
-            originals[key] = figure
-    under = "; ".join(f"{_name(k)} at {float(originals[k]['gbs']):g} GB/s under {v[0]:g}"
-                      for k, v in sorted(judged.items(), key=lambda item: str(item[0])))
-    progress(f"node: link copies short ({under}): again without "
-             f"{', '.join(plan['without'])}")
-    pairs: Dict[Tuple[int, int], Dict[str, Any]] = {}
-    hosts: Dict[int, Dict[str, Any]] = {}
-    for key, figure in sorted(originals.items(), key=lambda item: str(item[0])):
-        size = int(figure["size_bytes"])
-        if key[0] == "peer_copy":
-            pair = pairs.setdefault((key[1], key[2]), {"gpus": [key[1], key[2]], "size": size})
-            pair["size"] = max(pair["size"], size)
-        else:
-            # From the CPUs the first copy ran from: its host buffer on the same NUMA node.
-            host = hosts.setdefault(key[1], {"gpu": key[1], "size": size,
-                                             "cpus": figure.get("cpus")})
-            host["size"] = max(host["size"], size)
-    spec = {"device": device, "repeats": repeats, "pairs": list(pairs.values()),
-            "hosts": list(hosts.values())}
-    report, failed, wall = child.run("agent.node.links_rerun:child_main", spec,
-                                     plan["without"], RESULT_PREFIX, timeout_s, environ)
-    if report is None:
-        return failed
-    again = {key_of(f): f for f in report["figures"] if key_of(f) is not None}
-    ran_with = report["ran_with"]
-    for key, figure in originals.items():
-        other = again.get(key)
-        if other is None:
-            continue
-        record = other["stats"]
-        figure["rerun"] = {
-            "without": plan["without"], "kept": [],
-            "floor_gbs": judged[key][0], "floor_basis": judged[key][1],
-            "gbs": record["median_gbs"], "min_gbs": record["min_gbs"],
-            "max_gbs": record["max_gbs"], "samples_gbs": record["samples_gbs"],
-            "algbw_gbs": None, "transports": None, "ran_with": ran_with[:MAX_NAMES],
-            "wall_s": wall}
-    return None
+    return LinksRerun(figures, recorded, table, variants, device, repeats
+                      ).settle(progress, environ, timeout_s)
 
 
 def _cpu_pair(torch: Any, pair: List[int], size: int, stack: bandwidth.Stack,
@@ -252,19 +272,16 @@ def _cpu_pair(torch: Any, pair: List[int], size: int, stack: bandwidth.Stack,
     return results
 
 
-def child_main(argv: List[str]) -> int:
-    """The rerun's child: each named pair's copies and each named GPU's host copies, the
-    figures on one line."""
-    from agent.collect import collect
-    from agent.gpu import numa
-    from agent.matmul.harness import Config, import_torch, match_targets
-    from agent.node import hostlink, peers
-
-    spec = json.loads(argv[0])
+@child.measures("links")
+def measure(spec: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
+    """The child: each named pair's copies and each named GPU's host copies, as the node
+    suite measures them."""
     cuda = spec["device"] == "cuda"
     repeats = int(spec["repeats"])
     # The GPUs as NVML names them, so that each figure carries its GPU's index and UUID.
-    gpus = collect(probe_torch=False)["gpus"] if cuda else []
+    nvml, gpus = child.gpus_here() if cuda else (None, [])
+    if nvml is not None:
+        nvml.close()
     torch = import_torch()
     stack = bandwidth.Stack(torch)
     wanted = sorted({int(i) for p in spec["pairs"] for i in p["gpus"]}
@@ -299,5 +316,4 @@ def child_main(argv: List[str]) -> int:
         figures += measured
         if cuda:
             torch.cuda.empty_cache()
-    child.reply(RESULT_PREFIX, {"figures": figures})
-    return 0 if figures else 3
+    return {"figures": figures}, bool(figures)

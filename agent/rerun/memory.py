@@ -1,5 +1,5 @@
-"""Whose a short memory copy is, settled by measuring it again (DESIGN.md, "Judging one
-node"; issue 44), as agent/node/rerun.py settles the all-reduce.
+"""Whose a short memory copy is, settled by measuring it again (docs/reruns.md; issue 44),
+as agent/rerun/allreduce.py settles the all-reduce.
 
 A GPU's memory copy is short where it falls under its floor (agent/node/floors.json
 "memory_copy": the catalog's figure of its variant at the size, less the larger of 5% and
@@ -18,17 +18,14 @@ On a healthy node this costs nothing. On a short one: the child's start (torch's
 import, CUDA's context, NVML's read of the GPUs: seconds) and one copy of 1 GiB a repeat.
 """
 
-import json
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent import child
-from agent.node import bandwidth
+from agent.matmul.harness import Config, import_torch, match_targets
+from agent.node import bandwidth, memory
+from agent.rerun import child
+from agent.rerun.bounds import MAX_BASIS, MAX_NAMES, TIMEOUT_S
+from agent.rerun.protocol import Plan, Rerun
 from agent.source import settings as run_settings
-
-MAX_NAMES = 64
-MAX_BASIS = 512
-RESULT_PREFIX = "fleet-memory-rerun "
-TIMEOUT_S = 120.0
 
 
 def floor(table: Dict[str, Any], variant: Optional[str], figure: Dict[str, Any]
@@ -72,61 +69,73 @@ def decide(figures: Sequence[Dict[str, Any]], recorded: Sequence[Dict[str, Any]]
     return {"without": taken, "gpus": sorted(short), "floors": short}
 
 
+class MemoryRerun(Rerun):
+    """The short GPUs' memory copies again in a child."""
+
+    kind = "memory"
+
+    def __init__(self, figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
+                 table: Dict[str, Any], variants: Dict[int, str], device: str, size: int,
+                 repeats: int) -> None:
+        self.figures, self.recorded, self.table = figures, recorded, table
+        self.variants, self.device, self.size, self.repeats = variants, device, size, repeats
+
+    def _copies(self) -> List[Dict[str, Any]]:
+        return [f for f in self.figures
+                if f.get("kind") == "memory_copy" and f.get("gpu_index") is not None]
+
+    def plan(self) -> Optional[Plan]:
+        return decide(self.figures, self.recorded, self.table, self.variants)
+
+    def said(self, plan: Plan) -> str:
+        judged: Dict[int, Tuple[float, str]] = plan["floors"]
+        under = "; ".join(f"GPU {f['gpu_index']} at {float(f['gbs']):g} GB/s under "
+                          f"{judged[int(f['gpu_index'])][0]:g}" for f in self._copies()
+                          if int(f["gpu_index"]) in judged)
+        return f"node: memory copy short ({under}): again without {', '.join(plan['without'])}"
+
+    def spec(self, plan: Plan) -> Dict[str, Any]:
+        return {"device": self.device, "gpus": plan["gpus"], "size": self.size,
+                "repeats": self.repeats}
+
+    def place(self, plan: Plan, answer: Dict[str, Any], wall: float) -> None:
+        judged: Dict[int, Tuple[float, str]] = plan["floors"]
+        again = {int(f["gpu_index"]): f for f in answer["figures"]
+                 if f.get("gpu_index") is not None}
+        for figure in self._copies():
+            index = int(figure["gpu_index"])
+            other = again.get(index)
+            if index not in judged or other is None:
+                continue
+            record = other["stats"]
+            figure["rerun"] = {
+                "without": plan["without"], "kept": [],
+                "floor_gbs": judged[index][0], "floor_basis": judged[index][1],
+                "gbs": record["median_gbs"], "min_gbs": record["min_gbs"],
+                "max_gbs": record["max_gbs"], "samples_gbs": record["samples_gbs"],
+                "algbw_gbs": None, "transports": None,
+                "ran_with": answer["ran_with"][:MAX_NAMES], "wall_s": wall}
+
+
 def settle(figures: List[Dict[str, Any]], recorded: Sequence[Dict[str, Any]],
            table: Dict[str, Any], variants: Dict[int, str], device: str, size: int,
            repeats: int, progress: Callable[[str], None],
-           environ: Optional[Dict[str, str]] = None, timeout_s: float = TIMEOUT_S
-           ) -> Optional[str]:
+           environ: Optional[Dict[str, str]] = None,
+           timeout_s: float = TIMEOUT_S["memory"]) -> Optional[str]:
     """Copy the short GPUs' memory again without the settings `decide` names, in a child
     process, and put each figure on its original's `rerun`. Returns why it could not be
     done (the figures then stand alone, and the controller calls them unsettled)."""
-    if child.in_child():
-        return None
-    plan = decide(figures, recorded, table, variants)
-    if plan is None:
-        return None
-    judged: Dict[int, Tuple[float, str]] = plan["floors"]
-    under = "; ".join(f"GPU {f['gpu_index']} at {float(f['gbs']):g} GB/s under "
-                      f"{judged[int(f['gpu_index'])][0]:g}" for f in figures
-                      if f.get("kind") == "memory_copy" and f.get("gpu_index") is not None
-                      and int(f["gpu_index"]) in judged)
-    progress(f"node: memory copy short ({under}): again without "
-             f"{', '.join(plan['without'])}")
-    spec = {"device": device, "gpus": plan["gpus"], "size": size, "repeats": repeats}
-    report, failed, wall = child.run("agent.node.memory_rerun:child_main", spec,
-                                     plan["without"], RESULT_PREFIX, timeout_s, environ)
-    if report is None:
-        return failed
-    again = {int(f["gpu_index"]): f for f in report["figures"] if f.get("gpu_index") is not None}
-    ran_with = report["ran_with"]
-    for figure in figures:
-        if figure.get("kind") != "memory_copy" or figure.get("gpu_index") is None:
-            continue
-        index = int(figure["gpu_index"])
-        other = again.get(index)
-        if index not in judged or other is None:
-            continue
-        record = other["stats"]
-        figure["rerun"] = {
-            "without": plan["without"], "kept": [],
-            "floor_gbs": judged[index][0], "floor_basis": judged[index][1],
-            "gbs": record["median_gbs"], "min_gbs": record["min_gbs"],
-            "max_gbs": record["max_gbs"], "samples_gbs": record["samples_gbs"],
-            "algbw_gbs": None, "transports": None, "ran_with": ran_with[:MAX_NAMES],
-            "wall_s": wall}
-    return None
+    return MemoryRerun(figures, recorded, table, variants, device, size, repeats
+                       ).settle(progress, environ, timeout_s)
 
 
-def child_main(argv: List[str]) -> int:
-    """The rerun's child: each named GPU's memory copy, the figures on one line."""
-    from agent.collect import collect
-    from agent.matmul.harness import Config, import_torch, match_targets
-    from agent.node import memory
-
-    spec = json.loads(argv[0])
+@child.measures("memory")
+def measure(spec: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
+    """The child: each named GPU's memory copy, as the node suite copies it."""
     cuda = spec["device"] == "cuda"
-    # The GPUs as NVML names them, so that each figure carries its GPU's index and UUID.
-    gpus = collect(probe_torch=False)["gpus"] if cuda else []
+    nvml, gpus = child.gpus_here() if cuda else (None, [])
+    if nvml is not None:
+        nvml.close()
     torch = import_torch()
     stack = bandwidth.Stack(torch)
     figures: List[Dict[str, Any]] = []
@@ -136,5 +145,4 @@ def child_main(argv: List[str]) -> int:
         stream = torch.cuda.Stream(device) if cuda else None
         figures.append(memory.measure(torch, device, stream, target.fingerprint(gpus),
                                       int(spec["size"]), stack, int(spec["repeats"])))
-    child.reply(RESULT_PREFIX, {"figures": figures})
-    return 0 if figures else 3
+    return {"figures": figures}, bool(figures)

@@ -21,12 +21,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fleet.errors import InputError
-
-if TYPE_CHECKING:
-    from fleet.inventory import Expect, Inventory, Target
+from fleet.inventory.model import Expect, Inventory, Target
 
 NO_CLUSTER = "none"  # `cluster: none`: in no cluster, whatever the level above says
 NAMED = 6  # hosts named in a message before "and N more"
