@@ -123,7 +123,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "unreachable": ("connect", "refused the connection: is sshd running there"),
     "refused key": ("connect", "refused authentication"),
     "agent killed": ("agent", "killed by SIGKILL"),
-    "agent hangs": ("timeout", "did not finish in 6 s"),
+    "agent hangs": ("timeout", "did not finish in 20 s"),
     "garbage": ("agent output", "is not JSON"),
     "no python3": ("python", "has no /nonexistent/python3: install Python 3.8"),
 }
@@ -150,9 +150,12 @@ def test_a_fault_fails_its_host_alone(fault: str, workspace: Workspace,
     hosts = workspace.good_hosts()
     hosts["faulty/host"] = fault_host(fault, workspace, fault_scripts)
     inventory = workspace.inventory(hosts)
+    # The healthy hosts' agents must finish inside the timeout too: a short one only
+    # where the hanging agent is to be stopped, and not one a busy machine misses.
+    timeout = 20 if fault == "agent hangs" else 90
     started = time.monotonic()
     result = workspace.probe(inventory, "--fingerprint-only", "--accept-new-host-keys",
-                             "--timeout", "6")
+                             "--timeout", str(timeout))
     elapsed = time.monotonic() - started
     assert result.returncode == 3, result.stderr
     stage, says = FAULTS[fault]
@@ -164,7 +167,7 @@ def test_a_fault_fails_its_host_alone(fault: str, workspace: Workspace,
     assert_good_hosts_stored(workspace)
     assert "faulty/host" not in workspace.documents()
     assert workspace.host_errors()["faulty/host"] == [(stage, host["reason"])]
-    assert elapsed < 120  # --timeout 6 honoured, with room for a busy machine
+    assert elapsed < timeout + 120  # the timeout honoured, with room for a busy machine
     if fault == "agent hangs":
         pid = int((workspace.root / "hang.pid").read_text())
         assert not _alive(pid), "the hanging agent was left running on the host"
