@@ -1,7 +1,7 @@
 """What a job figure is called short under: the records of healthy lent cards by suite,
 variant and backend, else a share of the datasheet (issue 44). The agent's rerun reads it
 (agent/rerun/job.py), and so do the controller's verdict on a rerun
-(fleet/analysis/job_whose.py) and the report's bands (fleet/report/bands.py), so that one
+(fleet/analysis/job/whose.py) and the report's bands (fleet/report/bands.py), so that one
 table calls a figure short everywhere.
 
 A GPU's headline training step, or its headline decode at the bandwidth point, is short:

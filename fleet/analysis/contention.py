@@ -57,7 +57,7 @@ JOINED = "left out with its GPU's results of the same run measured beside other 
 # on one line ("pair 0-3, pair 1-3, the all-reduce: measured in a run where ...").
 TAINTED = "measured in a run where "
 # A matmul whose runs the run's own settings cut short, shown by the agent's pair
-# (agent/matmul/rerun.py): the line fleet/report/node.py adds to its words.
+# (agent/rerun/matmul.py): the line fleet/report/node.py adds to its words.
 PAIRED = "measured again quick without "
 WHAT_TO_DO = ("measure again with the GPU free: the figure is the renter's contention, "
               "left out of every comparison with the provider")

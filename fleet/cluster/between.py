@@ -173,7 +173,7 @@ def _reach_the_rest(cluster: Cluster, nodes: Mapping[str, StepNode],
 def _lost_step(cluster: Cluster, run_id: str, number: int, host: str, why: str,
                options: BetweenOptions, ranks: int, port: int) -> StepRun:
     """A node lost before its steps, stored as a failed one-node cluster step: no
-    schedule makes one (fleet/analysis/cluster.py's `lost_node`)."""
+    schedule makes one (fleet/analysis/cluster/judgement.py's `lost_node`)."""
     spec = _spec(cluster, run_id, f"lost-{number}", "cluster", None, (host,), "-", port,
                  ranks, options, None)
     return StepRun(spec, datetime.now(UTC),

@@ -54,7 +54,7 @@ class Expect(BaseModel):
     fabric_nics: Annotated[int, Field(ge=1, le=64)] | None = Field(
         None, description="Fabric NICs per host the listing promised (InfiniBand, RoCE or "
                           "EFA ports, e.g. 8 on an 8-GPU training node); fewer found is "
-                          "disputed (fleet/analysis/network.py).")
+                          "disputed (fleet/analysis/node/network.py).")
     fabric_rate_gbps: Annotated[float, Field(ge=1, le=3200)] | None = Field(
         None, description="Each fabric port's rate in Gb/s the listing promised (400 for "
                           "NDR, 200 for HDR); an Active port below it is disputed.")

@@ -194,7 +194,7 @@ def node_units(figures: pd.DataFrame, options: ShortfallOptions | None = None) -
 def _records_figure(gpu: JobGpu, point: str | None) -> float | None:
     """What healthy lent cards of the GPU's variant gave on its job and backend (a
     compiled step's own where held), by the rule the job's findings use
-    (agent/job/rerun.py `record`), so a mark under its band is a figure called short."""
+    (agent/rerun/job.py `record`), so a mark under its band is a figure called short."""
     # The configuration names its suite by major.minor ("1.3"), the records in whole.
     for suite in RECORDS_BY_SUITE:
         if gpu.config.suite_version in (suite, suite.rsplit(".", 1)[0]):

@@ -70,7 +70,7 @@ def _judged(error: StoredError, anonymized: bool) -> NotMeasured:
     memory = stored_memory(error.memory_total_mib, error.memory_used_mib, error.processes)
     if anonymized and memory is not None:
         # A pid, like a name or a user, is the host's: withheld as the rest of the
-        # report's (fleet/analysis/whose.py PLAIN).
+        # report's (fleet/analysis/node/whose.py PLAIN).
         memory = replace(memory, processes=tuple(replace(p, pid=None, name=None, user=None)
                                                  for p in memory.processes))
     item = judge_failure(error.stage, error.gpu_index, error.message, memory)

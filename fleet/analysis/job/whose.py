@@ -1,6 +1,6 @@
 """Whose a short job figure is (issue 44): a GPU's headline training step, or its
 bandwidth-point decode, under the floor the agent judges its own figures by
-(agent/job/rerun.py: the records' figure of its variant and backend less 5%, else a
+(agent/rerun/job.py: the records' figure of its variant and backend less 5%, else a
 share of its datasheet's peak or HBM bandwidth), read with what the agent did about it.
 
 - **renter**: the agent ran the job again in the same run without the settings that can

@@ -15,11 +15,11 @@ Per all-reduce entry: the expected figure and the floor under which it is called
 expected x (1 - max(allreduce_floor, sigmas x sd)); where no entry matches a node, the
 agent calls it under `allreduce_share` of its datasheet figure.
 
-Per memory copy entry (agent/node/memory_rerun.py): the expected GB/s of the variant at
+Per memory copy entry (agent/rerun/memory.py): the expected GB/s of the variant at
 the size and expected x (1 - max(memory_floor, sigmas x sd)); without one, the agent
 calls it under `memory_share` of its datasheet figure, as the report does.
 
-Per pair entry (agent/node/links_rerun.py): the expected GB/s of the variant, direction
+Per pair entry (agent/rerun/links.py): the expected GB/s of the variant, direction
 and size at its NVLink fabric and links, and expected x (1 - max(pair_floor, sigmas x
 sd)); without one, the agent calls a pair over an NVLink path under `pair_share` of its
 datasheet figure, as the report does. Per host copy entry: the expected GB/s at the PCIe
@@ -27,7 +27,7 @@ generation and width it ran at, and expected x (1 - max(host_link_floor, sigmas 
 no datasheet share, and a copy fleet/analysis/node/hostlink.py calls (its link below its
 maximum, or under `host_link_min_share` of what the link carries) is left to it.
 
-Per soaked matmul entry (agent/matmul/rerun.py): the expected TFLOP/s and expected x
+Per soaked matmul entry (agent/rerun/matmul.py): the expected TFLOP/s and expected x
 (1 - max(floor, z x sd)). The report's margin also holds the GPU's own repeat spread
 (fleet/analysis/node/shortfall.py `find_matmul_shortfalls`), so its threshold is never above
 this floor: every GPU the report calls short was measured again.

@@ -9,7 +9,7 @@ what, with its vendor's documentation), less what fleet keeps as found (NVLink m
 switches: never removed, so never a suspect). Then:
 
 - **renter**: the agent measured the figure again in the same run without its suspects
-  (agent/node/rerun.py, memory_rerun.py, links_rerun.py) and it was no longer short
+  (agent/rerun/allreduce.py, memory_rerun.py, links_rerun.py) and it was no longer short
   against the same threshold: the settings cost the difference, and they are the run's
   to unset. Said with what each cost and where it came from; never disputed.
 - **provider**: no suspect was in the run, or the rerun without all of them was still
@@ -22,7 +22,7 @@ switches: never removed, so never a suspect). Then:
   crowd is never measured again): named with its suspects, kept out of "What to
   dispute" and shown apart, so that the next run can settle it.
 
-A short soaked matmul is measured again as a pair (agent/matmul/rerun.py): quick on the
+A short soaked matmul is measured again as a pair (agent/rerun/matmul.py): quick on the
 card still hot from the soak, without the settings and then with them, so that the pair
 differs by the settings and not by heat. Still short without them: the card's. Clear
 without them and the settings costing a share the pair can tell (`PAIR_COST`): the
@@ -197,7 +197,7 @@ def whose_shortfall(shortfall: Shortfall, figures: pd.DataFrame,
 def _unit_reruns(shortfall: Shortfall, node: pd.DataFrame
                  ) -> list[tuple[ShortUnit, pd.Series]] | None:
     """Each short unit's figure with its rerun (a GPU's memory or host copy, a pair's copy
-    one way or both ways: agent/node/memory_rerun.py, links_rerun.py); None unless every
+    one way or both ways: agent/rerun/memory.py, links_rerun.py); None unless every
     one has one."""
     if "rerun_gbs" not in node:
         return None
@@ -275,7 +275,7 @@ def whose_apart(provider: str, host: str, kind: str, what: str, figures: pd.Data
     return Whose("provider", None) if not found else unsettled_words(what, found)
 
 
-# The matmul's pair (agent/matmul/rerun.py): quick figures on the hot card, without the
+# The matmul's pair (agent/rerun/matmul.py): quick figures on the hot card, without the
 # settings and then with them. A settled H100 hops between operating points ~2.3% apart
 # and a quick figure spans them: on lent H100s (bench/records/2026-11-28-h100-matmul-whose)
 # a setting that moves nothing there (CUBLAS_WORKSPACE_CONFIG=:0:0) read -0.6% between
