@@ -424,6 +424,12 @@ def _clean(line: OfferLine, lines: Sequence[OfferLine],
     priced in its currency, and how many cheaper ones have findings against them; no
     price to compare where it has none."""
     if line.tflops is None and line.train_tokens is None and line.decode_tokens is None:
+        elsewhere = [p.elsewhere for p in line.compared or () if p.elsewhere]
+        if elsewhere:
+            # Measured, but not where its variant's other offers were: nothing to rank.
+            return _with(line, "not settled", "measured only at another configuration "
+                         f"than its variant's other offers ({'; '.join(elsewhere)}): probe "
+                         "it again to compare")
         # Nothing against an offer never measured is no reason to buy it.
         return _with(line, "not settled", "nothing measured: its GPUs were fingerprinted "
                                           "only; probe it without --fingerprint-only")

@@ -77,8 +77,15 @@ def test_every_metric_the_dashboard_queries_is_one_fleet_metrics_emits(tmp_path:
     fleet_names = {n for n in used if n.startswith("fleet_")}
     assert fleet_names and fleet_names <= set(samples), fleet_names - set(samples)
     assert all(n.startswith("DCGM_FI_") for n in used - fleet_names), used - fleet_names
-    # Every family with series is on the dashboard, or said here why not.
-    assert set(samples) - fleet_names == {"fleet_node_allreduce_size_bytes"}
+    # Every family with series is on the dashboard, or said here why not: the all-reduce's
+    # size is a label's companion; the host's limits and storage (issue 58) have no panel
+    # yet (the report's section shows them; alerts read them from Prometheus).
+    host = {"fleet_host_collected_timestamp_seconds", "fleet_host_limit",
+            "fleet_host_software_info", "fleet_storage_bytes_per_second",
+            "fleet_storage_small_files_per_second"}
+    apart = set(samples) - fleet_names
+    assert "fleet_node_allreduce_size_bytes" in apart
+    assert apart - host == {"fleet_node_allreduce_size_bytes"}, apart - host
     grouped = set().union(*(grouping_labels(e) for e in exprs))
     assert grouped <= labels, grouped - labels
     # Panels join dcgm-exporter's series on the label both export.
