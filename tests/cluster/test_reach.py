@@ -370,7 +370,7 @@ def test_ctrl_c_stops_the_listener(tmp_path: Path, client_key: Path,
             assert process.poll() is None, process.communicate()
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()

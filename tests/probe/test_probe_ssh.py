@@ -210,12 +210,13 @@ def test_ctrl_c_stops_remote_agents_and_keeps_what_arrived(
         env=workspace.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=workspace.root)
     pidfile = workspace.root / "hang.pid"
-    deadline = time.monotonic() + 60
+    # Bounded generously: on a busy 2-core machine the healthy hosts' agents are slow.
+    deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (
             pidfile.exists() and len(workspace.documents()) == len(GOOD_HOSTS)):
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=60)
+    stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert_good_hosts_stored(workspace)
     hung = next(h for h in json.loads(stdout)["hosts"] if h["host"] == "hang")

@@ -135,7 +135,7 @@ def test_ctrl_c_keeps_what_was_printed_and_stops_a_stuck_reader(tmp_path: Path) 
         printed = [process.stdout.readline() for _ in range(200)]  # two batches of 100
         time.sleep(0.5)  # the third batch waits for the FIFO's reader
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        out, err = process.communicate(timeout=120)
     finally:
         # Opening the FIFO to write fails (ENXIO) unless a process still reads it; a
         # reader left behind is let go by that open, and with it the output pipe it holds.
@@ -147,7 +147,7 @@ def test_ctrl_c_keeps_what_was_printed_and_stops_a_stuck_reader(tmp_path: Path) 
             reader_left = False
         if process.poll() is None:  # a hang fails the test, and must not outlive it
             process.kill()
-            process.communicate(timeout=30)
+            process.communicate(timeout=120)
     assert process.returncode == 130, err
     assert not reader_left, "a reader still had the FIFO open after the command ended"
     printed += out.splitlines(keepends=True)
