@@ -15,6 +15,7 @@ where the sides carry a `Spread`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -54,19 +55,32 @@ class Difference:
     slower: str
 
 
+@dataclass(frozen=True, kw_only=True)
 class Sides:
-    """What any two-provider comparison (the matmul's here, the node suite's in
-    node_gaps.py) reads off its verdict's fields alike."""
+    """Two providers' figures of one kind, compared: the verdict's fields that every suite's
+    comparison (the matmul's, the node suite's, the job suite's) carries alike, each suite's
+    own adding what it was compared within (configuration, variant) and how many units."""
 
-    ratio: float  # slower median / faster median
+    faster: str
+    slower: str
     faster_hosts: int
     slower_hosts: int
-    host_p_adjusted: float | None
-    ranges_separate: bool
-    p_value: float
-    p_adjusted: float
+    faster_median: float
+    slower_median: float
+    ratio: float  # slower median / faster median
     ci_low: float
     ci_high: float
+    p_value: float  # the rank test on the units, two-sided
+    p_adjusted: float  # Holm, over the suite's family of comparisons
+    # Welch's t on per-host log medians, Holm-adjusted; None with fewer than two hosts a
+    # side, where it cannot be run.
+    host_p_adjusted: float | None
+    ranges_separate: bool
+    systematic: bool
+    differences: tuple[Difference, ...]
+    # One host a side: how large a gap (relative to the faster median) repeat runs of the
+    # two hosts could make, 95%; None with two hosts a side or more, or without repeats.
+    repeat_margin: float | None = None
 
     @property
     def gap(self) -> float:
@@ -263,6 +277,10 @@ class Verdict:
     ranges_separate: bool
     systematic: bool
     repeat_margin: float | None  # one host a side, where both samples carry a Repeat
+
+    def fields(self) -> dict[str, Any]:
+        """The verdict as the keyword arguments of a `Sides`."""
+        return dataclasses.asdict(self)
 
 
 def judge(pairs: Sequence[tuple[Sample, Sample]], options: GapOptions) -> list[Verdict]:

@@ -92,29 +92,14 @@ def find_job_stragglers(gpus: Sequence[JobGpu], options: StragglerOptions | None
     return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobComparison(Sides):
     """Two providers' GPUs of one variant and job configuration, compared on tokens/s."""
 
     config: JobConfig
     variant: str
-    faster: str
-    slower: str
     faster_gpus: int
     slower_gpus: int
-    faster_hosts: int
-    slower_hosts: int
-    faster_median: float
-    slower_median: float
-    ratio: float  # slower median / faster median
-    ci_low: float
-    ci_high: float
-    p_value: float
-    p_adjusted: float
-    host_p_adjusted: float | None
-    ranges_separate: bool
-    systematic: bool
-    differences: tuple[Difference, ...]
 
     @property
     def evidence(self) -> str:
@@ -178,10 +163,7 @@ def compare_job_providers(gpus: Sequence[JobGpu], options: GapOptions | None = N
         config=config, variant=variant, faster=fast[0].provider, slower=slow[0].provider,
         faster_gpus=len(fast), slower_gpus=len(slow),
         faster_hosts=len(fast_sample.hosts), slower_hosts=len(slow_sample.hosts),
-        faster_median=v.faster_median, slower_median=v.slower_median, ratio=v.ratio,
-        ci_low=v.ci_low, ci_high=v.ci_high, p_value=v.p_value, p_adjusted=v.p_adjusted,
-        host_p_adjusted=v.host_p_adjusted, ranges_separate=v.ranges_separate,
-        systematic=v.systematic, differences=_differences(fast, slow))
+        differences=_differences(fast, slow), **v.fields())
         for (config, variant, fast, slow), (fast_sample, slow_sample), v in zip(
             pending, samples, judge(samples, options), strict=True)]
 

@@ -67,35 +67,16 @@ from fleet.analysis.matmul.stragglers import repeat_sd
 from fleet.words import counted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison(Sides):
-    """Two providers' GPUs of one group and configuration, compared on throughput."""
+    """Two providers' GPUs of one group and configuration, compared on throughput (the
+    rank test on per-GPU medians)."""
 
     config: Config
     within: str  # "variant" or "listing"
     group: str  # the variant, or the listing's label
-    faster: str
-    slower: str
     faster_gpus: int
     slower_gpus: int
-    faster_hosts: int
-    slower_hosts: int
-    faster_median: float
-    slower_median: float
-    ratio: float  # slower median / faster median
-    ci_low: float
-    ci_high: float
-    p_value: float  # Mann-Whitney on per-GPU medians, two-sided
-    p_adjusted: float  # Holm, over every comparison in the report
-    # Welch's t on per-host log medians, Holm-adjusted; None with fewer than two hosts a
-    # side, where it cannot be run.
-    host_p_adjusted: float | None
-    ranges_separate: bool
-    systematic: bool
-    differences: tuple[Difference, ...]
-    # One host a side: how large a gap (relative to the faster median) repeat runs of
-    # the two hosts could make, 95%; None with two hosts a side or more.
-    repeat_margin: float | None = None
 
     @property
     def evidence(self) -> str:
@@ -261,8 +242,5 @@ def compare_providers(data: Dataset, options: GapOptions | None = None) -> list[
         config=key[0], within=key[1], group=key[2], faster=fast.gpus[0].provider,
         slower=slow.gpus[0].provider, faster_gpus=len(fast.gpus), slower_gpus=len(slow.gpus),
         faster_hosts=len(fast.hosts), slower_hosts=len(slow.hosts),
-        faster_median=v.faster_median, slower_median=v.slower_median, ratio=v.ratio,
-        ci_low=v.ci_low, ci_high=v.ci_high, p_value=v.p_value, p_adjusted=v.p_adjusted,
-        host_p_adjusted=v.host_p_adjusted, ranges_separate=v.ranges_separate,
-        systematic=v.systematic, differences=_explain(fast, slow), repeat_margin=v.repeat_margin)
+        differences=_explain(fast, slow), **v.fields())
         for (key, fast, slow), v in zip(pending, verdicts, strict=True)]

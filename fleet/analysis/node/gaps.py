@@ -27,29 +27,14 @@ from fleet.analysis.node.figures import HOST_LINK_KINDS, NodeConfig, link_text, 
 from fleet.words import counted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeComparison(Sides):
     """Two providers' figures of one variant and node configuration, compared."""
 
     config: NodeConfig
     variant: str
-    faster: str
-    slower: str
     faster_units: int
     slower_units: int
-    faster_hosts: int
-    slower_hosts: int
-    faster_median: float
-    slower_median: float
-    ratio: float  # slower median / faster median
-    ci_low: float
-    ci_high: float
-    p_value: float
-    p_adjusted: float
-    host_p_adjusted: float | None
-    ranges_separate: bool
-    systematic: bool
-    differences: tuple[Difference, ...]
 
     @property
     def evidence(self) -> str:
@@ -125,8 +110,5 @@ def compare_node_figures(figures: pd.DataFrame, options: GapOptions | None = Non
             config=config, variant=variant, faster=fast, slower=slow,
             faster_units=len(fast_sample.values), slower_units=len(slow_sample.values),
             faster_hosts=len(fast_sample.hosts), slower_hosts=len(slow_sample.hosts),
-            faster_median=v.faster_median, slower_median=v.slower_median, ratio=v.ratio,
-            ci_low=v.ci_low, ci_high=v.ci_high, p_value=v.p_value, p_adjusted=v.p_adjusted,
-            host_p_adjusted=v.host_p_adjusted, ranges_separate=v.ranges_separate,
-            systematic=v.systematic, differences=differences))
+            differences=differences, **v.fields()))
     return found
