@@ -199,9 +199,10 @@ def test_quick_and_burst_are_cool_start_figures() -> None:
     env = dict(os.environ, FLEET_NVML_REPLAY=str(
         ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
     for flags in (["--quick"], ["--pause-ms", "1"]):
+        # The matmul alone: the suites after it have tests of their own.
         proc = subprocess.run(
-            [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s",
-             "0.2", "--max-warmup-s", "0.3", "--max-total-s", "0.8", *flags],
+            [sys.executable, "-m", "agent", "bench", "--cpu", "--suite", "gemm", "--size", "64",
+             "--measure-s", "0.2", "--max-warmup-s", "0.3", "--max-total-s", "0.8", *flags],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
         result = parse_document(json.loads(proc.stdout.splitlines()[-1])["document"],
                                 "agent bench").benchmarks[0]
@@ -545,9 +546,9 @@ def test_the_agents_flush_flags(flags: list[str], refused: bool) -> None:
     env = dict(os.environ, FLEET_NVML_REPLAY=str(
         ROOT / "tests/fixtures/gpus/h100-sxm5-passthrough/nvml-recording.json"))
     proc = subprocess.run(
-        [sys.executable, "-m", "agent", "bench", "--cpu", "--size", "64", "--measure-s", "0.2",
-         "--max-warmup-s", "0.3", "--max-total-s", "0.8", "--quick", *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        [sys.executable, "-m", "agent", "bench", "--cpu", "--suite", "gemm", "--size", "64",
+         "--measure-s", "0.2", "--max-warmup-s", "0.3", "--max-total-s", "0.8", "--quick",
+         *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     if refused:
         assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
     else:

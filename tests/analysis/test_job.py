@@ -170,12 +170,13 @@ def test_a_fast_matmul_whose_job_stays_at_the_median_is_no_shortfall() -> None:
 
 def test_healthy_crowds_raise_nothing_and_a_five_percent_fall_is_found() -> None:
     """Sixteen GPUs on four hosts, job and matmul each 0.5% sd GPU to GPU (wider than the
-    0.3% a job run knows itself to, about the H100's matmul repeat sd): no finding on 200
-    healthy crowds; a GPU whose training step falls 5% with its matmul whole is found on
-    nearly every draw."""
+    0.3% a job run knows itself to, about the H100's matmul repeat sd): no finding on 60
+    healthy crowds (0 of 200 when measured with more); a GPU whose training step falls 5%
+    with its matmul whole is found on nearly every draw."""
     rng = random.Random(5)
     false_flags = found = 0
-    for _ in range(200):
+    draws = 60
+    for _ in range(draws):
         rows, figures = crowd(rng, sd=0.005, hosts=4)
         gpus = gpus_of(rows, figures)
         false_flags += len(find_job_shortfalls(gpus)) + len(find_job_stragglers(gpus))
@@ -183,7 +184,7 @@ def test_healthy_crowds_raise_nothing_and_a_five_percent_fall_is_found() -> None
         found += any((s.host, s.gpu_index) == ("a-3", 2)
                      for s in find_job_shortfalls(gpus_of(rows, figures)))
     assert false_flags == 0
-    assert found >= 190
+    assert found >= 0.95 * draws
 
 
 def test_contended_unsoaked_wrong_and_shared_results_are_left_out() -> None:

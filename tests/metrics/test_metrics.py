@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_fami
 import fleet
 from fleet.findings.kinds import FINDING_KINDS
 from fleet.metrics import MAX_LABEL, SIDES, metrics_text
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, fleet_in_process
 
 NODE = FIXTURES / "nodes" / "h200-sxm-x4-lent" / "document.json"
 JOBS = FIXTURES / "jobs" / "h100x2-lent" / "document.json"
@@ -182,8 +182,9 @@ def test_the_text_format_holds_the_same_series(filled: str) -> None:
 
 
 def fleet_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, check=False)
+    """`fleet ARGS` in this process (tests/conftest.py): each answers at once."""
+    code, out, err = fleet_in_process(args, dict(os.environ), ROOT)
+    return subprocess.CompletedProcess(["fleet", *args], code, out, err)
 
 
 def test_fleet_metrics_prints_and_writes_a_file(filled: str, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import yaml
 from sqlalchemy import create_engine, select
 
 from fleet.store.models import Document, Host, HostError, Provider
-from tests.conftest import GPU_CASES, ROOT
+from tests.conftest import GPU_CASES, ROOT, fleet_in_process
 from tests.probe.sshd import SshServer, generate_key, sshd_missing, start_servers
 
 # The four good hosts: name -> (recording, what the listing promised). The A100 PCIe host
@@ -187,36 +187,29 @@ class Workspace:
         env.update(self.env_extra)
         return env
 
-    def fleet(self, *args: str, timeout: float = PROBE_TIMEOUT_S) -> Result:
+    def fleet(self, *args: str, timeout: float = PROBE_TIMEOUT_S, process: bool = False
+              ) -> Result:
+        """`fleet ARGS` with the workspace's environment and directory: in this process
+        (`fleet_in_process`) unless `process`, where the command's own process is what is
+        tested (its exit, its signals, what it leaves behind). A process of its own costs
+        4-5 s of CPU importing fleet on a 2-core machine; `timeout` bounds only those."""
+        if not process:
+            return self.fleet_in_process(*args)
         self.home.mkdir(parents=True, exist_ok=True)
         done = subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=self.env(),
                               capture_output=True, text=True, timeout=timeout, cwd=self.root)
         return Result(done.returncode, done.stdout, done.stderr)
 
     def fleet_in_process(self, *args: str) -> Result:
-        """`fleet ARGS` run by click's test runner in this process, with the workspace's
-        environment and directory: for commands that answer or refuse at once, where a
-        process of their own (~1.5 s of imports) is not what is tested."""
-        from click.testing import CliRunner
-
-        from fleet.cli import main
-
+        """`fleet ARGS` in this process (tests/conftest.py `fleet_in_process`), with the
+        workspace's environment and directory."""
         self.home.mkdir(parents=True, exist_ok=True)
-        env: dict[str, str | None] = {name: None for name in os.environ}
-        env.update(self.env())
-        before = Path.cwd()
-        os.chdir(self.root)
-        try:
-            done = CliRunner().invoke(main, list(args), env=env)
-        finally:
-            os.chdir(before)
-        if done.exception is not None and not isinstance(done.exception, SystemExit):
-            raise done.exception
-        return Result(done.exit_code, done.stdout, done.stderr)
+        return Result(*fleet_in_process(args, self.env(), self.root))
 
-    def probe(self, inventory: Path, *args: str, timeout: float = PROBE_TIMEOUT_S) -> Result:
+    def probe(self, inventory: Path, *args: str, timeout: float = PROBE_TIMEOUT_S,
+              process: bool = False) -> Result:
         return self.fleet("probe", str(inventory), "--db", str(self.db), "--json", *args,
-                          timeout=timeout)
+                          timeout=timeout, process=process)
 
     def documents(self) -> dict[str, list[Any]]:
         """Stored documents by provider/host."""

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, select
 from fleet.store.models import BenchmarkResult
 from fleet.transport.local import machine_environment
 from tests.conftest import ROOT
-from tests.probe.conftest import GOOD_HOSTS, Workspace, recording, variant_labels
+from tests.probe.conftest import Workspace, recording, variant_labels
 
 
 def test_readme_first_command_probes_this_machine(workspace: Workspace) -> None:
@@ -66,12 +66,13 @@ def test_the_agent_runs_with_this_machines_python3_unless_fleets_has_torch(
     inventory = workspace.root / "local.yaml"
     inventory.write_text("providers:\n  this-machine:\n    transport: local\n    hosts:\n"
                          f"      localhost: {{cache_dir: {workspace.cache}}}\n")
-    result = workspace.probe(inventory, "--fingerprint-only")
+    # Processes of their own: which Python they pick follows from their PATH and venv.
+    result = workspace.probe(inventory, "--fingerprint-only", process=True)
     assert result.returncode == 0, result.stderr
     [(_hostname, _gpus, body)] = workspace.documents()["this-machine/localhost"]
     probed_with = body["host"]["python_executable"]
     # `fleet fingerprint` and `fleet bench` pick the same way.
-    result = workspace.fleet("fingerprint", "--document", "--no-torch")
+    result = workspace.fleet("fingerprint", "--document", "--no-torch", process=True)
     assert result.returncode == 0, result.stderr
     fingerprinted_with = json.loads(result.stdout)["host"]["python_executable"]
     if fleet_has_torch:
@@ -224,17 +225,21 @@ def test_hostile_document_is_rejected_whole(attack: str, workspace: Workspace,
         mutate(document)
     script = _hostile_agent(workspace, document, "hostile",
                             extra_lines=1 if attack == "second document" else 0)
-    hosts = workspace.good_hosts()
-    hosts["evil/host"] = workspace.ssh_host(workspace.servers[0], python=str(script))
-    result = workspace.probe(workspace.inventory(hosts), "--fingerprint-only",
-                             "--accept-new-host-keys")
+    # One good host beside it (the whole set in test_probe_ssh.py): what it sent is kept.
+    good, spec = next(iter(workspace.good_hosts().items()))
+    hosts = {good: spec, "evil/host": workspace.ssh_host(workspace.servers[0],
+                                                         python=str(script))}
+    # In this process: what is tested is the validation, not the command's process.
+    result = workspace.fleet_in_process("probe", str(workspace.inventory(hosts)), "--db",
+                                        str(workspace.db), "--json", "--fingerprint-only",
+                                        "--accept-new-host-keys")
     assert result.returncode == 3, result.stderr
     host = result.host("evil/host")
     assert (host["stage"], host["ok"]) == (stage, False)
     assert names in host["reason"]
     assert len(host["reason"]) < 2000, "a hostile value must not be echoed whole"
     assert "evil/host" not in workspace.documents()
-    assert set(workspace.documents()) == set(GOOD_HOSTS)
+    assert set(workspace.documents()) == {good}
 
 
 def test_markup_escapes_and_script_from_a_host_are_stored_and_shown_as_text(

@@ -206,11 +206,11 @@ def test_a_node_that_lost_two_nvlink_links_stands_apart() -> None:
 
 
 def test_healthy_nodes_rarely_stand_apart_from_their_variant() -> None:
-    """500 draws of a variant's eight 8-GPU nodes (pairs 0.5% apart between nodes, the
+    """150 draws of a variant's eight 8-GPU nodes (pairs 0.5% apart between nodes, the
     all-reduce 2%): no node called in any (0 of 1,000 measured drawing them one by one).
     Two NVLink links lost on one node are called on its pairs in 98.8% of those 1,000
     draws, on its all-reduce (11% lower, against the all-reduce's 2% spread) in 64.5%."""
-    draws = 500
+    draws = 150
     nodes = [node for d in range(draws) for node in fleet_of(
         f"d{d}", 8, d * 8 + 1, gpus=8, variant=f"H100 SXM5 80GB #{d}", gpu_sd=0.002,
         node_sd=0.005, busbw_sd=0.02)]
@@ -287,13 +287,13 @@ def test_a_provider_whose_memory_runs_five_percent_slower_is_a_gap() -> None:
 
 
 def test_providers_from_one_distribution_are_rarely_a_node_gap() -> None:
-    """The memory copy, 4 hosts x 4 GPUs a side (nodes 1% apart, GPUs 0.3%), 200 draws:
-    none called; a 5% slower provider called in every draw. Over every figure of the
-    suite at once (8 comparisons a draw, one Holm family; the all-reduce 2% apart between
-    nodes), 0 of 300 draws called anything, and the 5% slower memory was called in 280
-    of 300: Holm's correction over eight figures costs power."""
+    """The memory copy, 4 hosts x 4 GPUs a side (nodes 1% apart, GPUs 0.3%), 60 draws (200
+    when measured): none called; a 5% slower provider called in every draw. Over every
+    figure of the suite at once (8 comparisons a draw, one Holm family; the all-reduce 2%
+    apart between nodes), 0 of 300 draws called anything, and the 5% slower memory was
+    called in 280 of 300: Holm's correction over eight figures costs power."""
     flagged = caught = 0
-    draws = 200
+    draws = 60
     for seed in range(draws):
         nodes = (fleet_of("a", 4, 1, gpu_sd=0.003, node_sd=0.01)
                  + fleet_of("b", 4, 11, gpu_sd=0.003, node_sd=0.01))

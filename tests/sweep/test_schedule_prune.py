@@ -30,7 +30,7 @@ from fleet.sweep.schedule import (
     sh_env,
     systemd_env,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, fleet_in_process
 from tests.probe.conftest import Workspace
 from tests.store import factory
 
@@ -72,14 +72,15 @@ def private(path: Path) -> bool:
 
 
 def run_fleet(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`fleet` with the test's own HOME, state directory and crontab file, none of the
-    caller's FLEET_* (so never the user's own crontab or store)."""
+    """`fleet` in this process (each of these answers or refuses at once), with the test's
+    own HOME, state directory and crontab file, none of the caller's FLEET_* (so never the
+    user's own crontab or store)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "XDG_"))}
     base.update(HOME=str(tmp_path / "home"), XDG_STATE_HOME=str(tmp_path / "state"),
                 FLEET_CRONTAB=str(tmp_path / "crontab"), PYTHONPATH=str(ROOT), COLUMNS="200")
     base.update(env)
-    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=base, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    code, out, err = fleet_in_process(args, base, tmp_path)
+    return subprocess.CompletedProcess(["fleet", *args], code, out, err)
 
 
 def test_schedule_install_show_remove_with_cron_and_systemd(workspace: Workspace) -> None:
@@ -94,9 +95,9 @@ def test_schedule_install_show_remove_with_cron_and_systemd(workspace: Workspace
     db = "./fleet.db"
     # A % in a path: cron would cut the command there unless it is escaped.
     log = workspace.root / "logs%d" / "sweep.log"
-    done = workspace.fleet("schedule", "install", "--cron", "0 3 * * *", str(inventory),
-                           "--db", db, "--log", str(log), "--keep-samples-days", "14",
-                           "--sweep-args", "--fingerprint-only --accept-new-host-keys")
+    done = workspace.fleet_in_process("schedule", "install", "--cron", "0 3 * * *", str(inventory),
+                                      "--db", db, "--log", str(log), "--keep-samples-days", "14",
+                                      "--sweep-args", "--fingerprint-only --accept-new-host-keys")
     assert done.returncode == 0, done.stderr
     text = crontab.read_text()
     assert text.startswith("MAILTO=ops@example.com\n0 1 * * * backup.sh\n")
@@ -109,13 +110,13 @@ def test_schedule_install_show_remove_with_cron_and_systemd(workspace: Workspace
     assert f"set -a; . {env_file}; set +a; " in line
     assert sourced(env_file, "FLEET_DB") == f"sqlite:///{workspace.db}" and private(env_file)
     # Installing again replaces the entry instead of adding a second.
-    assert workspace.fleet("schedule", "install", "--cron", "30 2 * * *", str(inventory),
-                           "--db", db, "--log", str(log)).returncode == 0
+    assert workspace.fleet_in_process("schedule", "install", "--cron", "30 2 * * *", str(inventory),
+                                      "--db", db, "--log", str(log)).returncode == 0
     assert crontab.read_text().count("# fleet schedule: sweep nightly") == 1
     units = workspace.root / "units"
-    done = workspace.fleet("schedule", "install", "--systemd", "--cron", "0 3 * * 1-5",
-                           str(inventory), "--db", db, "--unit-dir", str(units),
-                           "--name", "weekdays")
+    done = workspace.fleet_in_process("schedule", "install", "--systemd", "--cron", "0 3 * * 1-5",
+                                      str(inventory), "--db", db, "--unit-dir", str(units),
+                                      "--name", "weekdays")
     assert done.returncode == 0, done.stderr
     timer = (units / "fleet-sweep-weekdays.timer").read_text()
     assert "OnCalendar=Mon..Fri *-*-* 3:0:00" in timer
@@ -127,15 +128,15 @@ def test_schedule_install_show_remove_with_cron_and_systemd(workspace: Workspace
     assert "loginctl enable-linger $USER" in done.stdout
     assert ("systemctl --user daemon-reload && systemctl --user enable --now "
             "fleet-sweep-weekdays.timer") in done.stdout
-    shown = workspace.fleet("schedule", "show", "--unit-dir", str(units))
+    shown = workspace.fleet_in_process("schedule", "show", "--unit-dir", str(units))
     assert "cron  nightly: 30 2 * * *" in shown.stdout
     assert "fleet-sweep-weekdays.timer" in shown.stdout
 
     # The scheduled command itself, as cron would run it: sweep, prune, both logged.
     (command,) = [ln for ln in crontab.read_text().splitlines() if ln.startswith("30 2")]
-    assert workspace.fleet("schedule", "install", "--cron", "30 2 * * *", str(inventory),
-                           "--db", db, "--log", str(log), "--sweep-args",
-                           "--fingerprint-only --accept-new-host-keys").returncode == 0
+    assert workspace.fleet_in_process("schedule", "install", "--cron", "30 2 * * *", str(inventory),
+                                      "--db", db, "--log", str(log), "--sweep-args",
+                                      "--fingerprint-only --accept-new-host-keys").returncode == 0
     (command,) = [ln for ln in crontab.read_text().splitlines() if ln.startswith("30 2")]
     # From another directory, as cron runs it (from $HOME), with no FLEET_DB of its own:
     # the store comes from the environment file.
@@ -152,17 +153,18 @@ def test_schedule_install_show_remove_with_cron_and_systemd(workspace: Workspace
     report = log.with_suffix(".html")
     assert f"Report: {report}" in logged and "History of sweep nightly" in report.read_text()
 
-    assert workspace.fleet("schedule", "remove", "--unit-dir", str(units)).returncode == 0
+    assert workspace.fleet_in_process("schedule", "remove", "--unit-dir",
+                                      str(units)).returncode == 0
     assert "fleet schedule" not in crontab.read_text()
     assert not env_file.exists()
     assert crontab.read_text().startswith("MAILTO=ops@example.com\n")
-    removed = workspace.fleet("schedule", "remove", "--name", "weekdays", "--unit-dir",
-                              str(units))
+    removed = workspace.fleet_in_process("schedule", "remove", "--name", "weekdays", "--unit-dir",
+                                         str(units))
     assert removed.returncode == 0
     assert "systemctl --user disable --now fleet-sweep-weekdays.timer" in removed.stdout
     assert not list(units.iterdir())
-    missing = workspace.fleet("schedule", "remove", "--name", "nope", "--unit-dir",
-                              str(units))
+    missing = workspace.fleet_in_process("schedule", "remove", "--name", "nope", "--unit-dir",
+                                         str(units))
     assert missing.returncode == 2 and "no scheduled sweep named 'nope'" in missing.stderr
 
 
@@ -177,7 +179,7 @@ def test_the_store_and_percent_signs_are_fixed_at_install(workspace: Workspace) 
     url = "postgresql://fleet:pa%25ss@db.internal:5432/fleet"
     workspace.env_extra["FLEET_DB"] = url
     inventory = workspace.inventory({"lambda/a": workspace.ssh_host(workspace.servers[0])})
-    done = workspace.fleet("schedule", "install", str(inventory))
+    done = workspace.fleet_in_process("schedule", "install", str(inventory))
     assert done.returncode == 0, done.stderr
     line = crontab.read_text().splitlines()[-1]
     assert "25ss" not in line and "db.internal" not in line and "--db" not in line
@@ -186,14 +188,15 @@ def test_the_store_and_percent_signs_are_fixed_at_install(workspace: Workspace) 
     assert private(env_file)
     assert "pa%25ss" not in done.stdout and "fleet:***@db.internal" in done.stdout
     assert stat.S_IMODE(crontab.stat().st_mode) == 0o600
-    shown = workspace.fleet("schedule", "show", "--unit-dir", str(workspace.root / "none"))
+    shown = workspace.fleet_in_process("schedule", "show", "--unit-dir",
+                                       str(workspace.root / "none"))
     assert "cron  nightly" in shown.stdout and "25ss" not in shown.stdout
     # Which store it sweeps into, read back from the environment file, password hidden.
     assert "FLEET_DB=postgresql+psycopg://fleet:***@db.internal:5432/fleet" in shown.stdout
 
     units = workspace.root / "units%i"
-    done = workspace.fleet("schedule", "install", "--systemd", str(inventory),
-                           "--unit-dir", str(units))
+    done = workspace.fleet_in_process("schedule", "install", "--systemd", str(inventory),
+                                      "--unit-dir", str(units))
     assert done.returncode == 0, done.stderr
     assert "pa%25ss" not in done.stdout
     service = units / "fleet-sweep-nightly.service"
@@ -203,7 +206,7 @@ def test_the_store_and_percent_signs_are_fixed_at_install(workspace: Workspace) 
     assert "25ss" not in service.read_text() and "db.internal" not in service.read_text()
     assert systemd_env_value(unit_env.read_text(), "FLEET_DB") == (
         "postgresql+psycopg://fleet:pa%25ss@db.internal:5432/fleet")
-    shown = workspace.fleet("schedule", "show", "--unit-dir", str(units))
+    shown = workspace.fleet_in_process("schedule", "show", "--unit-dir", str(units))
     assert "FLEET_DB=postgresql+psycopg://fleet:***@db.internal:5432/fleet" in (
         shown.stdout.split("systemd", 1)[1]) and "25ss" not in shown.stdout
     assert f"EnvironmentFile={workspace.root}/units%%i/fleet-sweep-nightly.env\n" in (
