@@ -281,9 +281,10 @@ def test_probe_over_local_transport_lands_in_the_store(tmp_path: Path,
     # The recording's GPU 5 is capped at 500 W.
     assert fp.set_index("gpu_index").power_limit_w[5] == 500.0
     assert store.results().empty
-    # A CPU smoke benchmark (no GPU here): one cool-start result, at the listed price.
+    # A CPU smoke benchmark (no GPU here): one cool-start result, at the listed price (the
+    # matmul alone: the suites after it have tests of their own).
     bench = fleet.BenchOptions(cpu=True, m=128, n=128, k=128, quick=True, measure_s=0.3,
-                               max_warmup_s=0.5, max_total_s=2.0)
+                               max_warmup_s=0.5, max_total_s=2.0, suite="gemm")
     done = store.probe(str(inventory), fleet.ProbeOptions(bench=bench))
     assert done.hosts[0].ok, done.hosts[0].reason
     results = store.results()
