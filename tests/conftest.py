@@ -27,13 +27,6 @@ PY38_ENV = "FLEET_TEST_PY38"
 UNGROUPED = pytest.StashKey[str]()
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than there are cores. Much of a test's time is spent
-    waiting on what it started (sshd hosts, agents, brokers, timeouts it must see pass):
-    with one worker a core, a 2-core machine was busy 74% of CI's run (2026-11-29, `time
-    .ci/run`: 37.5 CPU-minutes in 25.3 minutes)."""
-    return (os.cpu_count() or 1) + 1
-
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
