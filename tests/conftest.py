@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import faulthandler
 import glob
 import os
 import shutil
@@ -27,7 +28,6 @@ PY38_ENV = "FLEET_TEST_PY38"
 UNGROUPED = pytest.StashKey[str]()
 
 
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests that pytest-xdist's loadgroup failed to group: it marks a grouped
@@ -50,12 +50,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(item.stash[UNGROUPED], pytrace=False)
 
 
-def fleet_in_process(args: Sequence[str], env: Mapping[str, str], cwd: Path
-                     ) -> tuple[int, str, str]:
+def fleet_in_process(args: Sequence[str], env: Mapping[str, str], cwd: Path,
+                     timeout: float = 600.0) -> tuple[int, str, str]:
     """`fleet ARGS` run by click's test runner in this process, with exactly `env` as its
-    environment and `cwd` as its directory: exit code, stdout, stderr. For commands that
-    answer or refuse at once, where a process of their own is not what is tested: each
-    `python -m fleet.cli` spent 4-5 s of CPU importing fleet on a 2-core machine."""
+    environment and `cwd` as its directory: exit code, stdout, stderr. For commands whose
+    own process is not what is tested: each `python -m fleet.cli` spent 4-5 s of CPU
+    importing fleet on a 2-core machine. A command still running after `timeout` seconds
+    ends the worker with every thread's stack (faulthandler), as a hung subprocess would
+    fail its test, instead of holding CI to its cut."""
     from click.testing import CliRunner
 
     from fleet.cli import main
@@ -64,9 +66,11 @@ def fleet_in_process(args: Sequence[str], env: Mapping[str, str], cwd: Path
     whole.update(env)
     before = Path.cwd()
     os.chdir(cwd)
+    faulthandler.dump_traceback_later(timeout, exit=True)
     try:
         done = CliRunner().invoke(main, list(args), env=whole)
     finally:
+        faulthandler.cancel_dump_traceback_later()
         os.chdir(before)
     if done.exception is not None and not isinstance(done.exception, SystemExit):
         raise done.exception

@@ -275,13 +275,13 @@ def test_the_scripts_take_inventory_values_as_arguments(tmp_path: Path) -> None:
 
 def fleet(home: Path, *args: str, timeout: float = 120, process: bool = False
           ) -> subprocess.CompletedProcess[str]:
-    """`fleet ARGS` run from `home`: in this process (tests/conftest.py) unless `process`,
-    where the command's own process is what is tested; `timeout` bounds only those."""
+    """`fleet ARGS` run from `home` within `timeout`: in this process (tests/conftest.py)
+    unless `process`, where the command's own process is what is tested."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("SSH_AUTH_SOCK", "FLEET_DB", "XDG_CONFIG_HOME", "XDG_DATA_HOME")}
     env.update(HOME=str(home / "home"), COLUMNS="80", PYTHONPATH=str(ROOT))
     if not process:
-        code, out, err = fleet_in_process(args, env, home)
+        code, out, err = fleet_in_process(args, env, home, timeout)
         return subprocess.CompletedProcess(["fleet", *args], code, out, err)
     return subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=home)

@@ -189,12 +189,13 @@ class Workspace:
 
     def fleet(self, *args: str, timeout: float = PROBE_TIMEOUT_S, process: bool = False
               ) -> Result:
-        """`fleet ARGS` with the workspace's environment and directory: in this process
-        (`fleet_in_process`) unless `process`, where the command's own process is what is
-        tested (its exit, its signals, what it leaves behind). A process of its own costs
-        4-5 s of CPU importing fleet on a 2-core machine; `timeout` bounds only those."""
+        """`fleet ARGS` with the workspace's environment and directory, within `timeout`:
+        in this process (`fleet_in_process`) unless `process`, where the command's own
+        process is what is tested (its exit, its signals, what it leaves behind). A process
+        of its own costs 4-5 s of CPU importing fleet on a 2-core machine."""
         if not process:
-            return self.fleet_in_process(*args)
+            self.home.mkdir(parents=True, exist_ok=True)
+            return Result(*fleet_in_process(args, self.env(), self.root, timeout))
         self.home.mkdir(parents=True, exist_ok=True)
         done = subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=self.env(),
                               capture_output=True, text=True, timeout=timeout, cwd=self.root)
