@@ -21,6 +21,10 @@ item 4). On one GPU, every figure from CUDA events over many steps:
   and values to every query head (repeat_interleave), which the suite does not.
 
     python3 bench/decode_latency.py --gptfast .gptfast/model.py --out decode.json
+    python3 bench/decode_latency.py --point bandwidth --out bandwidth.json
+
+`--point bandwidth` looks at the suite's other point (128 x 8,192) the same way, without
+the batch-1 products alone and without gpt-fast (its repeated cache would not fit).
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.job.decode import Decoder
-from agent.job.transformer import DECODE_LATENCY
+from agent.job.transformer import DECODE_POINTS
 
-SHAPE = DECODE_LATENCY
+SHAPE = DECODE_POINTS["latency"]
 BYTES = SHAPE.decode_bytes_per_step(2)
+ITERATIONS = 2000  # steps timed: 200 at the bandwidth point, whose step is ~4 ms
 
 
 def timed_ms(step: Callable[[], Any], iterations: int, warmup: int = 50) -> float:
@@ -52,8 +57,8 @@ def timed_ms(step: Callable[[], Any], iterations: int, warmup: int = 50) -> floa
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    stop = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     start.record()
     for _ in range(iterations):
         step()
@@ -155,7 +160,7 @@ def compiled_suite() -> dict[str, Any]:
     fast = torch.compile(step, fullgraph=False)
     started = time.perf_counter()
     with torch.no_grad():
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
@@ -166,7 +171,7 @@ def compiled_suite() -> dict[str, Any]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fast()
-        ms = timed_ms(graph.replay, 2000)
+        ms = timed_ms(graph.replay, ITERATIONS)
         kernels = profiled(graph.replay, 20)
     return {**figures(ms), "compile_s": round(compile_s, 1), "kernels": kernels}
 
@@ -219,8 +224,13 @@ def gptfast(path: str, compiled: bool) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gptfast", help="gpt-fast's model.py")
+    parser.add_argument("--point", choices=sorted(DECODE_POINTS), default="latency")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    global SHAPE, BYTES, ITERATIONS
+    SHAPE = DECODE_POINTS[args.point]
+    BYTES = SHAPE.decode_bytes_per_step(2)
+    ITERATIONS = 2000 if args.point == "latency" else 200
     found: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                              "shape": SHAPE.as_dict(), "bytes_a_step": BYTES}
     steps: list[tuple[str, Callable[[], Any]]] = [("copy_gbs", lambda: round(copy_gbs(), 1))]
@@ -228,15 +238,17 @@ def main() -> int:
         def one(attention: str = attention) -> dict[str, Any]:
             replayed = suite(attention, graph=True)
             with torch.no_grad():
-                result = {**figures(timed_ms(replayed.step, 2000)),
+                result = {**figures(timed_ms(replayed.step, ITERATIONS)),
                           "replayed": profiled(replayed.step, 20)}
                 eager = suite(attention, graph=False)
-                result["eager_ms"] = round(timed_ms(eager.step, 500), 4)
+                result["eager_ms"] = round(timed_ms(eager.step, ITERATIONS // 4), 4)
                 result["eager"] = profiled(eager.step, 20)
             return result
         steps.append((f"suite_{attention}", one))
-    steps += [("gemv", gemv_figures), ("compiled_suite", compiled_suite)]
-    if args.gptfast:
+    if args.point == "latency":
+        steps.append(("gemv", gemv_figures))
+    steps.append(("compiled_suite", compiled_suite))
+    if args.gptfast and args.point == "latency":
         steps += [("gptfast_eager", lambda: gptfast(args.gptfast, False)),
                   ("gptfast_compiled", lambda: gptfast(args.gptfast, True))]
     for name, step in steps:

@@ -75,13 +75,20 @@ def test_an_ssh_alias_and_rendezvous_address_are_the_addresses_tested(
 
 def test_a_pairs_port_taken_is_no_go_naming_the_meeting_point(
         home: Path, client_key: Path, servers: list[SshServer]) -> None:  # noqa: F811
-    port = free_port()
+    # h2's meeting point is the port after the rendezvous's: take a pair of ports both
+    # free (a free port's next one may be another test's, as CI found).
+    for _ in range(50):
+        port = free_port()
+        taken = socket.socket()
+        try:
+            taken.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            taken.close()
     path = write_inventory(home, client_key, {
         "h1": ssh(servers[0]), "h2": ssh(servers[1]), "here": {"transport": "local"}},
         {"rendezvous_port": port})
-    taken = socket.socket()
     try:
-        taken.bind(("127.0.0.1", port + 1))  # h2's meeting point
         taken.listen()
         result = check(path)
     finally:
