@@ -85,6 +85,8 @@ def test_a_pairs_port_taken_is_no_go_naming_the_meeting_point(
             break
         except OSError:
             taken.close()
+    else:
+        pytest.fail("no two free ports in a row on 127.0.0.1 in 50 tries", pytrace=False)
     path = write_inventory(home, client_key, {
         "h1": ssh(servers[0]), "h2": ssh(servers[1]), "here": {"transport": "local"}},
         {"rendezvous_port": port})
