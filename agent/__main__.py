@@ -73,10 +73,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                             "holds (default %(default)s)")
     bench.add_argument(
         "--job-compile", action="store_true",
-        help="the job suite's training step under torch.compile too, beside eager: with "
-             "the backend the node's eager figures made fastest, gated against float32 "
-             "as the backends are, its compile time recorded apart (a cold compile is "
-             "20-40 s a GPU, past the stage's minute: not by default)")
+        help="the job suite's training step and decode under torch.compile too, beside "
+             "eager: each with the backend the node's eager figures made fastest, gated "
+             "against float32 as the backends are, compile times recorded apart (cold "
+             "compiles are 20-40 s a GPU, past the stage's minute: not by default)")
     bench.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
     bench.add_argument("--size", type=int, default=DEFAULT_SIZE,
                        help=f"M = N = K (default {DEFAULT_SIZE})")

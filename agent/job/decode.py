@@ -21,11 +21,21 @@ plain script handing it the heads natively, and flash 1.1% less
 The gate: the same step at a small shape in bf16 with the pinned backend and in float32
 with the attention written out, from the same weights, input and cache: the output within
 `agent.job.train_step.TOLERANCE` of float32's, and finite.
+
+Compiled (`Decoder.compile`, where the suite is asked to compile): the whole step through
+torch.compile (inductor on a GPU, the backend traced in, static shapes, one graph), then
+captured in a CUDA graph and replayed as the eager step is. At one sequence the eager
+step's ~90 small kernels (norms, RoPE, cache writes, SwiGLU, adds) were a fifth of its
+time and inductor fuses them: +18.7% tokens/s at the latency point on a lent H200, +1.2%
+at the bandwidth point, where attention's read of the cache is most of the step
+(bench/records/2026-11-29-h200-decode-latency). gpt-fast, the field's reference for
+decode in PyTorch, compiles its decode step whole in the same way.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -36,6 +46,7 @@ from agent.job.transformer import (
     Shape,
     Stack,
     attention_backend,
+    compile_backend,
     paired,
     relative_error,
     rope_cache,
@@ -76,19 +87,63 @@ class Decoder:
         self.graph: Optional[Any] = None
         self.graphs: Dict[str, Any] = {}
         self.graphed = graph
+        # The step through torch.compile (`compile`), its backend, and whether `step`
+        # runs it.
+        self.compiled_step: Optional[Callable[[], torch.Tensor]] = None
+        self.compiled_attention: Optional[str] = None
+        self.compile_s: Optional[float] = None
+        self.compiled = False
         self.use(attention, gqa)
 
     def use(self, attention: str, gqa: str = GQA_NATIVE) -> None:
-        """Decode with `attention`, handed grouped-query attention as `gqa`, from now on:
-        its graph, captured the first time (one form a backend)."""
+        """Decode eager with `attention`, handed grouped-query attention as `gqa`, from now
+        on: its graph, captured the first time (one form a backend)."""
         self.attention = attention
         self.gqa = gqa
+        self.compiled = False
+        self._use_graph(attention, self._eager)
+
+    def _use_graph(self, key: str, run: Callable[[], None]) -> None:
         if not self.graphed:
+            self.graph = None
             return
-        if attention not in self.graphs:
-            self._capture()
-            self.graphs[attention] = self.graph
-        self.graph = self.graphs[attention]
+        if key not in self.graphs:
+            self._capture(run)
+            self.graphs[key] = self.graph
+        self.graph = self.graphs[key]
+
+    def compile(self, attention: str, gqa: str, synchronize: Callable[[], None]) -> float:
+        """Compile the step with `attention` traced in and grouped-query attention handed
+        over as `gqa` (the eager step's forms), and run it once: the seconds that took,
+        the compile in them (also `compile_s`). `use_compiled` then decodes with it."""
+        model, x, rope, caches, slot = self.model, self.x, self.rope, self.caches, self.slot
+
+        def step() -> torch.Tensor:
+            out: torch.Tensor = model.decode(x, rope, caches, slot, gqa, attention)
+            return out
+
+        self.compiled_step = torch.compile(step, fullgraph=True, dynamic=False,
+                                           backend=compile_backend(x.device))
+        self.compiled_attention = attention
+        self.gqa = gqa
+        started = time.perf_counter()
+        self._compiled()
+        synchronize()
+        self.compile_s = round(time.perf_counter() - started, 3)
+        return self.compile_s
+
+    def use_compiled(self) -> None:
+        """Decode with the compiled step from now on: its graph, captured the first time."""
+        if self.compiled_step is None or self.compiled_attention is None:
+            raise RuntimeError("the step is not compiled (Decoder.compile)")
+        self.attention = self.compiled_attention
+        self.compiled = True
+        self._use_graph(f"compiled:{self.compiled_attention}", self._compiled)
+
+    def _compiled(self) -> None:
+        assert self.compiled_step is not None
+        with torch.no_grad():
+            self.out = self.compiled_step()
 
     def _eager(self) -> None:
         if self.explicit:
@@ -100,14 +155,14 @@ class Decoder:
             self.out = self.model.decode(self.x, self.rope, self.caches, self.slot,
                                          self.gqa)
 
-    def _capture(self) -> None:
+    def _capture(self, run: Callable[[], None]) -> None:
         # Warmed on a side stream first, as torch.cuda.graphs asks: the first calls pick
         # kernels and allocate workspaces, which a capture must not.
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
-                self._eager()
+                run()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         # This GPU's own capture stream: torch.cuda.graph's default is one stream made
@@ -116,12 +171,14 @@ class Decoder:
         # other GPUs, in threads of this process, may call CUDA meanwhile.
         capture = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         with torch.cuda.graph(self.graph, stream=capture, capture_error_mode="thread_local"):
-            self._eager()
+            run()
 
     def step(self) -> None:
         """One decode step of every sequence, not synchronized."""
         if self.graph is not None:
             self.graph.replay()
+        elif self.compiled:
+            self._compiled()
         else:
             self._eager()
 
@@ -138,9 +195,10 @@ def gate_backend(shape: Shape, device: Any, attention: str,
 
 
 def gate(shape: Shape, device: Any, attention: str, dtype: torch.dtype = torch.bfloat16,
-         seed: int = SEED, gqa: str = GQA_NATIVE) -> Dict[str, Any]:
+         seed: int = SEED, gqa: str = GQA_NATIVE, compiled: bool = False) -> Dict[str, Any]:
     """The gate's verdict: the document's `correctness` (the output's error stands in the
-    gradient's place)."""
+    gradient's place). `compiled`: the bf16 step through torch.compile, as
+    `Decoder.compile` compiles the timed one."""
     low = Decoder(shape, device, dtype, attention, graph=False, seed=seed, gqa=gqa)
     high = Decoder(shape, device, torch.float32, "math", graph=False, seed=seed,
                    explicit=True)
@@ -151,7 +209,10 @@ def gate(shape: Shape, device: Any, attention: str, dtype: torch.dtype = torch.b
             hk.copy_(lk.float())
             hv.copy_(lv.float())
         high.x.copy_(low.x.float())
-    low.step()
+    if compiled:
+        low.compile(attention, gqa, lambda: None)
+    else:
+        low.step()
     high.step()
     assert low.out is not None and high.out is not None
     error = relative_error(low.out, high.out)
@@ -159,4 +220,5 @@ def gate(shape: Shape, device: Any, attention: str, dtype: torch.dtype = torch.b
     return {"passed": finite and error <= TOLERANCE, "loss_finite": finite,
             "grad_max_rel_error": error if error != float("inf") else None,
             "tolerance": TOLERANCE, "shape": shape.words(),
-            "reference": "float32, attention written out, same weights, input and cache"}
+            "reference": "float32, attention written out, same weights, input and cache"
+                         + ("; the bf16 step compiled" if compiled else "")}

@@ -50,7 +50,8 @@ RECORDS_SOURCES = {"1.1.0": RECORDS_SOURCE,
                    "1.3.0": RECORDS_SOURCE + "; decode 2026-11-28-h100-job-suite-1.3.0; "
                             "H200 2026-11-28-h200-job-suite-1.3.0"}
 RECORDS_SOURCES["1.4.0"] = ("H200 2026-11-29-h200-titan-check, 2026-11-29-h200x2-job-suite-"
-                            "1.4.0; H100 suite 1.3.0's (" + RECORDS_SOURCES["1.3.0"] + ")")
+                            "1.4.0, 2026-11-29-h200-compiled-decode; H100 suite 1.3.0's ("
+                            + RECORDS_SOURCES["1.3.0"] + ")")
 _TRAIN_1_1: Dict[Tuple[str, str, Optional[str], str], float] = {
     ("H100-SXM5-80GB", "train", None, "cudnn"): 79_893.0,
     ("H100-SXM5-80GB", "train", None, "flash"): 75_837.0,
@@ -97,6 +98,8 @@ RECORDS_BY_SUITE["1.4.0"] = {
     ("H200-SXM-141GB", "decode", "bandwidth", "cudnn"): 27_757.0,
     ("H200-SXM-141GB", "decode", "bandwidth", "flash"): 15_655.0,
     ("H200-SXM-141GB", "decode", "bandwidth", "efficient"): 16_872.0,
+    # One run, decode compiled at the bandwidth point (2026-11-29-h200-compiled-decode).
+    ("H200-SXM-141GB", "decode", "bandwidth", "cudnn/compiled"): 29_076.0,
 }
 # A compiled figure's record is keyed by its backend and "/compiled" ("cudnn/compiled");
 # without one, the eager figure's of its backend judges it (`record`): compiled, a step is

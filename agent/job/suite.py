@@ -23,7 +23,10 @@ runs, in lockstep with the others (one thread a GPU, as the matmul's harness run
 5. decode over the KV cache (a CUDA graph a step, one a backend), at two points
    (`DECODE_POINTS`): a bandwidth point, whose step reads enough weights and cache that
    the memory system sets its time, and a latency point of one sequence, every backend at
-   each, on the same soaked card.
+   each, on the same soaked card; where asked to compile, at each point the step under
+   torch.compile too, in its own CUDA graph, with the backend the node's eager figures at
+   that point made fastest, gated and measured as the training step's
+   (`Gpu._decode_compiled`).
 
 The headline of a GPU's training, and of each decode point, is the fastest backend (and,
 for training, form: eager or compiled) that passed its gate (`headline`), named beside
@@ -70,7 +73,8 @@ from agent.timing import contention, soak, stats, telemetry
 # 1.4.0: the stack written as torchtitan's Llama 3 (torch's own RMSNorm, its complex RoPE
 # in float32, the fused QKV projection, its cross-entropy loss: agent/job/transformer.py
 # names each; issue 55), and the training step measured eager and compiled, the faster
-# correct form the headline.
+# correct form the headline; with `--job-compile`, decode compiled at each point too (a
+# figure of its own, `compiled`, added without changing how any other is measured).
 SUITE_VERSION = "1.4.0"
 TIMING_METHOD = "cuda-events-pipelined"
 Progress = Callable[[str], None]
@@ -190,23 +194,25 @@ class Agreement:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._passed: Dict[int, List[str]] = {}
-        self._figures: Dict[int, Dict[str, float]] = {}
+        self._figures: Dict[Tuple[str, int], Dict[str, float]] = {}
 
     def passed(self, index: int, backends: List[str]) -> None:
         with self._lock:
             self._passed[index] = backends
 
-    def measured(self, index: int, figures: Dict[str, float]) -> None:
-        """GPU `index`'s eager training tokens/s by backend."""
+    def measured(self, index: int, figures: Dict[str, float], what: str = "train") -> None:
+        """GPU `index`'s eager tokens/s by backend, of `what`: "train", or a decode
+        point."""
         with self._lock:
-            self._figures[index] = dict(figures)
+            self._figures[(what, index)] = dict(figures)
 
-    def fastest(self, order: Sequence[str]) -> Optional[str]:
-        """The backend to compile the node's step with (one for every GPU: tracing sets
-        the process-wide switch): the fastest eager backend on the most GPUs, ties to the
-        larger sum of their figures, then to `order`; None before any GPU reported."""
+    def fastest(self, order: Sequence[str], what: str = "train") -> Optional[str]:
+        """The backend to compile the node's step of `what` with (one for every GPU, so
+        that each GPU's compiled figure is the same step): the fastest eager backend on
+        the most GPUs, ties to the larger sum of their figures, then to `order`; None
+        before any GPU reported."""
         with self._lock:
-            figures = list(self._figures.values())
+            figures = [f for (kind, _), f in self._figures.items() if kind == what]
         wins: Dict[str, int] = {}
         sums: Dict[str, float] = {}
         for mine in figures:
@@ -648,7 +654,7 @@ class Gpu:
         self._sync()
         return self._result("train", gate, span, tokens, 1, checked, None, None, wall0,
                             seen, busy_before, trainer=trainer, follows=eager[0],
-                            compiled=True)
+                            compiled=True, compile_s=compile_s)
 
     def _decode(self, point: str, gates: Dict[str, Gate], first: Dict[str, Any],
                 seen: List[Dict[str, Any]], busy_before: Optional[int]
@@ -694,7 +700,92 @@ class Gpu:
                 "decode", gate, span, shape.batch, steps, gate.decode, None, None, wall0,
                 seen, busy_before, follows=first, point=point))
             wall0 = time.perf_counter()
+        if cfg.compile:
+            compiled = self._decode_compiled(point, decoder, gates, results, first, seen,
+                                             busy_before)
+            if compiled is not None:
+                results.append(compiled)
         return results
+
+    def _decode_compiled(self, point: str, decoder: Any, gates: Dict[str, Gate],
+                         eager: List[Dict[str, Any]], first: Dict[str, Any],
+                         seen: List[Dict[str, Any]], busy_before: Optional[int]
+                         ) -> Optional[Dict[str, Any]]:
+        """Decode at `point` under torch.compile with the backend the node's eager figures
+        at the point made fastest: gated against float32 at the gate's shape, compiled
+        one GPU at a time while a matmul holds the card, captured one GPU at a time with
+        no work beside it (as the eager graphs), measured as the eager backends. None,
+        and why in `errors`, where it did not compile or did not pass: the eager figures
+        stand."""
+        from agent.job import decode
+
+        cfg = self.cfg
+        index = self.target.index
+        compile_phase = self.phases[f"decode:{point}:compile"]
+        captured = self.phases[f"decode:{point}:compiled:captured"]
+        measured = self.phases[f"decode:{point}:compiled"]
+        later = (captured, measured)
+        self.node.measured(index, {r["attention"]: r["tokens_per_s"] for r in eager}, point)
+        compile_phase.arrive(index, timeout=120.0)
+        attention = self.node.fastest(list(gates), point)
+        if attention is None or attention not in gates:
+            for phase in later:
+                phase.withdraw(index)
+            return None
+        gate = gates[attention]
+        wall0 = time.perf_counter()
+        self.warmer.start()
+        try:
+            with COMPILE_LOCK:
+                checked = decode.gate(self.shapes["gate_decode"], self.device, attention,
+                                      self.torch.bfloat16, gqa=gate.decode_gqa, compiled=True)
+                compile_s = decoder.compile(attention, gate.decode_gqa, self._sync)
+        except Exception as exc:  # no compiler on the host, a torch that cannot trace it
+            self.warmer.stop()
+            for phase in later:
+                phase.withdraw(index)
+            self.errors.append(f"{self.label}: decode at the {point} point did not compile "
+                               f"with {attention} attention ({type(exc).__name__}: "
+                               f"{str(exc).strip()[:300]}); its eager figures stand")
+            return None
+        self.warmer.stop()
+        if not checked["passed"]:
+            for phase in later:
+                phase.withdraw(index)
+            self.errors.append(
+                f"{self.label}: compiled decode with {attention} attention failed its gate: "
+                f"output {checked['grad_max_rel_error']} off float32's (tolerance "
+                f"{checked['tolerance']}), finite: {checked['loss_finite']}; not measured. "
+                "The eager step passed its own gate on this card: the compiler, not the "
+                "card, is at fault; the eager figures stand")
+            return None
+        # Every GPU compiled and its warmer stopped: a capture has the device to itself.
+        captured.arrive(index, timeout=600.0)
+        try:
+            with CAPTURE_LOCK:
+                decoder.use_compiled()
+        except Exception as exc:  # a compiled step no CUDA graph could capture
+            measured.withdraw(index)
+            self.errors.append(f"{self.label}: compiled decode at the {point} point could not "
+                               f"be captured in a CUDA graph ({type(exc).__name__}: "
+                               f"{str(exc).strip()[:300]}); its eager figures stand")
+            return None
+        self.say(f"decode at the {point} point compiled with {attention} attention in "
+                 f"{compile_s:.1f} s, {checked['grad_max_rel_error']:.2%} off float32")
+        measured.arrive(index, timeout=120.0)
+        steps = cfg.decode_unit_steps
+
+        def replay() -> None:
+            for _ in range(steps):
+                decoder.step()
+
+        units = self.timer.units(replay)
+        span = self._measure(units, measured, cfg.decode_s, cfg.decode_warm_s)
+        units.close()
+        self._sync()
+        return self._result("decode", gate, span, decoder.shape.batch, steps, checked, None,
+                            None, wall0, seen, busy_before, follows=first, point=point,
+                            compiled=True, compile_s=compile_s)
 
     def _beside(self, trainer: Any, gate: Gate, tokens: int, first: Dict[str, Any],
                 seen: List[Dict[str, Any]], busy_before: Optional[int]
@@ -724,7 +815,8 @@ class Gpu:
                 detail: Optional[Dict[str, Any]], wall0: float, seen: List[Dict[str, Any]],
                 busy_before: Optional[int], trainer: Any = None,
                 follows: Optional[Dict[str, Any]] = None,
-                point: Optional[str] = None, compiled: bool = False) -> Dict[str, Any]:
+                point: Optional[str] = None, compiled: bool = False,
+                compile_s: Optional[float] = None) -> Dict[str, Any]:
         from agent.job import transformer
 
         torch = self.torch
@@ -780,10 +872,8 @@ class Gpu:
             "params": shape.params,
             "dtype": "bf16",
             "attention": attention,
-            # Decode is a CUDA graph of the eager step: torch.compile is the training
-            # step's alone.
             "compiled": compiled,
-            "compile_s": trainer.compile_s if compiled and trainer is not None else None,
+            "compile_s": compile_s if compiled else None,
             "graph": workload == "decode" and cfg.graph and self.timer.cuda,
             "optimizer": ("adamw-fused" if trainer.fused else "adamw")
             if workload == "train" and trainer is not None else None,
@@ -899,6 +989,8 @@ def run(cfg: Config, gpus: Sequence[Dict[str, Any]], nvml: Optional[Nvml],
         for point in _shapes(cfg)["decode"]:
             names += [f"decode:{point}", f"decode:{point}:captured"]
             names += [f"decode:{point}:{b}" for b in cfg.backends]
+            names += [f"decode:{point}:compile", f"decode:{point}:compiled:captured",
+                      f"decode:{point}:compiled"]
         return {name: Phase(members) for name in names}
 
     if cfg.sequential or len(targets) == 1:

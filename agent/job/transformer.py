@@ -338,14 +338,14 @@ class Attention(nn.Module):
         return attended
 
     def decode(self, x: torch.Tensor, rope: torch.Tensor, cache_k: torch.Tensor,
-               cache_v: torch.Tensor, slot: torch.Tensor, gqa: str = GQA_NATIVE
-               ) -> torch.Tensor:
+               cache_v: torch.Tensor, slot: torch.Tensor, gqa: str = GQA_NATIVE,
+               pinned: Optional[str] = None) -> torch.Tensor:
         """One new token per sequence: its key and value written into the cache at `slot`
         (a device tensor, so that a CUDA graph replays it), then attention over every
         cached position. Grouped-query attention without copying the cache: handed to
         SDPA as it is (GQA_NATIVE, `enable_gqa`), or, for a backend that does not take
         that, the queries of a key-value head's group as one block of `group` query rows
-        (GQA_GROUPED)."""
+        (GQA_GROUPED). `pinned`: the backend traced into a compiled step (`sdpa`)."""
         s = self.shape
         b = x.shape[0]
         q, k, v = self.qkv_linear(x)
@@ -354,10 +354,11 @@ class Attention(nn.Module):
         cache_v.index_copy_(2, slot, v.transpose(1, 2))
         if gqa == GQA_GROUPED:
             rows = q.reshape(b, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
-            attended = _attend(rows, cache_k, cache_v, False, self.explicit)
+            attended = _attend(rows, cache_k, cache_v, False, self.explicit,
+                               pinned=pinned)
         else:
             attended = _attend(q.transpose(1, 2), cache_k, cache_v, False, self.explicit,
-                               GQA_NATIVE).transpose(1, 2)
+                               GQA_NATIVE, pinned).transpose(1, 2)
         out: torch.Tensor = self.wo(attended.reshape(b, 1, s.attention_width))
         return out
 
@@ -397,10 +398,10 @@ class Layer(nn.Module):
         return out
 
     def decode(self, x: torch.Tensor, rope: torch.Tensor, cache_k: torch.Tensor,
-               cache_v: torch.Tensor, slot: torch.Tensor, gqa: str = GQA_NATIVE
-               ) -> torch.Tensor:
+               cache_v: torch.Tensor, slot: torch.Tensor, gqa: str = GQA_NATIVE,
+               pinned: Optional[str] = None) -> torch.Tensor:
         h = x + self.attention.decode(self.attention_norm(x), rope, cache_k, cache_v, slot,
-                                      gqa)
+                                      gqa, pinned)
         out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
 
@@ -470,8 +471,7 @@ class Stack(nn.Module):
         # suite without a GPU, Dynamo and AOTAutograd alone: inductor would generate and
         # build C++ there, code that neither a GPU (Triton kernels) nor a user runs, and
         # that took 35 s a run on an idle 2-core machine and 140 s beside the other tests.
-        on_gpu = cast(torch.Tensor, self.rope).device.type == "cuda"
-        backend = "inductor" if on_gpu else "aot_eager"
+        backend = compile_backend(cast(torch.Tensor, self.rope).device)
         self.compiled = [torch.compile(layer, fullgraph=True, dynamic=False, backend=backend)
                          for layer in self.layers]
         self.compiled_loss = torch.compile(token_loss, dynamic=False, backend=backend)
@@ -493,11 +493,19 @@ class Stack(nn.Module):
 
     def decode(self, x: torch.Tensor, rope: torch.Tensor,
                caches: List[Tuple[torch.Tensor, torch.Tensor]], slot: torch.Tensor,
-               gqa: str = GQA_NATIVE) -> torch.Tensor:
+               gqa: str = GQA_NATIVE, pinned: Optional[str] = None) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
-            x = cast(Layer, layer).decode(x, rope, caches[i][0], caches[i][1], slot, gqa)
+            x = cast(Layer, layer).decode(x, rope, caches[i][0], caches[i][1], slot, gqa,
+                                          pinned)
         out: torch.Tensor = self.norm(x)
         return out
+
+
+def compile_backend(device: Any) -> str:
+    """torch.compile's backend on `device`: inductor on a GPU, as torchtitan and
+    gpt-fast compile; Dynamo and AOTAutograd alone on the CPU path (`Stack.compile_layers`
+    says why)."""
+    return "inductor" if torch.device(device).type == "cuda" else "aot_eager"
 
 
 def paired(mine: Any, theirs: Any) -> List[Tuple[Any, Any]]:

@@ -303,7 +303,7 @@ def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
 
     document = _document(tmp_path, "--job-compile")
     assert document["errors"] == []
-    eager, compiled, decoded, _ = document["jobs"]
+    eager, compiled, decoded, decoded_compiled, latency, latency_compiled = document["jobs"]
     assert (eager["workload"], compiled["workload"]) == ("train", "train")
     assert not eager["compiled"] and eager["compile_s"] is None
     assert compiled["compiled"] and compiled["compile_s"] is not None
@@ -314,9 +314,18 @@ def test_compiled_training_records_its_compile_time(tmp_path: Any) -> None:
     assert compiled["correctness"]["reference"].endswith("the bf16 stack compiled")
     # The faster form is the training headline, the other not.
     assert eager["headline"] != compiled["headline"]
-    # Decode replays the eager step (a CUDA graph on a GPU): not compiled, no time.
-    assert not decoded["compiled"] and decoded["compile_s"] is None
-    assert len(parse_document(document, "cpu run").jobs) == 4
+    # Decode at each point eager and compiled (each in its own CUDA graph on a GPU), the
+    # compiled step gated against float32 and its compile time stored apart.
+    for point, eager_step, fast in (("bandwidth", decoded, decoded_compiled),
+                                    ("latency", latency, latency_compiled)):
+        assert (eager_step["point"], fast["point"]) == (point, point)
+        assert not eager_step["compiled"] and eager_step["compile_s"] is None
+        assert fast["compiled"] and fast["compile_s"] > 0
+        assert fast["workload"] == "decode" and fast["follows"] == "train/math"
+        assert fast["correctness"]["passed"]
+        assert fast["correctness"]["reference"].endswith("the bf16 step compiled")
+        assert eager_step["headline"] != fast["headline"]
+    assert len(parse_document(document, "cpu run").jobs) == 6
 
 
 def test_the_node_compiles_with_its_fastest_eager_backend() -> None:
@@ -332,6 +341,13 @@ def test_the_node_compiles_with_its_fastest_eager_backend() -> None:
     tie.measured(0, {"flash": 80_000.0, "cudnn": 84_000.0})
     tie.measured(1, {"flash": 88_000.0, "cudnn": 83_000.0})
     assert tie.fastest(("flash", "cudnn")) == "flash"
+    # Decode's points are chosen by their own figures, not the training step's.
+    node.measured(0, {"flash": 1_200.0, "cudnn": 1_380.0}, "latency")
+    node.measured(1, {"flash": 1_250.0, "cudnn": 1_100.0}, "latency")
+    node.measured(2, {"flash": 1_260.0, "cudnn": 1_100.0}, "latency")
+    assert node.fastest(("flash", "cudnn"), "latency") == "flash"
+    assert node.fastest(("flash", "cudnn"), "bandwidth") is None
+    assert node.fastest(("flash", "cudnn", "efficient")) == "cudnn"
 
 
 def test_compile_caches_go_beside_the_zipapp(monkeypatch: pytest.MonkeyPatch) -> None:
