@@ -294,6 +294,9 @@ CLUSTER_COLUMNS = _columns(
     ("transport", "string", "NCCL's network as its log said: \"IB GDRDMA\", \"Socket\""),
     ("all_reduce_gbs", "float64", "the all-reduce's bus bandwidth at its largest size, GB/s"),
     ("all_gather_gbs", "float64", "the all-gather's, GB/s"),
+    ("reduce_scatter_gbs", "float64", "the reduce-scatter's, GB/s (the whole cluster's step "
+                                      "alone)"),
+    ("all_to_all_gbs", "float64", "the all-to-all's, GB/s (the whole cluster's step alone)"),
     ("expected_gbs", "float64", "what the pair's fabric should give (the lesser node's "
                                 "Active ports x rate), GB/s; missing where nothing says"),
     ("share", "float64", "the judged figure over expected_gbs"),
@@ -761,6 +764,7 @@ class Store:
         """
         from fleet.analysis.cluster.judgement import transport_words
         from fleet.analysis.cluster.stored import judge_run
+        from fleet.model.step import OPS
         from fleet.store.cluster import read_cluster_runs
 
         records = []
@@ -771,7 +775,7 @@ class Store:
                 verdict = verdicts.get(result.step_id)
                 largest = {op: max((f for f in result.figures if f.op == op),
                                    key=lambda f: f.size_bytes, default=None)
-                           for op in ("all_reduce", "all_gather")}
+                           for op in OPS}
                 records.append((
                     run.cluster, run.provider, run.run_id, run.started_at, result.step_id,
                     result.kind, result.round, " ".join(result.hosts),

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
-from agent.cluster.rank import DEFAULT_SIZES, ITERATIONS, WARMUP, human_size
+from agent.cluster.rank import (
+    DEFAULT_SIZES,
+    ITERATIONS,
+    OPS,
+    PAIR_OPS,
+    WARMUP,
+    WHOLE_SIZES,
+    human_size,
+)
 from agent.cluster.step import DEFAULT_TIMEOUT_S, Config
 
 # NCCL_ALGO's algorithms (NVIDIA/nccl src/enqueue.cc, ncclAlgoStr), matched as NCCL
@@ -24,7 +32,9 @@ NCCL; G CPU processes under gloo where there is no CUDA), join every node of the
 tcp://ADDR:PORT (node 0 hosts the store), run all_reduce then all_gather at each size
 (5 warm-up, 20 timed; the first result checked; each iteration as long as its slowest
 rank anywhere, so every node reports the same figures), and print one `cluster` event
-(fleet-cluster/1) after its progress lines.
+(fleet-cluster/1) after its progress lines. --whole runs the whole cluster's sweep
+instead: reduce_scatter and all_to_all too, on to 16 GiB under NCCL, each collective's
+sizes stopped, said, where the GPUs' free memory or a 30-s budget a size runs out.
 
 Run it on every node of the step at once, with the same options but --node-rank."""
 
@@ -54,6 +64,16 @@ def _sizes(text: str) -> List[int]:
     if not sizes:
         raise argparse.ArgumentTypeError("no size given: e.g. 16M,256M,1G")
     return sizes
+
+
+def _ops(text: str) -> Tuple[str, ...]:
+    ops = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [op for op in ops if op not in OPS]
+    if not ops or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {', '.join(unknown) or 'no collective'} is not one of "
+            f"{', '.join(OPS)}")
+    return ops
 
 
 def _whole(low: int, high: Optional[int] = None, why: str = "") -> Callable[[str], int]:
@@ -139,6 +159,14 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                              f"{nccl} under NCCL, {gloo} under gloo on the CPU); an "
                              "all_gather's size is the whole gathered buffer, as in "
                              "nccl-tests")
+    parser.add_argument("--ops", type=_ops, metavar="LIST",
+                        help=f"the collectives, in order, of {', '.join(OPS)} (default "
+                             f"{','.join(PAIR_OPS)}; with --whole, all four)")
+    parser.add_argument("--whole", action="store_true",
+                        help="the whole cluster's step: every collective, and sizes on to "
+                             + ",".join(human_size(s).replace(" ", "").replace("iB", "")
+                                        for s in WHOLE_SIZES["nccl"])
+                             + " under NCCL unless --sizes says")
     parser.add_argument("--timeout-s", type=_timeout, metavar="S", default=DEFAULT_TIMEOUT_S,
                         help="how long a rank waits for the others, at the rendezvous and "
                              "in any collective, before the step fails (default "
@@ -167,4 +195,5 @@ def config(args: argparse.Namespace) -> Config:
                   node_rank=args.node_rank, ranks_per_node=args.ranks_per_node,
                   backend=args.backend, algo=args.algo, interface=args.interface,
                   sizes=args.sizes, timeout_s=args.timeout_s, step_id=args.step,
+                  ops=args.ops or (OPS if args.whole else PAIR_OPS), whole=args.whole,
                   stop_on_eof=args.stop_on_eof, warmup=WARMUP, iterations=ITERATIONS)

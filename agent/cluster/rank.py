@@ -24,10 +24,28 @@ from typing import IO, Any, Dict, List, Optional, Sequence
 
 WARMUP = 5  # nccl-tests' default warm-up iterations
 ITERATIONS = 20  # and its default timed ones
-OPS = ("all_reduce", "all_gather")
+# Every collective a rank can run: all-reduce (data parallel), all-gather and
+# reduce-scatter (FSDP's two halves), all-to-all (a mixture of experts' dispatch). A pair
+# of nodes runs the first two (`PAIR_OPS`: enough to judge the link between them); the
+# whole cluster's step runs all four (`--whole`).
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+PAIR_OPS = ("all_reduce", "all_gather")
 # nccl-tests' own default sweep for a node's network, and a CPU's smaller one: gloo over
 # loopback moves about 1 GB/s on a 2-core host, so 1 GiB would take minutes.
 DEFAULT_SIZES = {"nccl": (16 << 20, 256 << 20, 1 << 30), "gloo": (1 << 20, 16 << 20)}
+# The whole cluster's sweep: on to 16 GiB under NCCL, the buffer Azure's node health
+# checks run their all-reduce at, since a fabric of several nodes reaches its rate only
+# at large buffers (nccl-tests' users sweep -b 8 -e 8G and beyond). A size runs only where
+# every rank's GPU holds it (`_fits`) and its predicted time stays in `SIZE_BUDGET_S`.
+WHOLE_SIZES = {"nccl": (16 << 20, 256 << 20, 1 << 30, 4 << 30, 16 << 30),
+               "gloo": DEFAULT_SIZES["gloo"]}
+# The most seconds one op at one size may be predicted to take (its warm-up and timed
+# iterations, from the size before it): a degraded fabric (a socket fallback at 3 GB/s
+# would take 10 s an iteration of 16 GiB) stops its sweep there, said, instead of running
+# the step past its timeout and losing every figure.
+SIZE_BUDGET_S = 30.0
+# Of the GPU's free memory, the share the largest buffers may take.
+MEMORY_SHARE = 0.8
 # float32 on both paths: nccl-tests' default type (`-d float`), so that a busbw here is
 # the figure a user's nccl-tests run gives; a sum of small integers is exact in it, which
 # the first result's check relies on. bf16 would halve the bytes per element, not the
@@ -109,6 +127,9 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--ranks-per-node", type=int, required=True)
     parser.add_argument("--backend", choices=("auto", "nccl", "gloo"), required=True)
     parser.add_argument("--sizes", default="", help="bytes, comma-separated; empty: default")
+    parser.add_argument("--ops", default=",".join(PAIR_OPS), help="collectives, in order")
+    parser.add_argument("--whole", action="store_true",
+                        help="the whole cluster's sweep (WHOLE_SIZES) where --sizes is empty")
     parser.add_argument("--timeout-s", type=float, required=True)
     parser.add_argument("--warmup", type=int, default=WARMUP)
     parser.add_argument("--iterations", type=int, default=ITERATIONS)
@@ -157,7 +178,8 @@ def _run(args: argparse.Namespace, report: Reporter) -> None:
         report.say("gpu", **_gpu(torch, args.local_rank))
     report.say("backend", backend=backend)
     sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
-             else list(DEFAULT_SIZES[backend]))
+             else list((WHOLE_SIZES if args.whole else DEFAULT_SIZES)[backend]))
+    ops = [op for op in args.ops.split(",") if op]
     address = f"{args.address}:{args.port}"
     started = time.monotonic()
     report.say("progress", message=f"joining {address} as rank {args.rank} of {args.world}")
@@ -180,18 +202,68 @@ def _run(args: argparse.Namespace, report: Reporter) -> None:
                                     f"{args.world}: ranks disagree on the world")
     report.say("joined", message=f"joined {address}: {args.world} ranks in "
                                  f"{time.monotonic() - started:.1f} s")
-    for op in OPS:
-        for size in sizes:
+    for op in ops:
+        last: Optional[Dict[str, Any]] = None
+        for size in sorted(sizes):
+            why = _skip(torch, dist, op, size, last, args, device)
+            if why is not None:
+                if args.local_rank == 0:
+                    report.say("progress", message=f"{op}: {why}")
+                break
             try:
                 row = _measure(torch, dist, op, size, args, device, report)
             except Failure:
                 raise
             except Exception as exc:  # a peer gone: gloo raises, NCCL aborts
+                if last is None and _unsupported(exc):
+                    # Every rank runs the same torch, so every rank lands here at once.
+                    if args.local_rank == 0:
+                        report.say("progress", message=f"{op}: not run: {backend} in this "
+                                                       f"torch lacks it ({first_line(exc)})")
+                    break
                 raise Failure(op, f"{op} of {human_size(size)} failed on rank {args.rank}: "
                                   f"{first_line(exc)}") from None
+            last = row
             if args.local_rank == 0:
                 report.say("figure", **row)
     dist.destroy_process_group()
+
+
+def _unsupported(exc: BaseException) -> bool:
+    """Whether a collective's first call failed because the backend does not have it
+    (gloo before torch 2.6 had no reduce-scatter), not because a peer went."""
+    text = str(exc).lower()
+    return "not support" in text or "unsupported" in text
+
+
+def _skip(torch: Any, dist: Any, op: str, size: int, last: Optional[Dict[str, Any]],
+          args: argparse.Namespace, device: Any) -> Optional[str]:
+    """Why `op` stops before `size`, the same on every rank (both reasons rest on figures
+    every rank holds alike: the max-reduced times, the min-reduced free memory); None
+    where it runs."""
+    if last is not None:
+        scale = size / float(last["size_bytes"])
+        predicted = sorted(last["ms"])[len(last["ms"]) // 2] * scale / 1e3 \
+            * (args.warmup + args.iterations)
+        if predicted > SIZE_BUDGET_S:
+            return (f"stopped before {human_size(size)}: predicted {predicted:.0f} s at "
+                    f"{human_size(int(last['size_bytes']))}'s pace, over the "
+                    f"{SIZE_BUDGET_S:g}-s budget of one size")
+    if device.type != "cuda":
+        return None
+    # The smaller sizes' buffers back to the driver first: what the caching allocator
+    # keeps counts as used in the driver's free figure.
+    torch.cuda.empty_cache()
+    free = float(torch.cuda.mem_get_info(device)[0])
+    least = torch.tensor([free], dtype=torch.float64, device=device)
+    dist.all_reduce(least, op=dist.ReduceOp.MIN)
+    # The buffers a size holds at once: the op's in and out (all_reduce: the buffer and
+    # its source copy), from 2 x size.
+    if 2.0 * size > MEMORY_SHARE * float(least.item()):
+        return (f"stopped before {human_size(size)}: the GPU with the least free memory "
+                f"has {float(least.item()) / (1 << 30):.1f} GiB, and the buffers need "
+                f"{2.0 * size / (1 << 30):.1f}")
+    return None
 
 
 def _gpu(torch: Any, index: int) -> Dict[str, Any]:
@@ -230,6 +302,43 @@ def _measure(torch: Any, dist: Any, op: str, size: int, args: argparse.Namespace
 
         def once() -> None:
             dist.all_reduce(tensor)
+    elif op == "reduce_scatter":
+        # nccl-tests' reduce_scatter size is the whole buffer scattered from; each rank
+        # receives its share of the sum.
+        chunk = max(1, size // element // world)
+        count = chunk * world
+        whole = torch.full((count,), float(args.rank + 1), dtype=dtype, device=device)
+        part = torch.empty(chunk, dtype=dtype, device=device)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        scatter(part, whole)
+        wrong = not bool(torch.all(part == world * (world + 1) / 2))
+        whole.uniform_(-1.0, 1.0)  # read, never written: the sums do not grow
+
+        def prepare() -> None:
+            pass
+
+        def once() -> None:
+            scatter(part, whole)
+    elif op == "all_to_all":
+        # nccl-tests' alltoall size is each rank's send buffer; block j of rank i goes
+        # to rank j, so rank r's block i holds i x world + r + 1 (exact in float32 up to
+        # 4,096 ranks).
+        chunk = max(1, size // element // world)
+        count = chunk * world
+        sent = (torch.arange(world, dtype=dtype, device=device) + args.rank * world + 1
+                ).repeat_interleave(chunk)
+        got = torch.empty(count, dtype=dtype, device=device)
+        dist.all_to_all_single(got, sent)
+        places = (torch.arange(world, dtype=dtype, device=device) * world + args.rank + 1
+                  ).unsqueeze(1)
+        wrong = not bool(torch.all(got.view(world, chunk) == places))
+        sent.uniform_(-1.0, 1.0)
+
+        def prepare() -> None:
+            pass
+
+        def once() -> None:
+            dist.all_to_all_single(got, sent)
     else:
         # nccl-tests' all_gather size is the whole gathered buffer; each rank sends its
         # share of it.

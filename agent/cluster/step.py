@@ -66,6 +66,10 @@ class Config:
     algo: Optional[str] = None
     interface: Optional[str] = None
     sizes: Optional[List[int]] = None  # None: rank.DEFAULT_SIZES for the backend
+    # The collectives, in order: rank.PAIR_OPS unless asked (`--ops`, or `whole`).
+    ops: Tuple[str, ...] = rank.PAIR_OPS
+    # The whole cluster's step: its sizes rank.WHOLE_SIZES where `sizes` is None.
+    whole: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
     step_id: str = ""
     stop_on_eof: bool = False
@@ -120,9 +124,8 @@ def rank_environment(cfg: Config, environ: Dict[str, str]) -> Dict[str, str]:
 # at a0b82b2, NCCL_TESTS_VERSION 2.19.6; tests/fixtures/nccl-tests/busbw.cu keeps them and
 # tests/agent/cluster/test_busbw.py reads them): busbw = size / time x the factor, the
 # size being the whole buffer (the one reduced, the one gathered, the one scattered from,
-# each rank's send buffer of an all-to-all). The ranks run all_reduce and all_gather
-# (rank.OPS); the other two are the factors a whole-cluster reduce-scatter and
-# all-to-all would take.
+# each rank's send buffer of an all-to-all). A pair's ranks run all_reduce and all_gather
+# (rank.PAIR_OPS), the whole cluster's all four (rank.OPS).
 BUSBW_FACTORS: Dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -274,6 +277,7 @@ def _start(cfg: Config, local: int, tmp: str, env: Dict[str, str]) -> _Rank:
             "--local-rank", str(local), "--world", str(cfg.world),
             "--ranks-per-node", str(cfg.ranks_per_node), "--backend", cfg.backend,
             "--sizes", ",".join(str(s) for s in cfg.sizes or ()),
+            "--ops", ",".join(cfg.ops), *(["--whole"] if cfg.whole else []),
             "--timeout-s", repr(cfg.timeout_s), "--warmup", str(cfg.warmup),
             "--iterations", str(cfg.iterations), "--messages", paths[0]]
     with open(paths[1], "wb") as out, open(paths[2], "wb") as err:

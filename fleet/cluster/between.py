@@ -104,7 +104,7 @@ def _spec(cluster: Cluster, run_id: str, step_id: str, kind: StepKind, round_: i
                     round=round_, hosts=tuple(hosts), address=address, port=port,
                     ranks_per_node=ranks, timeout_s=options.step_timeout_s, algo=algo,
                     interface=cluster.interface, sizes=options.sizes,
-                    backend=options.backend)
+                    backend=options.backend, whole=kind == "cluster")
 
 
 def _pair_specs(cluster: Cluster, run_id: str, step: Step, points: Mapping[str, MeetingPoint],

@@ -43,6 +43,10 @@ EXIT_WAIT_S = 10.0
 # transport's latency. The agent stops itself first and says why; this only catches an
 # agent that cannot.
 GRACE_S = 60.0
+# The whole cluster's step runs four collectives on to 16 GiB, each size held to 30 s by
+# the agent (agent/cluster/rank.py SIZE_BUDGET_S): a degraded fabric's sweep may take this
+# much more than a pair's before the controller calls it hung.
+WHOLE_EXTRA_S = 240.0
 AGREE = 1e-6  # relative: the same floats, printed by two nodes' json
 
 Observer = Callable[[str, str], None]  # (host, message)
@@ -74,6 +78,13 @@ class StepSpec:
     interface: str | None = None
     sizes: str | None = None
     backend: str = "auto"
+    # The whole cluster's sweep (the agent's --whole): every collective, larger buffers.
+    whole: bool = False
+
+    @property
+    def budget_s(self) -> float:
+        """How long the controller waits for the step's reports before stopping it."""
+        return self.timeout_s + GRACE_S + (WHOLE_EXTRA_S if self.whole else 0.0)
 
 
 @dataclass
@@ -122,6 +133,8 @@ def agent_args(spec: StepSpec, node_rank: int) -> list[str]:
         args += ["--interface", spec.interface]
     if spec.sizes:
         args += ["--sizes", spec.sizes]
+    if spec.whole:
+        args += ["--whole"]
     return args
 
 
@@ -189,7 +202,7 @@ def run_step(spec: StepSpec, nodes: Mapping[str, StepNode], payload: Payload,
     stop = threading.Event()  # this step's: set by the first failure, or by `cancel`
     failures: list[tuple[float, str]] = []
     lock = threading.Lock()
-    deadline = started + spec.timeout_s + GRACE_S
+    deadline = started + spec.budget_s
 
     def fail(message: str) -> None:
         with lock:
@@ -218,7 +231,7 @@ def run_step(spec: StepSpec, nodes: Mapping[str, StepNode], payload: Payload,
             if not cancel.is_set():
                 fail(f"{host}: stopped, as another node of the step had failed")
         except RunTimeout:
-            fail(f"{host}: no report within {spec.timeout_s + GRACE_S:g} s; stopped")
+            fail(f"{host}: no report within {spec.budget_s:g} s; stopped")
         except _NodeFailed as exc:
             said = str(exc)
             if process is not None:

@@ -13,7 +13,7 @@ from pydantic import Field, StringConstraints, model_validator
 from fleet.model.base import Name, Seconds, Strict, Text
 
 SCHEMA = "fleet-cluster/1"
-Op = Literal["all_reduce", "all_gather"]
+Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 Short = Annotated[str, StringConstraints(max_length=128)]
 Gbs = Annotated[float, Field(ge=0, le=1e6)]
 Bytes = Annotated[int, Field(ge=1, le=1 << 40)]

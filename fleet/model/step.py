@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Op = Literal["all_reduce", "all_gather"]
+Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+OPS: tuple[Op, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 StepKind = Literal["cluster", "pair", "suspect"]
 
 
@@ -21,10 +22,13 @@ StepKind = Literal["cluster", "pair", "suspect"]
 class StepFigure:
     """One collective at one size, in nccl-tests' definitions.
 
-    op: "all_reduce" or "all_gather".
-    size_bytes: all_reduce: the buffer reduced; all_gather: the whole gathered buffer.
+    op: "all_reduce", "all_gather", "reduce_scatter" or "all_to_all" (the last two run
+        by the whole cluster's step alone).
+    size_bytes: all_reduce: the buffer reduced; all_gather: the whole gathered buffer;
+        reduce_scatter: the whole buffer scattered from; all_to_all: each rank's send
+        buffer.
     busbw_gbs: the median over the timed iterations of algbw x 2(n-1)/n (all_reduce) or
-        x (n-1)/n (all_gather), n the world: what each rank's busiest link carried.
+        x (n-1)/n (the other three), n the world: what each rank's busiest link carried.
     algbw_gbs: size over the iteration's time.
     time_us: the median iteration's time, the slowest rank's.
     busbw_min_gbs, busbw_max_gbs: the timed iterations' range; None where not kept.

@@ -893,13 +893,19 @@ class ClusterStepNode(Base):
     settings: Mapped[dict[str, Any] | None]
 
 
+# The collectives a cluster step measures (fleet/model/step.py's Op), as the check
+# constraint lists them (0022: the first two; 0025: all four).
+CLUSTER_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS_SQL = ", ".join(f"'{op}'" for op in CLUSTER_OPS)
+
+
 class ClusterFigure(Base):
     """One collective at one size of a cluster step, in nccl-tests' definitions, GB/s and
     microseconds (fleet/model/step.py's StepFigure) (0022)."""
 
     __tablename__ = "cluster_figure"
     __table_args__ = (
-        CheckConstraint("op IN ('all_reduce', 'all_gather')", name="op"),
+        CheckConstraint(f"op IN ({OPS_SQL})", name="op"),
         CheckConstraint("size_bytes > 0", name="size_bytes"),
         CheckConstraint("busbw_gbs >= 0 AND algbw_gbs >= 0 AND time_us >= 0",
                         name="figures"),

@@ -131,8 +131,10 @@ def test_two_nodes_measured_judged_and_stored(first_run: FirstRun) -> None:
             assert result.error is None and result.backend == "gloo"
             assert result.hosts == ("h1", "h2") and result.ranks_per_node == 1
             sizes = sorted({(f.op, f.size_bytes) for f in result.figures})
-            assert [op for op, _ in sizes] == ["all_gather", "all_gather", "all_reduce",
-                                               "all_reduce"]
+            # The whole cluster runs the four collectives, a pair the two that judge it.
+            ops = (["all_gather", "all_reduce", "all_to_all", "reduce_scatter"]
+                   if result.kind == "cluster" else ["all_gather", "all_reduce"])
+            assert [op for op, _ in sizes] == [op for op in ops for _ in range(2)]
             reduce = max((f for f in result.figures if f.op == "all_reduce"),
                          key=lambda f: f.size_bytes)
             # nccl-tests' busbw for two ranks: algbw x 2(n-1)/n = algbw.
@@ -178,8 +180,8 @@ def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
     assert done.returncode == 3, done.stdout + done.stderr
     assert_80_columns(done.stdout)
     said = " ".join(done.stdout.split())
-    assert "against its past: 4 steps compared with their own earlier runs (up to 7): " \
-           "4 below" in said
+    assert "against its past: 6 steps compared with their own earlier runs (up to 7): " \
+           "6 below" in said
     assert "Pair h1 and h2: all_reduce" in said or "Pair h1 and h2: all_gather" in said
     assert "under its own past runs [unsettled]" in said
     assert "under the median of its 6 earlier runs" in said
@@ -193,8 +195,8 @@ def test_a_run_below_its_past_runs_is_said_and_fails_the_command(
                  timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
     text = report.read_text()
-    assert "Against its past runs: 4 steps compared with their own earlier runs (up to 7): " \
-           "4 below" in text
+    assert "Against its past runs: 6 steps compared with their own earlier runs (up to 7): " \
+           "6 below" in text
     assert "(whose: unsettled): Pair h1 and h2:" in text
     assert agent_processes(port) == []
 

@@ -265,3 +265,39 @@ def test_cluster_tables_go_down_and_come_up_with_0022(empty_url: str) -> None:
         assert record(engine, documents=documents) == 4
     finally:
         engine.dispose()
+
+
+def _whole_with_every_collective() -> StepResult:
+    more = (StepFigure("reduce_scatter", 16 * GIB, 379.0, 379.0 / 0.9375, 45_300.0),
+            StepFigure("all_to_all", 16 * GIB, 95.0, 95.0 / 0.9375, 180_800.0))
+    whole = step("whole", "cluster", "abc", 330.0, 340.0)
+    return replace(whole, figures=whole.figures + more)
+
+
+def test_the_whole_clusters_four_collectives_go_down_with_0025_and_come_back(
+        empty_url: str) -> None:
+    """0025 admits reduce-scatter and all-to-all: read back as given; down to 0024 their
+    rows go (the old check cannot hold them) and the rest stay; up again a run takes
+    them."""
+    engine = open_engine(resolve(empty_url))
+    try:
+        upgrade(engine)
+        steps = [_whole_with_every_collective(), *run_steps()[1:]]
+        record(engine, steps=steps)
+        (run,) = read_cluster_runs(engine, cluster="pod")
+        assert run.results == tuple(steps)
+        assert cluster_counts(engine) == (4, 9, 11)
+        assert downgrade(engine, "0024").revision == "0024"
+        with engine.connect() as conn:
+            ops = conn.execute(select(models.ClusterFigure.op).distinct()).scalars().all()
+        assert sorted(ops) == ["all_gather", "all_reduce"]
+        assert cluster_counts(engine) == (4, 9, 9)
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(models.ClusterFigure.__table__.insert().values(
+                cluster_step_id=1, op="all_to_all", size_bytes=GIB, busbw_gbs=1.0,
+                algbw_gbs=1.0, time_us=1.0))
+        upgrade(engine)
+        record(engine, "run-2", steps=steps)
+        assert cluster_counts(engine) == (8, 18, 20)
+    finally:
+        engine.dispose()

@@ -84,7 +84,20 @@ analysis/pair_evidence.py); **every-step-failed** (fault) instead where no step 
 **node-lost** (fault): a node that took part in no step (unreachable over SSH, no
 runtime, its meeting point not reached), stored as a failed one-node cluster step; the
 others were measured without it. A pair not judged says why in its cause.
-**cluster-figure** (info): the whole-cluster step against the slowest pair.
+**The whole cluster** (its own step, every node at once, NCCL's own choice of algorithm
+as a renter's job gets it): all-reduce, all-gather and reduce-scatter at their largest
+size (the agent's sweep runs on to 16 GiB where memory and a 30-s budget a size allow)
+judged as a pair is, against the least node's fabric, since a ring moves the same bytes
+over every node's ports whatever the world. Published healthy runs pass the line: 2 nodes
+of 8 x 400G NDR read 370-396 GB/s all-reduce busbw with the ring forced (92.5-99%), NDR
+46-48 GB/s a port (92-96%). A share under `PASS_SHARE` is **cluster-short** (fault):
+beside pairs that all passed it is the fabric between them (switches' oversubscription,
+routing; the provider's, as providers' own acceptance fails a cluster on its whole
+all-reduce: Azure's node health checks, NVIDIA's DGX Cloud validation), beside short pairs
+it points at them; whose as a short pair's. The all-to-all is shown, not judged: the
+share of its bytes that leaves a node depends on the nodes and GPUs, and no published
+pass line for it was checked. **cluster-figure** (info): every whole-cluster figure with
+its share, against the slowest pair.
 
 Pure: data in, findings out; nothing prints. Every text is plain, with its units. What
 a node's fabric carries is fleet/analysis/cluster/fabric.py; the slow node, found by its pairs,
@@ -630,26 +643,109 @@ def by_lost(lost: Sequence[StepResult]) -> set[str]:
     return {r.hosts[0] for r in lost}
 
 
-def _whole(step: StepResult, pairs: Sequence[PairVerdict]) -> ClusterFinding | None:
-    figure = largest(step.figures, "all_reduce") or largest(step.figures, "all_gather")
-    if figure is None:
-        return None
-    said = (f"{figure.op} busbw {gbs(figure.busbw_gbs)} at {size_words(figure.size_bytes)} over "
-            f"{counted(len(step.hosts), 'node')} x {counted(step.ranks_per_node, 'rank')}; "
-            f"NCCL: {transport_words(step)}")
-    key = "all_reduce_gbs" if figure.op == "all_reduce" else "all_gather_gbs"
-    measured = [(v, getattr(v, key)) for v in pairs if getattr(v, key) is not None]
-    if measured:
+# The whole cluster's collectives judged against the fabric (a ring moves the same bytes
+# over every node's ports whatever the world: nccl-tests' PERFORMANCE.md), and the one
+# shown only: an all-to-all's share of its bytes that leaves each node depends on the
+# nodes and GPUs, and no published pass line for it was checked here.
+JUDGED_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+SHOWN_OPS = ("all_to_all",)
+
+
+def _whole(step: StepResult, pairs: Sequence[PairVerdict],
+           networks: Mapping[str, NetworkFingerprint],
+           settings: Mapping[str, Mapping[str, str]] | None) -> list[ClusterFinding]:
+    """The whole cluster's step: each collective at its largest size against what every
+    node's fabric should give (the least node's Active ports x rate, as a pair's), a
+    share under `PASS_SHARE` a cluster-short fault; and the cluster-figure line, every
+    figure beside the slowest pair's."""
+    figures = [f for op in (*JUDGED_OPS, *SHOWN_OPS) if (f := largest(step.figures, op))]
+    if not figures:
+        return []
+    fabrics, expected, why_not = _expectation(step, networks)
+    shape = (f"{counted(len(step.hosts), 'node')} x {counted(step.ranks_per_node, 'rank')}; "
+             f"NCCL: {transport_words(step)}")
+    parts = []
+    short: list[tuple[StepFigure, float]] = []
+    above: list[tuple[StepFigure, float]] = []
+    for f in figures:
+        part = f"{f.op} busbw {gbs(f.busbw_gbs)} at {size_words(f.size_bytes)}"
+        if expected is not None and f.op in JUDGED_OPS:
+            share = f.busbw_gbs / expected
+            part += f" ({share:.0%})"
+            if share < PASS_SHARE:
+                short.append((f, share))
+            elif share > ABOVE_SHARE:
+                above.append((f, share))
+        elif f.op in SHOWN_OPS:
+            part += " (shown, not judged)"
+        parts.append(part)
+    said = "; ".join(parts) + f" over {shape}"
+    if expected is not None:
+        said += (f"; expected {gbs(expected)} (the least node's fabric: "
+                 + "; ".join(fabrics[h].words for h in step.hosts if h in fabrics)
+                 + f"), passing at {PASS_SHARE:.0%}")
+    elif why_not is not None:
+        said += "; not judged: " + ("no RDMA fabric between the nodes"
+                                    if why_not == "no-fabric" else why_not)
+    if above:
+        said += ("; above the ports' total: NCCL's tree, NVLS or in-network (SHARP) "
+                 "algorithms, not the network's rate")
+    reduce = largest(step.figures, "all_reduce")
+    measured = [(v, v.all_reduce_gbs) for v in pairs if v.all_reduce_gbs is not None]
+    if reduce is not None and measured:
         slowest, least = min(measured, key=lambda vg: float(vg[1]))
-        said += (f"; the slowest pair, {pair_words(slowest.hosts)}: {gbs(least)}; the whole "
-                 f"cluster gives {figure.busbw_gbs / least:.0%} of it")
-    else:
+        said += (f"; the slowest pair, {pair_words(slowest.hosts)}: all_reduce "
+                 f"{gbs(least)}; the whole cluster gives {reduce.busbw_gbs / least:.0%} "
+                 "of it")
+    elif reduce is not None:
         said += "; no pair figure to compare it with"
-    return ClusterFinding(
+    shown = reduce or figures[0]
+    found = [ClusterFinding(
         step.cluster, "cluster-figure", "info", None, step.hosts,
-        f"{step.cluster}: the whole cluster's {figure.op} {gbs(figure.busbw_gbs)}", said,
-        "Nothing to do: the figure a renter's job across every node sees.", SOURCE_WHOLE,
-        (step.step_id,))
+        f"{step.cluster}: the whole cluster's {shown.op} {gbs(shown.busbw_gbs)}", said,
+        "Nothing to do: the figures a renter's job across every node sees.",
+        SOURCE_WHOLE if expected is None else f"{SOURCE_WHOLE}; {SOURCE_PASS}",
+        (step.step_id,))]
+    if short and expected is not None:
+        found.insert(0, _cluster_short(step, short, expected, pairs, fabrics, settings))
+    return found
+
+
+def _cluster_short(step: StepResult, short: Sequence[tuple[StepFigure, float]],
+                   expected: float, pairs: Sequence[PairVerdict],
+                   fabrics: Mapping[str, NodeFabric],
+                   settings: Mapping[str, Mapping[str, str]] | None) -> ClusterFinding:
+    worst, share = min(short, key=lambda fs: fs[1])
+    judged = [v for v in pairs if v.passed is not None]
+    causes = _socket_causes(step, fabrics, settings)
+    whose, why = _short_whose(step, causes, settings)
+    evidence = ("; ".join(f"{f.op} busbw {gbs(f.busbw_gbs)} at {size_words(f.size_bytes)}, "
+                          f"{s:.0%} of {gbs(expected)}" for f, s in short)
+                + f"; the whole cluster passes at {PASS_SHARE:.0%}, "
+                  f"{gbs(expected * PASS_SHARE)}; NCCL: {transport_words(step)}")
+    if causes:
+        evidence += "; " + "; ".join(f"{c.name} on {c.host}: {c.words}" for c in causes)
+        action = " ".join(dict.fromkeys(c.action.rstrip(".") + "." for c in causes))
+    elif judged and all(v.passed for v in judged):
+        evidence += (f"; every judged pair passed ({counted(len(judged), 'pair')}): each "
+                     "node reaches its fabric's rate, the cluster together does not")
+        action = ("Ask the provider for the fabric between the pairs: the switches' "
+                  "oversubscription and routing (ibdiagnet, the switch ports' counters), "
+                  "as providers' own acceptance fails a cluster on its whole all-reduce "
+                  "(Azure's node health checks, NVIDIA's DGX Cloud validation).")
+    else:
+        evidence += ("; " + (f"{counted(sum(1 for v in judged if not v.passed), 'pair')} of "
+                             f"{len(judged)} short too: see their findings" if judged
+                             else "no pair was judged"))
+        action = ("Mend what the pairs name first, then run the cluster again; a whole "
+                  "cluster short beside passing pairs is the fabric between them.")
+    if why:
+        evidence += f"; {why}"
+    return ClusterFinding(
+        step.cluster, "cluster-short", "fault", whose, step.hosts,
+        f"{step.cluster}: the whole cluster's {worst.op} {gbs(worst.busbw_gbs)}, "
+        f"{share:.0%} of the {gbs(expected)} its fabric should give",
+        evidence, action, SOURCE_PASS, (step.step_id,))
 
 
 # --- the judgement ---------------------------------------------------------------------
@@ -694,8 +790,6 @@ def judge_cluster(results: Sequence[StepResult], networks: Mapping[str, NetworkF
         sockets = _socket_causes(step, fabrics, settings)
         if sockets:
             findings.append(_socket_finding(step, sockets))
-        whole = _whole(step, pairs)
-        if whole is not None:
-            findings.append(whole)
+        findings += _whole(step, pairs, networks, settings)
     findings.sort(key=lambda f: f.severity != "fault")
     return ClusterJudgement(cluster, tuple(pairs), tuple(nodes), tuple(findings))

@@ -46,15 +46,17 @@ from fleet.analysis.cluster.fabric import gbs
 from fleet.analysis.cluster.judgement import fleets_own, largest, pair_words, size_words
 from fleet.analysis.cluster.verdicts import ClusterFinding
 from fleet.analysis.node.whose import Party
-from fleet.model.step import StepResult
+from fleet.model.step import OPS, StepResult
 from fleet.words import counted
 
 SOURCE = ("fleet's rule on a pair's own past (fleet/analysis/cluster/trend.py): more than "
           "10% under the median of its earlier runs, as NVIDIA's multinode test "
           "(ngc_multinode_perf) passes a pair at 90% of its ports' rate, and more than 4 x "
           "its run-to-run noise")
-# A step's identity across runs: its nodes (sorted), op, backend, NCCL_ALGO, ranks a node.
-Key = tuple[tuple[str, ...], str, str, str | None, int]
+# A step's identity across runs: its nodes (sorted), op, backend, NCCL_ALGO, ranks a node,
+# and the largest size measured: the whole cluster's sweep stops where free memory or its
+# budget runs out, and a figure at 4 GiB is not one at 16 GiB of another night.
+Key = tuple[tuple[str, ...], str, str, str | None, int, int]
 
 
 class ClusterRun(Protocol):
@@ -137,8 +139,9 @@ class Trends:
                 f"runs (up to {rule.window}): {len(self.below)} below")
 
 
-def _key(step: StepResult, op: str) -> Key:
-    return (tuple(sorted(step.hosts)), op, step.backend, step.algo, step.ranks_per_node)
+def _key(step: StepResult, op: str, size: int) -> Key:
+    return (tuple(sorted(step.hosts)), op, step.backend, step.algo, step.ranks_per_node,
+            size)
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,11 @@ def _figures(run: ClusterRun) -> dict[Key, _Figure]:
     for step in run.results:
         if step.error is not None:
             continue
-        for op in ("all_reduce", "all_gather"):
+        for op in OPS:
             figure = largest(step.figures, op)
             if figure is None or figure.busbw_gbs <= 0:
                 continue
-            key = _key(step, op)
+            key = _key(step, op, figure.size_bytes)
             before = found.get(key)
             found[key] = _Figure(step, figure.busbw_gbs, figure.size_bytes,
                                  before.step if before else None,

@@ -11,7 +11,7 @@ from fleet.analysis.node.whose import Party
 Severity = Literal["fault", "info"]
 Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",
                "socket-fallback", "slow-node", "suspect", "shared-fault", "step-failed",
-               "node-steps-failed", "every-step-failed", "cluster-figure",
+               "node-steps-failed", "every-step-failed", "cluster-figure", "cluster-short",
                "pair-regressed", "node-lost"]
 
 

@@ -92,10 +92,11 @@ def _read_until(proc: subprocess.Popen[str], needle: str, within_s: float) -> li
     raise AssertionError(f"no {needle!r} in {lines}")
 
 
-def _check_figures(body: dict[str, Any], world: int, sizes: list[int]) -> None:
+def _check_figures(body: dict[str, Any], world: int, sizes: list[int],
+                   ops: tuple[str, ...] = ("all_reduce", "all_gather")) -> None:
     figures = body["figures"]
-    assert [(f["op"], f["size_bytes"]) for f in figures] == (
-        [("all_reduce", s) for s in sizes] + [("all_gather", s) for s in sizes])
+    assert [(f["op"], f["size_bytes"]) for f in figures] == [
+        (op, s) for op in ops for s in sizes]
     for f in figures:
         assert f["ranks"] == world and f["checked"] is True and f["dtype"] == "float32"
         assert (f["warmup"], f["iterations"]) == (5, 20)
@@ -142,6 +143,44 @@ def test_two_nodes_report_the_same_checked_figures(ranks: int, sizes: str) -> No
                        [64 << 10, 256 << 10])
     # Each iteration's time is max-reduced over the world: both nodes hold the same.
     assert bodies[0]["figures"] == bodies[1]["figures"]
+
+
+def test_the_whole_clusters_step_runs_every_collective_checked() -> None:
+    # The four collectives large jobs run (all-reduce, FSDP's all-gather and
+    # reduce-scatter, a mixture of experts' all-to-all), each first result checked on
+    # every rank (a reduce-scatter's part holds the world's sum, an all-to-all's block i
+    # what rank i sent this one) and timed by nccl-tests' definitions.
+    port = _free_port()
+    extra = ("--whole", "--sizes", "16K,64K", "--timeout-s", "30", "--interface", "lo")
+    nodes = [_node(port, 2, i, 2, *extra) for i in (0, 1)]
+    results = [_finish(node, 90) for node in nodes]
+    assert [code for code, _ in results] == [0, 0], results
+    bodies = [body for _, body in results]
+    for body in bodies:
+        assert body["errors"] == []
+        _check_figures(body, 4, [16 << 10, 64 << 10],
+                       ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"))
+    assert bodies[0]["figures"] == bodies[1]["figures"]
+
+
+def test_a_size_predicted_past_its_budget_stops_that_collective_said() -> None:
+    import argparse
+
+    from agent.cluster import rank
+
+    args = argparse.Namespace(warmup=5, iterations=20)
+    cpu = type("Device", (), {"type": "cpu"})()
+    # 1 GiB took 500 ms an iteration: 4 GiB would take 2 s, x 25 = 50 s, over 30.
+    last = {"size_bytes": 1 << 30, "ms": [500.0] * 20}
+    why = rank._skip(None, None, "all_reduce", 4 << 30, last, args, cpu)
+    assert why == ("stopped before 4 GiB: predicted 50 s at 1 GiB's pace, over the 30-s "
+                   "budget of one size")
+    # 4 GiB at 100 ms an iteration: 10 s, within the budget.
+    fast = {"size_bytes": 1 << 30, "ms": [100.0] * 20}
+    assert rank._skip(None, None, "all_reduce", 4 << 30, fast, args, cpu) is None
+    # A collective the backend lacks is told from a peer gone.
+    assert rank._unsupported(RuntimeError("ProcessGroupGloo does not support reduce_scatter"))
+    assert not rank._unsupported(RuntimeError("Connection closed by peer [127.0.0.1]:29500"))
 
 
 def test_a_node_that_never_arrives_fails_the_other_within_the_timeout() -> None:
@@ -235,6 +274,9 @@ def test_fewer_gpus_than_ranks_asked_is_said() -> None:
      "argument --algo: 'Spiral' is not one of NCCL's algorithms: Tree, Ring"),
     (["--nodes", "2", "--node-rank", "0", "--sizes", "16Q"],
      "argument --sizes: '16Q' is not a size"),
+    (["--nodes", "2", "--node-rank", "0", "--ops", "all_reduce,broadcast"],
+     "argument --ops: 'all_reduce,broadcast': broadcast is not one of all_reduce, "
+     "all_gather, reduce_scatter, all_to_all"),
     (["--nodes", "2", "--node-rank", "0", "--sizes", "4"],
      "argument --sizes: 4 bytes do not hold one float32 for each of the 2 ranks"),
     (["--nodes", "0", "--node-rank", "0"], "argument --nodes: 0 is out of range: 1 or more"),
