@@ -171,6 +171,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                         help="how long a rank waits for the others, at the rendezvous and "
                              "in any collective, before the step fails (default "
                              "%(default)g)")
+    # A test's copy of a host's sysfs, whose RDMA counters the step reads (hidden: a
+    # host's own is /).
+    parser.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)
     parser.add_argument("--step", metavar="ID", default="",
                         help="the controller's name for the step, echoed in the event")
     parser.add_argument("--stop-on-eof", action="store_true",
@@ -196,4 +199,5 @@ def config(args: argparse.Namespace) -> Config:
                   backend=args.backend, algo=args.algo, interface=args.interface,
                   sizes=args.sizes, timeout_s=args.timeout_s, step_id=args.step,
                   ops=args.ops or (OPS if args.whole else PAIR_OPS), whole=args.whole,
+                  sysfs_root=args.sysfs_root,
                   stop_on_eof=args.stop_on_eof, warmup=WARMUP, iterations=ITERATIONS)

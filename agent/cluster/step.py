@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agent import __version__
 from agent.cluster import nccl_log, rank
+from agent.network import counters
 from agent.node import collective
 
 SCHEMA = "fleet-cluster/1"
@@ -76,6 +77,9 @@ class Config:
     warmup: int = rank.WARMUP
     iterations: int = rank.ITERATIONS
     grace_s: float = GRACE_S
+    # Where the RDMA ports' counters are read (agent/network/counters.py): the host's
+    # sysfs; a test's copy of one.
+    sysfs_root: str = "/"
 
     @property
     def world(self) -> int:
@@ -412,6 +416,9 @@ def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
     progress(f"starting {cfg.ranks_per_node} ranks of {cfg.world} "
              f"(node {cfg.node_rank} of {cfg.nodes}), meeting at {cfg.address}:{cfg.port}")
     ranks: List[_Rank] = []
+    # Each RDMA port's error counters around the ranks' traffic: a link that flapped or
+    # erred during the step is named, NIC and port.
+    before = counters.read_counters(cfg.sysfs_root)
     try:
         with tempfile.TemporaryDirectory(prefix="fleet-cluster-") as tmp:
             try:
@@ -431,6 +438,7 @@ def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
             logs = [r.log() for r in ranks]
     finally:
         undo()
+    counted = counters.rises(before, counters.read_counters(cfg.sysfs_root))
     figures: List[Dict[str, Any]] = []
     if not outcome.errors:
         try:
@@ -455,6 +463,7 @@ def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
         "started_at": started_at,
         "wall_s": round(time.monotonic() - started, 3),
         "errors": outcome.errors,
+        "counters": counted,
     }
     return body, (EXIT_FAILED if outcome.errors else EXIT_OK)
 

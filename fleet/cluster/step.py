@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from fleet.errors import FleetError
 from fleet.inventory import Target
 from fleet.model.cluster import ClusterReport
-from fleet.model.step import NodeTransport, StepFigure, StepKind, StepResult
+from fleet.model.step import NodeTransport, PortCounters, StepFigure, StepKind, StepResult
 from fleet.payload import Payload, launch_agent
 from fleet.transport.base import (
     Cancelled,
@@ -111,10 +111,17 @@ class StepRun:
                           tuple(r.transport.paths), tuple(r.transport.interfaces),
                           tuple(r.transport.set_by_environment))
             for host in spec.hosts if (r := self.reports.get(host)) is not None)
+        counted = tuple(
+            PortCounters(host, c.ports, tuple((port, name, rise)
+                                              for port, rises in sorted(c.rose.items())
+                                              for name, rise in sorted(rises.items())),
+                         tuple(c.reset))
+            for host in spec.hosts
+            if (r := self.reports.get(host)) is not None and (c := r.counters) is not None)
         backend = first.backend if first is not None else spec.backend
         return StepResult(spec.cluster, spec.step_id, spec.kind, spec.round, spec.hosts,
                           spec.ranks_per_node, backend, spec.algo, figures, transports,
-                          self.error)
+                          self.error, counted)
 
     def settings(self) -> dict[str, dict[str, str]]:
         """Each node's NCCL_* and GLOO_* settings, as its agent ran the ranks."""

@@ -95,6 +95,27 @@ class StepError(Strict):
     message: Annotated[str, StringConstraints(max_length=2048)]
 
 
+# An RDMA device's port, "mlx5_0/1", and the error counters agent/network/counters.py reads.
+Port = Annotated[str, StringConstraints(max_length=80, pattern=r"^[\w.-]{1,64}/\d{1,3}$")]
+Counter = Literal["link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
+                  "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+                  "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                  "port_xmit_discards", "port_xmit_constraint_errors",
+                  "port_rcv_constraint_errors", "VL15_dropped"]
+
+
+class StepCounters(Strict):
+    """The node's RDMA ports' error counters around the step (agent/network/counters.py):
+    how many ports were read both times, what rose on which, and which were reset."""
+
+    ports: Annotated[int, Field(ge=0, le=64)]
+    rose: dict[Port, dict[Counter, Annotated[int, Field(ge=1, le=1 << 62)]]] = Field(
+        default_factory=dict, max_length=64)
+    reset: list[Annotated[str, StringConstraints(
+        max_length=160, pattern=r"^[\w.-]{1,64}/\d{1,3} [\w]{1,64}$")]] = Field(
+            default_factory=list, max_length=64)
+
+
 class ClusterReport(Strict):
     """One node's report of one step."""
 
@@ -113,6 +134,8 @@ class ClusterReport(Strict):
     started_at: Short
     wall_s: Seconds
     errors: list[StepError] = Field(default_factory=list, max_length=64)
+    # None from an agent before issue 57's counters.
+    counters: StepCounters | None = None
 
     @property
     def failed(self) -> bool:

@@ -71,6 +71,23 @@ class NodeTransport:
 
 
 @dataclass(frozen=True)
+class PortCounters:
+    """One node's RDMA ports' error counters around a step (agent/network/counters.py).
+
+    host: the node.
+    ports: how many ports were read before and after the step.
+    rose: (port, counter, rise) for each error counter that rose during the step,
+        "mlx5_0/1", "link_downed", 1.
+    reset: "PORT COUNTER" for each counter that went down between the reads (reset).
+    """
+
+    host: str
+    ports: int
+    rose: tuple[tuple[str, str, int], ...] = ()
+    reset: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StepResult:
     """One step of a cluster's schedule (fleet/cluster/schedule.py) as it ran.
 
@@ -87,6 +104,8 @@ class StepResult:
     transports: each node's, in `hosts` order; a node that sent no event has none.
     error: why the step failed (the nodes' `errors`, or the controller's own: a node
         that sent no event, a timeout), None where it ran.
+    counters: each node's RDMA error counters around the step, in `hosts` order; a node
+        that sent none (no event, or an agent before them) has none.
     """
 
     cluster: str
@@ -100,3 +119,4 @@ class StepResult:
     figures: tuple[StepFigure, ...] = ()
     transports: tuple[NodeTransport, ...] = ()
     error: str | None = None
+    counters: tuple[PortCounters, ...] = ()

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, func, insert, select
 
 from agent.source.settings import storable, withheld
 from fleet.errors import ClusterError, StoreError
-from fleet.model.step import NodeTransport, StepFigure, StepResult
+from fleet.model.step import NodeTransport, PortCounters, StepFigure, StepResult
 from fleet.store.database import WRITES
 from fleet.store.models import ClusterFigure, ClusterStep, ClusterStepNode
 from fleet.store.query import in_chunks
@@ -160,10 +160,12 @@ def _step_row(run_id: str, position: int, step: StepResult, provider: str | None
 def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | None],
                settings: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
     transports = {t.host: t for t in step.transports}
+    counted = {c.host: c for c in step.counters}
     rows = []
     for rank, host in enumerate(step.hosts):
         t = transports.get(host)
         ran = settings.get(host)
+        c = counted.get(host)
         rows.append({
             "cluster_step_id": step_pk, "node_rank": rank, "host": host,
             "document_id": documents.get(host), "reported": t is not None,
@@ -175,7 +177,9 @@ def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | Non
             "set_by_environment": [] if t is None else [
                 _screen_line(line) for line in t.set_by_environment[
                     :MAX_ITEMS["set_by_environment"]]],
-            "settings": None if ran is None else screen_settings(ran)})
+            "settings": None if ran is None else screen_settings(ran),
+            "counters": None if c is None else {
+                "ports": c.ports, "rose": [list(r) for r in c.rose], "reset": list(c.reset)}})
     return rows
 
 
@@ -341,7 +345,12 @@ def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool =
                     node.host, node.network, node.plugin, node.gdrdma, tuple(node.paths),
                     tuple(node.interfaces), tuple(node.set_by_environment))
                     for node in mine if node.reported),
-                error=step.error))
+                error=step.error,
+                counters=tuple(PortCounters(
+                    node.host, int(node.counters["ports"]),
+                    tuple((str(p), str(c), int(r)) for p, c, r in node.counters["rose"]),
+                    tuple(str(x) for x in node.counters["reset"]))
+                    for node in mine if node.counters is not None)))
         found.append(ClusterRun(name, run_id, started, tuple(results), documents, settings,
                                 provider))
     return found

@@ -891,6 +891,10 @@ class ClusterStepNode(Base):
     interfaces: Mapped[list[str]] = mapped_column(Json)
     set_by_environment: Mapped[list[str]] = mapped_column(Json)
     settings: Mapped[dict[str, Any] | None]
+    # The node's RDMA error counters around the step: {"ports": n, "rose": [[port,
+    # counter, rise], ...], "reset": ["PORT COUNTER", ...]}; NULL where none were sent
+    # (no event, an agent before them) (0026).
+    counters: Mapped[dict[str, Any] | None]
 
 
 # The collectives a cluster step measures (fleet/model/step.py's Op), as the check

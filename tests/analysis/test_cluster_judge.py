@@ -6,6 +6,7 @@ hand them over."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -400,3 +401,45 @@ def test_one_cluster_at_a_time() -> None:
         judge_cluster([step("ab", 370.0), other], {})
     with pytest.raises(ClusterError, match="no step results"):
         judge_cluster([], {})
+
+
+def counted_step(hosts: str, reduce: float, rose: dict[str, tuple[tuple[str, str, int], ...]],
+                 kind: StepKind = "pair") -> StepResult:
+    from fleet.model.step import PortCounters
+
+    base = step(hosts, reduce, kind=kind)
+    return replace(base, counters=tuple(PortCounters(h, 8, rose.get(h, ())) for h in hosts))
+
+
+def test_a_link_that_went_down_during_the_steps_is_the_providers_fault() -> None:
+    # Both pairs pass: the flap is named by its counter alone, NIC and port.
+    j = judge([counted_step("ab", 372.0, {"b": (("mlx5_3/1", "link_downed", 2),
+                                                 ("mlx5_3/1", "symbol_error", 40))}),
+               counted_step("cd", 371.0, {})], FOUR)
+    f = only(j, "link-flap")
+    assert (f.severity, f.whose, f.hosts) == ("fault", "provider", ("b",))
+    assert f.title == "b: mlx5_3/1's link went down 2 times during the steps"
+    assert "link_downed rose by 2 on b's mlx5_3/1" in f.evidence
+    assert "symbol_error +40" in f.evidence
+    assert "azure_ib_link_flapping.nhc" in f.source
+    # Its other errors, at full rate in a pair that passed: said, not disputed.
+    errors = only(j, "port-errors")
+    assert (errors.severity, errors.whose) == ("info", None)
+
+
+def test_errors_on_a_node_in_a_short_pair_name_its_port() -> None:
+    j = judge([counted_step("ab", 372.0, {}),
+               counted_step("cd", 180.0, {"d": (("mlx5_5/1", "symbol_error", 1_250),
+                                                 ("mlx5_5/1", "port_rcv_errors", 9))})],
+              FOUR)
+    f = only(j, "port-errors")
+    assert (f.severity, f.whose, f.hosts) == ("fault", "provider", ("d",))
+    assert f.title == "d: mlx5_5/1 counted errors in its short steps"
+    assert f.evidence == ("mlx5_5/1: port_rcv_errors +9, symbol_error +1,250; in 1 step "
+                          "judged short: c-d")
+    assert not [x for x in j.findings if x.rule == "link-flap"]
+
+
+def test_no_counter_that_rose_says_nothing() -> None:
+    j = judge([counted_step("ab", 372.0, {}), counted_step("cd", 180.0, {})], FOUR)
+    assert not [f for f in j.findings if f.rule in ("link-flap", "port-errors")]

@@ -301,3 +301,33 @@ def test_the_whole_clusters_four_collectives_go_down_with_0025_and_come_back(
         assert cluster_counts(engine) == (8, 18, 20)
     finally:
         engine.dispose()
+
+
+def test_each_nodes_counters_are_read_back_and_go_down_with_0026(empty_url: str) -> None:
+    """0026 keeps each node's RDMA error counters around a step: read back as given (a
+    node that sent none has none); down to 0025 the column goes and the steps stay."""
+    from fleet.model.step import PortCounters
+
+    engine = open_engine(resolve(empty_url))
+    try:
+        upgrade(engine)
+        steps = run_steps()
+        steps[1] = replace(steps[1], counters=(
+            PortCounters("a", 8),
+            PortCounters("b", 8, (("mlx5_3/1", "link_downed", 1),
+                                  ("mlx5_3/1", "symbol_error", 27)),
+                         ("mlx5_3/1 port_rcv_errors",))))
+        record(engine, steps=steps)
+        (run,) = read_cluster_runs(engine, cluster="pod")
+        assert run.results == tuple(steps)
+        assert run.results[0].counters == ()
+        assert downgrade(engine, "0025").revision == "0025"
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("cluster_step_node")}
+        assert "counters" not in columns
+        assert cluster_counts(engine) == (4, 9, 9)
+        upgrade(engine)
+        (run,) = read_cluster_runs(engine, cluster="pod")
+        assert all(r.counters == () for r in run.results)
+    finally:
+        engine.dispose()

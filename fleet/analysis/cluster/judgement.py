@@ -99,6 +99,12 @@ share of its bytes that leaves a node depends on the nodes and GPUs, and no publ
 pass line for it was checked. **cluster-figure** (info): every whole-cluster figure with
 its share, against the slowest pair.
 
+**The ports' counters** (fleet/analysis/cluster/counters.py): each node's RDMA error
+counters read before and after every step; **link-flap** (fault, the provider's) for a
+port whose link went down meanwhile, **port-errors** for a node whose ports counted other
+errors: a fault naming the ports where the node was in a step judged short, information
+where every step it was in passed.
+
 Pure: data in, findings out; nothing prints. Every text is plain, with its units. What
 a node's fabric carries is fleet/analysis/cluster/fabric.py; the slow node, found by its pairs,
 fleet/analysis/cluster/slow_node.py; the verdicts' types fleet/analysis/cluster/verdicts.py.
@@ -110,6 +116,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from agent.source import settings as families
+from fleet.analysis.cluster.counters import counter_findings
 from fleet.analysis.cluster.fabric import NodeFabric, gbs, node_fabric
 from fleet.analysis.cluster.slow_node import SOURCE_PAIRS, beside, judge_nodes, one_party
 from fleet.analysis.cluster.verdicts import (
@@ -791,5 +798,8 @@ def judge_cluster(results: Sequence[StepResult], networks: Mapping[str, NetworkF
         if sockets:
             findings.append(_socket_finding(step, sockets))
         findings += _whole(step, pairs, networks, settings)
+    short_wholes = [s for s in ran if s.kind == "cluster" and any(
+        f.rule == "cluster-short" and s.step_id in f.steps for f in findings)]
+    findings += counter_findings(cluster, ran, pairs, short_wholes)
     findings.sort(key=lambda f: f.severity != "fault")
     return ClusterJudgement(cluster, tuple(pairs), tuple(nodes), tuple(findings))

@@ -12,7 +12,7 @@ Severity = Literal["fault", "info"]
 Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",
                "socket-fallback", "slow-node", "suspect", "shared-fault", "step-failed",
                "node-steps-failed", "every-step-failed", "cluster-figure", "cluster-short",
-               "pair-regressed", "node-lost"]
+               "pair-regressed", "node-lost", "link-flap", "port-errors"]
 
 
 @dataclass(frozen=True)

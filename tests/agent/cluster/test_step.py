@@ -163,6 +163,35 @@ def test_the_whole_clusters_step_runs_every_collective_checked() -> None:
     assert bodies[0]["figures"] == bodies[1]["figures"]
 
 
+def test_a_port_that_flapped_or_erred_during_the_step_is_named(tmp_path: Path) -> None:
+    # Each node reads its RDMA ports' error counters before its ranks start and after
+    # they end: what rose in between is in its event, port by port (here a copy of a
+    # host's sysfs, the counters raised while the ranks run, as a flapping cable would).
+    roots = []
+    for node in (0, 1):
+        root = tmp_path / f"node{node}"
+        at = root / "sys/class/infiniband/mlx5_0/ports/1/counters"
+        at.mkdir(parents=True)
+        for name, value in (("link_downed", 4), ("symbol_error", 100),
+                            ("port_rcv_errors", 7)):
+            (at / name).write_text(f"{value}\n")
+        roots.append(root)
+    port = _free_port()
+    nodes = [_node(port, 2, i, 1, "--sizes", "16M", "--timeout-s", "30", "--interface", "lo",
+                   "--sysfs-root", str(roots[i])) for i in (0, 1)]
+    _read_until(nodes[1], "joined", 60)
+    flapped = roots[1] / "sys/class/infiniband/mlx5_0/ports/1/counters"
+    (flapped / "link_downed").write_text("5\n")
+    (flapped / "symbol_error").write_text("127\n")
+    (flapped / "port_rcv_errors").write_text("0\n")  # reset meanwhile
+    results = [_finish(node, 60) for node in nodes]
+    assert [code for code, _ in results] == [0, 0], results
+    quiet, erred = (body["counters"] for _, body in results)
+    assert quiet == {"ports": 1, "rose": {}, "reset": []}
+    assert erred == {"ports": 1, "rose": {"mlx5_0/1": {"link_downed": 1, "symbol_error": 27}},
+                     "reset": ["mlx5_0/1 port_rcv_errors"]}
+
+
 def test_a_size_predicted_past_its_budget_stops_that_collective_said() -> None:
     import argparse
 

@@ -1,0 +1,38 @@
+"""cluster_step_node: each node's RDMA error counters around the step (issue 57).
+
+The agent reads every RDMA port's error counters before and after the step's ranks run
+(agent/network/counters.py): a link that flapped (`link_downed`) or erred while the step
+ran is named, NIC and port, even where it kept its rate. JSON: {"ports": n, "rose":
+[[port, counter, rise], ...], "reset": ["PORT COUNTER", ...]}. Steps stored before have
+none (NULL: not read).
+
+Revision ID: 0026
+Revises: 0025
+Created: 2026-11-29
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
+
+revision: str = "0026"
+down_revision: str | None = "0025"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+TABLE = "cluster_step_node"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table(TABLE) as batch:
+        batch.add_column(sa.Column("counters", sa.JSON().with_variant(JSONB(), "postgresql"),
+                                   nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table(TABLE) as batch:
+        batch.drop_column("counters")
