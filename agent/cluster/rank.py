@@ -36,7 +36,7 @@ DEFAULT_SIZES = {"nccl": (16 << 20, 256 << 20, 1 << 30), "gloo": (1 << 20, 16 <<
 # The whole cluster's sweep: on to 16 GiB under NCCL, the buffer Azure's node health
 # checks run their all-reduce at, since a fabric of several nodes reaches its rate only
 # at large buffers (nccl-tests' users sweep -b 8 -e 8G and beyond). A size runs only where
-# every rank's GPU holds it (`_fits`) and its predicted time stays in `SIZE_BUDGET_S`.
+# every rank's GPU holds it and its predicted time stays in `SIZE_BUDGET_S` (`_skip`).
 WHOLE_SIZES = {"nccl": (16 << 20, 256 << 20, 1 << 30, 4 << 30, 16 << 30),
                "gloo": DEFAULT_SIZES["gloo"]}
 # The most seconds one op at one size may be predicted to take (its warm-up and timed
