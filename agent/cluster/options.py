@@ -4,6 +4,7 @@ shows a real step (docs/cluster.md, "Between the nodes")."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -36,7 +37,10 @@ rank anywhere, so every node reports the same figures), and print one `cluster` 
 instead: reduce_scatter and all_to_all too, on to 16 GiB under NCCL, each collective's
 sizes stopped, said, where the GPUs' free memory or a 30-s budget a size runs out.
 
-Run it on every node of the step at once, with the same options but --node-rank."""
+Run it on every node of the step at once, with the same options but --node-rank; or
+through Slurm, one task a node, with --slurm-nodes instead of --node-rank:
+  srun --nodes=2 --nodelist=n1,n2 --ntasks-per-node=1 --label python3 agent.pyz cluster \
+      --address 10.0.4.21 --port 29550 --nodes 2 --slurm-nodes n1,n2 --ranks-per-node 8"""
 
 EPILOG = """\
 example, two nodes of 8 GPUs each, meeting at the first (run on both, I = 0 and 1):
@@ -64,6 +68,29 @@ def _sizes(text: str) -> List[int]:
     if not sizes:
         raise argparse.ArgumentTypeError("no size given: e.g. 16M,256M,1G")
     return sizes
+
+
+def _names(text: str) -> List[str]:
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name in the list")
+    return names
+
+
+def _slurm_rank(parser: argparse.ArgumentParser, names: List[str], nodes: int) -> int:
+    """This node's place in --slurm-nodes, by the node name srun's task was started
+    under."""
+    if len(names) != nodes:
+        parser.error(f"argument --slurm-nodes: {len(names)} names for --nodes {nodes}")
+    mine = os.environ.get("SLURMD_NODENAME")
+    if not mine:
+        parser.error("argument --slurm-nodes: SLURMD_NODENAME is not set: start it with "
+                     "srun, one task a node, or give --node-rank")
+    if mine not in names:
+        parser.error(f"argument --slurm-nodes: this task runs on Slurm node {mine}, which "
+                     f"is not among {', '.join(names)}: srun placed it on a node the step "
+                     "did not name (check --nodelist)")
+    return names.index(mine)
 
 
 def _ops(text: str) -> Tuple[str, ...]:
@@ -139,9 +166,13 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                              "uses 29550)")
     parser.add_argument("--nodes", type=_positive, metavar="N", required=True,
                         help="how many nodes take part in the step")
-    parser.add_argument("--node-rank", type=_node_rank, metavar="I", required=True,
-                        help="this node's place among them, 0 to nodes-1 (0 hosts the "
-                             "rendezvous)")
+    place = parser.add_mutually_exclusive_group(required=True)
+    place.add_argument("--node-rank", type=_node_rank, metavar="I",
+                       help="this node's place among them, 0 to nodes-1 (0 hosts the "
+                            "rendezvous)")
+    place.add_argument("--slurm-nodes", type=_names, metavar="LIST",
+                       help="under srun, one task a node: the step's Slurm node names in "
+                            "node-rank order; this node's place is its SLURMD_NODENAME's")
     parser.add_argument("--ranks-per-node", type=_positive, metavar="G", required=True,
                         help="ranks on each node: the first G visible GPUs under NCCL "
                              "(fewer is an error), G CPU processes under gloo")
@@ -186,6 +217,8 @@ def config(args: argparse.Namespace) -> Config:
     """The step's Config from parsed options; an option against another is argparse's
     error, naming it."""
     parser: argparse.ArgumentParser = args.cluster_parser
+    if args.slurm_nodes is not None:
+        args.node_rank = _slurm_rank(parser, args.slurm_nodes, args.nodes)
     if args.node_rank >= args.nodes:
         parser.error(f"argument --node-rank: {args.node_rank} is not below --nodes "
                      f"{args.nodes} (node ranks run 0 to {args.nodes - 1})")

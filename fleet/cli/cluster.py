@@ -220,7 +220,9 @@ def print_run(console: Console, run: BetweenRun, stored: int) -> None:
         console.print(Text(_wrapped(
             f"cluster {run.cluster.name}: {counted(len(schedule.nodes), 'node')}, "
             f"{schedule.mode}, {counted(schedule.rounds, 'pair round')} (seed "
-            f"{schedule.seed}), run {run.run_id[:8]}", console.width)), highlight=False)
+            f"{schedule.seed}), run {run.run_id[:8]}"
+            + (", through Slurm (srun from each step's first node)"
+               if run.cluster.slurm is not None else ""), console.width)), highlight=False)
     console.print(steps_table(run))
     for step in run.steps:
         if step.error:

@@ -39,6 +39,7 @@ from fleet.cluster.schedule import (
     plan,
     suspect_steps,
 )
+from fleet.cluster.slurm import run_step_slurm
 from fleet.cluster.step import StepNode, StepRun, StepSpec, run_step
 from fleet.errors import ClusterError
 from fleet.inventory.clusters import Cluster
@@ -104,7 +105,8 @@ def _spec(cluster: Cluster, run_id: str, step_id: str, kind: StepKind, round_: i
                     round=round_, hosts=tuple(hosts), address=address, port=port,
                     ranks_per_node=ranks, timeout_s=options.step_timeout_s, algo=algo,
                     interface=cluster.interface, sizes=options.sizes,
-                    backend=options.backend, whole=kind == "cluster")
+                    backend=options.backend, whole=kind == "cluster",
+                    launcher="slurm" if cluster.slurm is not None else "ssh")
 
 
 def _pair_specs(cluster: Cluster, run_id: str, step: Step, points: Mapping[str, MeetingPoint],
@@ -180,12 +182,21 @@ def _lost_step(cluster: Cluster, run_id: str, number: int, host: str, why: str,
                    error=f"{host}: {LOST}: {' '.join(why.split())}"[:2000])
 
 
-def _round(specs: Sequence[StepSpec], nodes: Mapping[str, StepNode], payload: Payload,
-           cancel: threading.Event, observe: Observe | None) -> list[StepRun]:
+def launch(cluster: Cluster, spec: StepSpec, nodes: Mapping[str, StepNode],
+           payload: Payload, cancel: threading.Event, observe: Observe | None) -> StepRun:
+    """The step through the cluster's Slurm where the inventory gives it one
+    (fleet/cluster/slurm.py), else over fleet's SSH connections (fleet/cluster/step.py)."""
+    if cluster.slurm is not None:
+        return run_step_slurm(spec, nodes, payload, cluster.slurm, cancel, observe)
+    return run_step(spec, nodes, payload, cancel, observe)
+
+
+def _round(cluster: Cluster, specs: Sequence[StepSpec], nodes: Mapping[str, StepNode],
+           payload: Payload, cancel: threading.Event, observe: Observe | None
+           ) -> list[StepRun]:
     """A round's pairs at once: each node is in one pair at most."""
     def one(spec: StepSpec) -> StepRun:
-        return run_step(spec, nodes, payload, cancel,
-                        (lambda host, m: observe(host, m)) if observe else None)
+        return launch(cluster, spec, nodes, payload, cancel, observe)
     with ThreadPoolExecutor(max(1, len(specs)), "fleet-round") as pool:
         return list(pool.map(one, specs))
 
@@ -240,11 +251,11 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
                            f"{counted(ranks, 'rank')}")
             spec = _spec(cluster, run.run_id, "cluster", "cluster", None, order,
                          rendezvous.address, port, ranks, options, None)
-            run.steps.append(run_step(spec, nodes, payload, cancel, observe))
+            run.steps.append(launch(cluster, spec, nodes, payload, cancel, observe))
             continue
         say("cluster", f"pair round {step.round} of {run.schedule.rounds}: "
                        f"{counted(len(step.pairs), 'pair')} at once")
-        run.steps.extend(_round(_pair_specs(cluster, run.run_id, step, points, ranks,
+        run.steps.extend(_round(cluster, _pair_specs(cluster, run.run_id, step, points, ranks,
                                             options), nodes, payload, cancel, observe))
     run.judgement = judge_cluster(run.results, networks, run.settings())
     if options.suspects and not cancel.is_set():
@@ -258,7 +269,7 @@ def run_between(cluster: Cluster, nodes: Mapping[str, StepNode],
                 run.error = "interrupted"
                 return run
             say("cluster", f"suspects' round {step.round}: {counted(len(step.pairs), 'pair')}")
-            run.steps.extend(_round(_pair_specs(cluster, run.run_id, step, points, ranks,
+            run.steps.extend(_round(cluster, _pair_specs(cluster, run.run_id, step, points, ranks,
                                                 options), nodes, payload, cancel, observe))
         if again:
             run.judgement = judge_cluster(run.results, networks, run.settings())
@@ -283,7 +294,7 @@ def measure_again(run: BetweenRun, step_ids: Sequence[str], nodes: Mapping[str, 
         say("cluster", f"measuring {step_id.split('-', 1)[-1]} again "
                        f"({', '.join(spec.hosts)}): below its own past runs")
         again = replace(spec, step_id=f"{run.run_id[:8]}-again-{number}")
-        done.append(run_step(again, nodes, payload, cancel, observe))
+        done.append(launch(run.cluster, again, nodes, payload, cancel, observe))
     run.steps.extend(done)
     if done:
         run.judgement = judge_cluster(run.results, networks, run.settings())

@@ -26,7 +26,14 @@ from pydantic import ValidationError
 from fleet.errors import FleetError
 from fleet.inventory import Target
 from fleet.model.cluster import ClusterReport
-from fleet.model.step import NodeTransport, PortCounters, StepFigure, StepKind, StepResult
+from fleet.model.step import (
+    Launcher,
+    NodeTransport,
+    PortCounters,
+    StepFigure,
+    StepKind,
+    StepResult,
+)
 from fleet.payload import Payload, launch_agent
 from fleet.transport.base import (
     Cancelled,
@@ -80,6 +87,8 @@ class StepSpec:
     backend: str = "auto"
     # The whole cluster's sweep (the agent's --whole): every collective, larger buffers.
     whole: bool = False
+    # Through the cluster's Slurm (fleet/cluster/slurm.py), or fleet's SSH connections.
+    launcher: Launcher = "ssh"
 
     @property
     def budget_s(self) -> float:
@@ -121,17 +130,22 @@ class StepRun:
         backend = first.backend if first is not None else spec.backend
         return StepResult(spec.cluster, spec.step_id, spec.kind, spec.round, spec.hosts,
                           spec.ranks_per_node, backend, spec.algo, figures, transports,
-                          self.error, counted)
+                          self.error, counted, spec.launcher)
 
     def settings(self) -> dict[str, dict[str, str]]:
         """Each node's NCCL_* and GLOO_* settings, as its agent ran the ranks."""
         return {h: dict(r.settings) for h, r in self.reports.items()}
 
 
-def agent_args(spec: StepSpec, node_rank: int) -> list[str]:
-    """The agent's command line for the node at `node_rank`."""
+def agent_args(spec: StepSpec, node_rank: int | None,
+               slurm_nodes: Sequence[str] | None = None) -> list[str]:
+    """The agent's command line for the node at `node_rank`; under srun, where every node
+    runs one command line, `slurm_nodes` (the step's Slurm node names in node-rank
+    order) instead, each node finding its own place."""
+    place = (["--slurm-nodes", ",".join(slurm_nodes)] if slurm_nodes is not None
+             else ["--node-rank", str(node_rank)])
     args = ["cluster", "--address", spec.address, "--port", str(spec.port),
-            "--nodes", str(len(spec.hosts)), "--node-rank", str(node_rank),
+            "--nodes", str(len(spec.hosts)), *place,
             "--ranks-per-node", str(spec.ranks_per_node), "--backend", spec.backend,
             "--timeout-s", f"{spec.timeout_s:g}", "--step", spec.step_id]
     if spec.algo:
@@ -145,23 +159,23 @@ def agent_args(spec: StepSpec, node_rank: int) -> list[str]:
     return args
 
 
-class _NodeFailed(Exception):
+class NodeFailed(Exception):
     """A node's part of the step failed; the message names the node and the reason."""
 
 
 def read_report(lines: Any, host: str, on_progress: Callable[[str], None] | None = None
                 ) -> ClusterReport:
-    """The node's one `cluster` event among its lines, validated; _NodeFailed if none."""
+    """The node's one `cluster` event among its lines, validated; NodeFailed if none."""
     report: ClusterReport | None = None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         if len(line) > MAX_LINE:
-            raise _NodeFailed(f"{host}: the agent's line {number} is over {MAX_LINE} bytes")
+            raise NodeFailed(f"{host}: the agent's line {number} is over {MAX_LINE} bytes")
         try:
             event = json.loads(line)
         except ValueError:
-            raise _NodeFailed(f"{host}: the agent's line {number} is not JSON: "
+            raise NodeFailed(f"{host}: the agent's line {number} is not JSON: "
                               f"{line[:120]!r}") from None
         kind = event.get("event") if isinstance(event, dict) else None
         if kind == "progress":
@@ -169,23 +183,23 @@ def read_report(lines: Any, host: str, on_progress: Callable[[str], None] | None
                 on_progress(str(event.get("message", ""))[:300])
         elif kind == "cluster":
             if report is not None:
-                raise _NodeFailed(f"{host}: the agent sent a second report on line {number}")
+                raise NodeFailed(f"{host}: the agent sent a second report on line {number}")
             try:
                 report = ClusterReport.model_validate(event.get("cluster"))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
-                raise _NodeFailed(f"{host}: the agent's report is not valid at {where}: "
+                raise NodeFailed(f"{host}: the agent's report is not valid at {where}: "
                                   f"{first['msg']}") from None
         else:
-            raise _NodeFailed(f"{host}: the agent's line {number} has unknown event "
+            raise NodeFailed(f"{host}: the agent's line {number} has unknown event "
                               f"{str(kind)[:40]!r}")
     if report is None:
-        raise _NodeFailed(f"{host}: the agent ended without a report")
+        raise NodeFailed(f"{host}: the agent ended without a report")
     return report
 
 
-def _disagree(reports: Mapping[str, ClusterReport], hosts: Sequence[str]) -> str | None:
+def disagree(reports: Mapping[str, ClusterReport], hosts: Sequence[str]) -> str | None:
     """Why the nodes' figures are not one step's, or None where they agree."""
     first = reports[hosts[0]]
     want = {(f.op, f.size_bytes): f.busbw_gbs for f in first.figures}
@@ -239,7 +253,7 @@ def run_step(spec: StepSpec, nodes: Mapping[str, StepNode], payload: Payload,
                 fail(f"{host}: stopped, as another node of the step had failed")
         except RunTimeout:
             fail(f"{host}: no report within {spec.budget_s:g} s; stopped")
-        except _NodeFailed as exc:
+        except NodeFailed as exc:
             said = str(exc)
             if process is not None:
                 status = process.exit_status(EXIT_WAIT_S)
@@ -276,5 +290,5 @@ def run_step(spec: StepSpec, nodes: Mapping[str, StepNode], payload: Payload,
     elif missing := [h for h in spec.hosts if h not in run.reports]:
         run.error = f"{', '.join(missing)}: no report"
     else:
-        run.error = _disagree(run.reports, spec.hosts)
+        run.error = disagree(run.reports, spec.hosts)
     return run

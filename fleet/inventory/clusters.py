@@ -23,8 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.errors import InputError
-from fleet.inventory.model import Expect, Inventory, Target
+from fleet.inventory.model import Expect, Inventory, SlurmSpec, Target
 
+# srun's options fleet sets for each step (fleet/cluster/slurm.py), not the inventory's.
+FLEETS_SRUN = ("--nodes", "--nodelist", "--ntasks-per-node", "--ntasks", "--label",
+               "--kill-on-bad-exit", "--export", "--partition")
 NO_CLUSTER = "none"  # `cluster: none`: in no cluster, whatever the level above says
 NAMED = 6  # hosts named in a message before "and N more"
 
@@ -46,6 +49,8 @@ class Cluster:
     rendezvous_port: int | None = None  # None: fleet.cluster.rendezvous.DEFAULT_PORT
     interface: str | None = None
     warnings: tuple[str, ...] = ()
+    # Through Slurm's srun where set (fleet/cluster/slurm.py), else fleet's SSH path.
+    slurm: SlurmSpec | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -68,6 +73,33 @@ def _origin(inventory: Inventory, target: Target) -> tuple[str, ...]:
     if provider.cluster is not None:
         return ("providers", target.provider, "cluster")
     return ("defaults", "cluster")
+
+
+def _slurm(spec: SlurmSpec | None, hosts: Sequence[str], name: str, at: Locate
+           ) -> SlurmSpec | None:
+    """The cluster's Slurm settings, its `nodes:` naming only its own hosts."""
+    if spec is None:
+        return None
+    strangers = sorted(set(spec.nodes) - set(hosts))
+    if strangers:
+        raise InputError(
+            f"{at(('clusters', name, 'slurm', 'nodes'), False)}: {named(strangers)} "
+            f"{'is' if len(strangers) == 1 else 'are'} not a host of cluster {name} "
+            f"({named(list(hosts))}): name its own hosts, each with its Slurm node name")
+    taken = [o for o in spec.srun_options if o.split("=", 1)[0] in FLEETS_SRUN]
+    if taken:
+        raise InputError(
+            f"{at(('clusters', name, 'slurm', 'srun_options'), False)}: {', '.join(taken)} "
+            f"{'is' if len(taken) == 1 else 'are'} fleet's to set (one task on each of the "
+            "step's nodes, its output labelled): remove it; give the partition as "
+            "`partition:`")
+    names = [spec.nodes.get(h, h) for h in hosts]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError(
+            f"{at(('clusters', name, 'slurm', 'nodes'), False)}: Slurm node "
+            f"{', '.join(twice)} stands for two hosts; give each host its own node")
+    return spec
 
 
 def _listed(expect: Expect | None) -> str:
@@ -171,5 +203,6 @@ def resolve_clusters(inventory: Inventory, targets: Sequence[Target], at: Locate
             rendezvous_address=spec.rendezvous_address if spec else None,
             rendezvous_port=spec.rendezvous_port if spec else None,
             interface=interface,
-            warnings=(warning,) if warning else ()))
+            warnings=(warning,) if warning else (),
+            slurm=_slurm(spec.slurm if spec else None, hosts, name, at)))
     return tuple(clusters)

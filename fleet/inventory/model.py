@@ -161,10 +161,39 @@ class Settings(BaseModel):
                           "suite; `none` takes a host out of an inherited cluster.")
 
 
+# A Slurm node name, a partition, an srun option: what sinfo and srun print and take.
+SlurmName = Annotated[str, StringConstraints(min_length=1, max_length=128,
+                                             pattern=r"^[A-Za-z0-9][\w.-]*$")]
+SrunOption = Annotated[str, StringConstraints(min_length=2, max_length=200,
+                                              pattern=r"^--[a-z][a-z-]*(=[^\s]+)?$")]
+
+
+class SlurmSpec(BaseModel):
+    """How the cluster's steps go through Slurm (`clusters: {NAME: {slurm: ...}}`): srun
+    started on the step's first node, one task a node, with the node's own environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: SlurmName | None = Field(
+        None, description="srun's --partition (default: Slurm's default partition).")
+    nodes: dict[Name, SlurmName] = Field(
+        default_factory=dict, description="Each host's Slurm node name, where it is not "
+                                          "the host's name in this inventory.")
+    srun_options: list[SrunOption] = Field(
+        default_factory=list, max_length=16,
+        description="More srun options, each `--name` or `--name=value` (--account=ml, "
+                    "--qos=high, --mpi=none): not the ones fleet sets (--nodes, "
+                    "--nodelist, --ntasks-per-node, --label, --kill-on-bad-exit).")
+
+
 class ClusterSpec(BaseModel):
     """Settings of one cluster (`clusters: {NAME: ...}`); its hosts say `cluster: NAME`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    slurm: SlurmSpec | None = Field(
+        None, description="Launch the steps through Slurm's srun, with each node's own "
+                          "NCCL, plugin and environment, instead of fleet's SSH path.")
 
     rendezvous_host: Name | None = Field(
         None, description="The host (by name) whose rendezvous the nodes join (default: "

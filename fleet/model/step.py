@@ -16,6 +16,7 @@ from typing import Literal
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 OPS: tuple[Op, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 StepKind = Literal["cluster", "pair", "suspect"]
+Launcher = Literal["ssh", "slurm"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class StepResult:
         that sent no event, a timeout), None where it ran.
     counters: each node's RDMA error counters around the step, in `hosts` order; a node
         that sent none (no event, or an agent before them) has none.
+    launcher: "ssh" (fleet's own connections, the agent started on each node) or
+        "slurm" (srun on the cluster's Slurm, the node's own job environment).
     """
 
     cluster: str
@@ -120,3 +123,4 @@ class StepResult:
     transports: tuple[NodeTransport, ...] = ()
     error: str | None = None
     counters: tuple[PortCounters, ...] = ()
+    launcher: Launcher = "ssh"

@@ -154,7 +154,8 @@ def _step_row(run_id: str, position: int, step: StepResult, provider: str | None
             "step_id": step.step_id, "position": position, "kind": step.kind,
             "round": step.round, "started_at": started_at, "wall_s": wall_s,
             "ranks_per_node": step.ranks_per_node, "backend": step.backend,
-            "algo": _cut(step.algo, 32), "error": _cut(step.error, MAX_ERROR)}
+            "algo": _cut(step.algo, 32), "error": _cut(step.error, MAX_ERROR),
+            "launcher": step.launcher}
 
 
 def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | None],
@@ -345,7 +346,7 @@ def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool =
                     node.host, node.network, node.plugin, node.gdrdma, tuple(node.paths),
                     tuple(node.interfaces), tuple(node.set_by_environment))
                     for node in mine if node.reported),
-                error=step.error,
+                error=step.error, launcher=step.launcher or "ssh",
                 counters=tuple(PortCounters(
                     node.host, int(node.counters["ports"]),
                     tuple((str(p), str(c), int(r)) for p, c, r in node.counters["rose"]),

@@ -866,6 +866,9 @@ class ClusterStep(Base):
     backend: Mapped[str] = mapped_column(String(16))
     algo: Mapped[str | None] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(String(4096))
+    # How the step was launched: "ssh" (fleet's own connections) or "slurm" (srun on the
+    # cluster's Slurm); NULL for steps stored before 0026, all over SSH.
+    launcher: Mapped[str | None] = mapped_column(String(16))
 
 
 class ClusterStepNode(Base):

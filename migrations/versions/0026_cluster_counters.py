@@ -1,10 +1,13 @@
-"""cluster_step_node: each node's RDMA error counters around the step (issue 57).
+"""cluster_step_node: each node's RDMA error counters around the step; cluster_step: how
+the step was launched (issue 57).
 
 The agent reads every RDMA port's error counters before and after the step's ranks run
 (agent/network/counters.py): a link that flapped (`link_downed`) or erred while the step
 ran is named, NIC and port, even where it kept its rate. JSON: {"ports": n, "rose":
 [[port, counter, rise], ...], "reset": ["PORT COUNTER", ...]}. Steps stored before have
-none (NULL: not read).
+none (NULL: not read). `launcher` is "ssh" (fleet's own connections) or "slurm" (srun on
+the cluster's own Slurm, the node's job environment); NULL before, when every step went
+over SSH.
 
 Revision ID: 0026
 Revises: 0025
@@ -31,8 +34,12 @@ def upgrade() -> None:
     with op.batch_alter_table(TABLE) as batch:
         batch.add_column(sa.Column("counters", sa.JSON().with_variant(JSONB(), "postgresql"),
                                    nullable=True))
+    with op.batch_alter_table("cluster_step") as batch:
+        batch.add_column(sa.Column("launcher", sa.String(length=16), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("cluster_step") as batch:
+        batch.drop_column("launcher")
     with op.batch_alter_table(TABLE) as batch:
         batch.drop_column("counters")

@@ -303,6 +303,11 @@ def test_fewer_gpus_than_ranks_asked_is_said() -> None:
      "argument --algo: 'Spiral' is not one of NCCL's algorithms: Tree, Ring"),
     (["--nodes", "2", "--node-rank", "0", "--sizes", "16Q"],
      "argument --sizes: '16Q' is not a size"),
+    (["--nodes", "2", "--slurm-nodes", "n1,n2"],
+     "argument --slurm-nodes: SLURMD_NODENAME is not set: start it with srun"),
+    (["--nodes", "3", "--slurm-nodes", "n1,n2"], "argument --slurm-nodes: 2 names for --nodes 3"),
+    (["--nodes", "2", "--node-rank", "0", "--slurm-nodes", "n1,n2"],
+     "argument --slurm-nodes: not allowed with argument --node-rank"),
     (["--nodes", "2", "--node-rank", "0", "--ops", "all_reduce,broadcast"],
      "argument --ops: 'all_reduce,broadcast': broadcast is not one of all_reduce, "
      "all_gather, reduce_scatter, all_to_all"),
@@ -314,7 +319,9 @@ def test_fewer_gpus_than_ranks_asked_is_said() -> None:
      "argument --interface: 'eth0;rm' is not in NCCL_SOCKET_IFNAME's form"),
 ])
 def test_bad_options_are_refused_naming_the_option(
-        args: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+        args: list[str], said: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     base = {"--address": "127.0.0.1", "--port": "29550", "--ranks-per-node": "1"}
     given = dict(zip(args[::2], args[1::2], strict=True))
     argv = ["cluster"] + [x for k, v in {**base, **given}.items() for x in (k, v)]
@@ -416,3 +423,21 @@ def test_a_port_taken_since_the_check_is_said_before_any_rank_starts() -> None:
         accepted.close()
         client.close()
     assert step.port_taken("127.0.0.1", port) is None
+
+
+def test_under_srun_a_node_finds_its_place_by_its_slurm_name(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from agent.cluster.options import _slurm_rank
+
+    names = ["gpu-a", "gpu-c", "gpu-b"]
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-b")
+    assert _slurm_rank(argparse.ArgumentParser(), names, 3) == 2
+    # srun placed the task on a node the step did not name.
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-z")
+    with pytest.raises(SystemExit):
+        agent_main(["cluster", "--address", "10.0.0.5", "--port", "29550", "--nodes", "3",
+                    "--ranks-per-node", "1", "--slurm-nodes", ",".join(names)])
+    assert ("this task runs on Slurm node gpu-z, which is not among gpu-a, gpu-c, gpu-b"
+            in capsys.readouterr().err)
