@@ -12,6 +12,7 @@ src/transport/net_socket.cc, src/init.cc and src/plugin/net.cc):
     NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: ...
     NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
     NCCL INFO NCCL_ALGO set by environment to Ring
+    NCCL INFO NCCL version 2.28.9+cuda13.0        (the library the ranks loaded)
 
 A host is not trusted: every list is bounded and every string cut, and the controller
 validates the result again.
@@ -36,6 +37,7 @@ _USING = re.compile(r"NCCL INFO NET/\w+ : Using (.*)")
 _NIC = re.compile(r"\[\d+\](\S+)")
 _OOB = re.compile(r"\bOOB (\S+)")
 _NET_PATH = re.compile(r"\bvia (NET/[^\r\n]+)")
+_VERSION = re.compile(r"NCCL INFO NCCL version (\S+)")
 
 
 def _cut(text: str) -> str:
@@ -49,6 +51,7 @@ def transport(logs: Sequence[str]) -> Dict[str, Any]:
     seen = collective.transports(logs, max_paths=MAX_PATHS)
     network: Optional[str] = None
     plugin: Optional[str] = None
+    version: Optional[str] = None
     interfaces: List[str] = []
     net_paths = 0
     gdrdma_paths = 0
@@ -62,6 +65,9 @@ def transport(logs: Sequence[str]) -> Dict[str, Any]:
             found = _PLUGIN.search(line)
             if found and plugin is None:
                 plugin = _cut(found.group(1))
+            found = _VERSION.search(line)
+            if found and version is None:
+                version = _cut(found.group(1))
             found = _USING.search(line)
             if found:
                 named = _NIC.findall(found.group(1)) + _OOB.findall(found.group(1))
@@ -84,4 +90,5 @@ def transport(logs: Sequence[str]) -> Dict[str, Any]:
         "paths": seen["paths"],
         "interfaces": interfaces,
         "set_by_environment": seen["set_by_environment"],
+        "version": version,
     }

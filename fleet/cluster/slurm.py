@@ -22,6 +22,7 @@ import shlex
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from fleet.cluster.step import (
@@ -44,6 +45,7 @@ from fleet.transport.base import Cancelled, RunTimeout, describe_exit, last_line
 # srun --label: "0: line", the task number padded to the widest.
 _LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
 PUT_TIMEOUT_S = 120.0
+PUT_PARALLEL = 32  # nodes the agent is put on at once, as the reach check connects
 
 
 def _whole(text: str) -> bool:
@@ -114,8 +116,9 @@ def _same(nodes: Mapping[str, StepNode], spec: StepSpec, payload: Payload
 
 def _put(nodes: Mapping[str, StepNode], spec: StepSpec, payload: Payload,
          cancel: threading.Event) -> None:
-    """The agent on every node of the step (uploaded where its hash is not there)."""
-    for host in spec.hosts:
+    """The agent on every node of the step (uploaded where its hash is not there), the
+    nodes at once; it runs there once (`--version`), as srun's tasks will run it."""
+    def put(host: str) -> None:
         node = nodes[host]
         launched = launch_agent(node.transport, payload, node.target, ["--version"],
                                 time.monotonic() + PUT_TIMEOUT_S, cancel, None, node.python)
@@ -125,6 +128,10 @@ def _put(nodes: Mapping[str, StepNode], spec: StepSpec, payload: Payload,
         if status not in (0, None):
             raise ClusterError(f"{host}: the agent did not start: it {describe_exit(status)}"
                                f" ({last_lines(launched.process.stderr_tail())})")
+
+    with ThreadPoolExecutor(min(len(spec.hosts), PUT_PARALLEL), "fleet-srun-put") as pool:
+        for done in [pool.submit(put, host) for host in spec.hosts]:
+            done.result()
 
 
 def run_step_slurm(spec: StepSpec, nodes: Mapping[str, StepNode], payload: Payload,
@@ -147,7 +154,7 @@ def run_step_slurm(spec: StepSpec, nodes: Mapping[str, StepNode], payload: Paylo
             raise ClusterError(
                 f"{spec.hosts[0]}: no srun on its PATH: install Slurm's client there, or "
                 f"leave `slurm:` out of cluster {spec.cluster} to launch over SSH"
-                if said is not None and said.endswith("no-srun") else
+                if said is not None and said[len(MARKER):].strip() == "no-srun" else
                 f"{spec.hosts[0]}: the shell did not run srun: "
                 f"{last_lines(process.stderr_tail())}")
         tasks: dict[int, list[str]] = {}

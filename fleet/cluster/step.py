@@ -118,7 +118,7 @@ class StepRun:
         transports = tuple(
             NodeTransport(host, r.transport.network, r.transport.plugin, r.transport.gdrdma,
                           tuple(r.transport.paths), tuple(r.transport.interfaces),
-                          tuple(r.transport.set_by_environment))
+                          tuple(r.transport.set_by_environment), r.transport.version)
             for host in spec.hosts if (r := self.reports.get(host)) is not None)
         counted = tuple(
             PortCounters(host, c.ports, tuple((port, name, rise)

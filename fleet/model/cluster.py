@@ -86,6 +86,8 @@ class StepTransportReport(Strict):
     paths: list[Short] = Field(default_factory=list, max_length=32)
     interfaces: list[Short] = Field(default_factory=list, max_length=64)
     set_by_environment: list[Text] = Field(default_factory=list, max_length=64)
+    # The NCCL the ranks loaded, as its log says ("2.28.9+cuda13.0"); None: not said.
+    version: Annotated[str, StringConstraints(max_length=64, pattern=r"^[\w.+-]+$")] | None = None
 
 
 class StepError(Strict):

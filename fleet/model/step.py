@@ -57,6 +57,8 @@ class NodeTransport:
     paths: the distinct connection paths, "NET/IB/0/GDRDMA", "P2P/CUMEM/read".
     interfaces: the devices NCCL named for the network, as it printed them:
         "mlx5_0:1/IB", "eth0:10.0.0.5<0>".
+    version: the NCCL the ranks loaded, as its log says ("2.28.9+cuda13.0"); None where
+        it did not say.
     set_by_environment: NCCL's "NAME set by environment to VALUE" lines as "NAME=VALUE":
         what NCCL read from its environment, which NCCL fills from its configuration
         files too (~/.nccl.conf, /etc/nccl.conf), so not only what the run set.
@@ -69,6 +71,7 @@ class NodeTransport:
     paths: tuple[str, ...] = ()
     interfaces: tuple[str, ...] = ()
     set_by_environment: tuple[str, ...] = ()
+    version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,7 @@ def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | Non
             "network": None if t is None else _cut(t.network, 64),
             "plugin": None if t is None else _cut(t.plugin, 128),
             "gdrdma": None if t is None else t.gdrdma,
+            "nccl_version": None if t is None else _cut(t.version, 64),
             "paths": [] if t is None else _items(t.paths, "paths"),
             "interfaces": [] if t is None else _items(t.interfaces, "interfaces"),
             "set_by_environment": [] if t is None else [
@@ -344,7 +345,8 @@ def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool =
                               for fig in figures.get(step.id, [])),
                 transports=tuple(NodeTransport(
                     node.host, node.network, node.plugin, node.gdrdma, tuple(node.paths),
-                    tuple(node.interfaces), tuple(node.set_by_environment))
+                    tuple(node.interfaces), tuple(node.set_by_environment),
+                    node.nccl_version)
                     for node in mine if node.reported),
                 error=step.error, launcher=step.launcher or "ssh",
                 counters=tuple(PortCounters(

@@ -894,6 +894,8 @@ class ClusterStepNode(Base):
     interfaces: Mapped[list[str]] = mapped_column(Json)
     set_by_environment: Mapped[list[str]] = mapped_column(Json)
     settings: Mapped[dict[str, Any] | None]
+    # The NCCL its ranks loaded, as NCCL's log said ("2.28.9+cuda13.0") (0026).
+    nccl_version: Mapped[str | None] = mapped_column(String(64))
     # The node's RDMA error counters around the step: {"ports": n, "rose": [[port,
     # counter, rise], ...], "reset": ["PORT COUNTER", ...]}; NULL where none were sent
     # (no event, an agent before them) (0026).

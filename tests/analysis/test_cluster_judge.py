@@ -443,3 +443,15 @@ def test_errors_on_a_node_in_a_short_pair_name_its_port() -> None:
 def test_no_counter_that_rose_says_nothing() -> None:
     j = judge([counted_step("ab", 372.0, {}), counted_step("cd", 180.0, {})], FOUR)
     assert not [f for f in j.findings if f.rule in ("link-flap", "port-errors")]
+
+
+def test_the_whole_clusters_figure_says_which_nccl_each_node_loaded() -> None:
+    same = replace(whole(370.0, 381.0, 379.0, 95.0), transports=tuple(
+        replace(ib(h), version="2.28.9+cuda13.0") for h in "abcd"))
+    said = only(judge([same, *HEALTHY_PAIRS], FOUR), "cluster-figure").evidence
+    assert "NCCL 2.28.9+cuda13.0 on 4 nodes" in said
+    mixed = replace(same, transports=(*same.transports[:3],
+                                      replace(ib("d"), version="2.21.5+cuda12.4")))
+    said = only(judge([mixed, *HEALTHY_PAIRS], FOUR), "cluster-figure").evidence
+    assert ("NCCL versions differ: a 2.28.9+cuda13.0, b 2.28.9+cuda13.0, c 2.28.9+cuda13.0, "
+            "d 2.21.5+cuda12.4") in said

@@ -304,15 +304,18 @@ def test_the_whole_clusters_four_collectives_go_down_with_0025_and_come_back(
 
 
 def test_each_nodes_counters_are_read_back_and_go_down_with_0026(empty_url: str) -> None:
-    """0026 keeps each node's RDMA error counters around a step: read back as given (a
-    node that sent none has none); down to 0025 the column goes and the steps stay."""
+    """0026 keeps each node's RDMA error counters around a step, the NCCL its ranks loaded
+    and how the step was launched: read back as given (a node that sent no counters has
+    none); down to 0025 the columns go and the steps stay."""
     from fleet.model.step import PortCounters
 
     engine = open_engine(resolve(empty_url))
     try:
         upgrade(engine)
         steps = run_steps()
-        steps[1] = replace(steps[1], counters=(
+        steps[1] = replace(steps[1], transports=(
+            replace(steps[1].transports[0], version="2.28.9+cuda13.0"),
+            *steps[1].transports[1:]), launcher="slurm", counters=(
             PortCounters("a", 8),
             PortCounters("b", 8, (("mlx5_3/1", "link_downed", 1),
                                   ("mlx5_3/1", "symbol_error", 27)),
@@ -324,10 +327,11 @@ def test_each_nodes_counters_are_read_back_and_go_down_with_0026(empty_url: str)
         assert downgrade(engine, "0025").revision == "0025"
         with engine.connect() as conn:
             columns = {c["name"] for c in inspect(conn).get_columns("cluster_step_node")}
-        assert "counters" not in columns
+        assert not {"counters", "nccl_version"} & columns
         assert cluster_counts(engine) == (4, 9, 9)
         upgrade(engine)
         (run,) = read_cluster_runs(engine, cluster="pod")
-        assert all(r.counters == () for r in run.results)
+        assert all(r.counters == () and r.launcher == "ssh" for r in run.results)
+        assert all(t.version is None for r in run.results for t in r.transports)
     finally:
         engine.dispose()

@@ -670,7 +670,7 @@ def _whole(step: StepResult, pairs: Sequence[PairVerdict],
         return []
     fabrics, expected, why_not = _expectation(step, networks)
     shape = (f"{counted(len(step.hosts), 'node')} x {counted(step.ranks_per_node, 'rank')}; "
-             f"NCCL: {transport_words(step)}")
+             f"NCCL: {transport_words(step)}{_versions(step)}")
     parts = []
     short: list[tuple[StepFigure, float]] = []
     above: list[tuple[StepFigure, float]] = []
@@ -716,6 +716,17 @@ def _whole(step: StepResult, pairs: Sequence[PairVerdict],
     if short and expected is not None:
         found.insert(0, _cluster_short(step, short, expected, pairs, fabrics, settings))
     return found
+
+
+def _versions(step: StepResult) -> str:
+    """The NCCL the nodes' ranks loaded, as their logs said: one for all, or each node's
+    where they differ (ranks of different NCCL versions are not one job's)."""
+    said = {t.host: t.version for t in step.transports if t.version}
+    if not said:
+        return ""
+    if len(set(said.values())) == 1:
+        return f"; NCCL {next(iter(said.values()))} on {counted(len(said), 'node')}"
+    return "; NCCL versions differ: " + ", ".join(f"{h} {v}" for h, v in said.items())
 
 
 def _cluster_short(step: StepResult, short: Sequence[tuple[StepFigure, float]],

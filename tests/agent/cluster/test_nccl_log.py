@@ -56,3 +56,12 @@ def test_a_hostile_log_is_bounded() -> None:
     assert len(seen["set_by_environment"]) <= 16
     assert seen["network"] == "X" * nccl_log.MAX_TEXT
     assert seen["transports"] == {"NET": 200} and seen["gdrdma"] is True
+
+
+def test_the_nccl_the_ranks_loaded_is_read_from_its_own_line() -> None:
+    # A real rank's log from a lent 2x H100 (tests/fixtures/nccl/): NCCL names itself once
+    # a rank; the cases above were written without that line and say none.
+    real = (Path(__file__).parents[2] / "fixtures" / "nccl" / "h100x2-healthy.log").read_text()
+    assert "NCCL INFO NCCL version 2.28.9+cuda13.0" in real
+    assert nccl_log.transport([real])["version"] == "2.28.9+cuda13.0"
+    assert nccl_log.transport([(LOGS / "ib-gdrdma.log").read_text()])["version"] is None
