@@ -50,5 +50,14 @@ def clusters_view(clusters: Sequence[Cluster]) -> Group:
             f"{cluster.name}: {named(cluster.hosts)}; the whole cluster, then {how} in "
             f"{counted(schedule.rounds, 'round')}, about {schedule.estimate_s:.0f} s at the "
             "assumed step times (docs/cluster.md)")))
+        if cluster.slurm is not None:
+            slurm = cluster.slurm
+            names = ", ".join(f"{h} as {slurm.nodes[h]}" for h in cluster.hosts
+                              if h in slurm.nodes)
+            lines.append(Text(safe(
+                f"{cluster.name}: steps through Slurm: srun from each step's first node"
+                + (f", partition {slurm.partition}" if slurm.partition else "")
+                + (f", {' '.join(slurm.srun_options)}" if slurm.srun_options else "")
+                + (f"; Slurm nodes {names}" if names else ""))))
         lines += [Text(safe(w), style="yellow") for w in cluster.warnings]
     return Group(table, *lines)

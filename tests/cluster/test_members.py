@@ -3,6 +3,8 @@ and `clusters:` entries; each mistake named by file:line:column, field and fix."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -139,3 +141,26 @@ def test_inventory_check_shows_clusters_within_80_columns() -> None:
     assert all(len(line) <= 80 for line in lines[:-1]), max(lines[:-1], key=len)
     assert lines[-1].endswith("valid, 6 hosts from 4 providers; 2 in 1 cluster (nothing "
                               "was contacted)")
+
+
+def test_inventory_check_says_a_cluster_goes_through_slurm(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("""\
+providers:
+  a:
+    cluster: pod
+    hosts:
+      h1: {address: 10.0.0.1}
+      h2: {address: 10.0.0.2}
+clusters:
+  pod:
+    slurm: {partition: gpu, nodes: {h2: gpu-017}, srun_options: [--account=ml]}
+""")
+    result = CliRunner().invoke(main, ["inventory", "check", str(path)],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert ("pod: steps through Slurm: srun from each step's first node, partition gpu, "
+            "--account=ml; Slurm nodes h2 as gpu-017") in said
+    # The verdict's last line names the file, as the test above allows it.
+    assert all(len(line) <= 80 for line in result.output.splitlines()[:-1])
