@@ -29,6 +29,7 @@ from typing import Any
 
 from fleet.cluster.meeting import MeetingPoint, as_reached, meeting_points
 from fleet.cluster.rendezvous import Decision, Reach, Rendezvous, choose_rendezvous, decide
+from fleet.cluster.slurm_check import check_slurm
 from fleet.errors import ClusterError, FleetError, InputError
 from fleet.inventory import LoadedInventory, Target
 from fleet.inventory.clusters import Cluster
@@ -201,10 +202,15 @@ class ReachCheck:
     points: tuple[MeetingPoint, ...] = ()
     misses: tuple[Miss, ...] = ()
 
+    # Why the cluster's Slurm cannot take its steps now (fleet/cluster/slurm_check.py);
+    # None where it can, or the cluster does not go through Slurm.
+    slurm: str | None = None
+
     @property
     def go(self) -> bool:
-        """Whether every node reached the rendezvous and every meeting point."""
-        return self.decision.go and not self.misses
+        """Whether every node reached the rendezvous and every meeting point, and the
+        cluster's Slurm, where it has one, can take the steps."""
+        return self.decision.go and not self.misses and self.slurm is None
 
     @property
     def message(self) -> str:
@@ -219,6 +225,8 @@ class ReachCheck:
                      *(f"  {m.source}: {m.point.host}'s meeting point "
                        f"({m.point}): {' '.join(m.error.split())[:MAX_ERROR]}; "
                        f"{m.fix(self.cluster)}" for m in self.misses)]
+        elif self.decision.go and self.slurm is not None:
+            lines = [f"no-go, nothing was started: {self.slurm}"]
         elif self.decision.go and self.points:
             lines.append("  pairs meet at: " + ", ".join(
                 f"{p.host} {p}" for p in self.points) + ": every node reaches each")
@@ -481,9 +489,16 @@ def check_reach(cluster: Cluster, nodes: Mapping[str, Node], unreachable: Mappin
         points = [p for h, p in placed.items() if h != rendezvous.host]
         if points:
             misses = check_points(cluster, points, nodes, timeout_s, parallel, cancel)
+    # Where the steps go through Slurm, its own word on the nodes, from the node srun
+    # starts the first step on (the rendezvous's).
+    slurm: str | None = None
+    if cluster.slurm is not None and decision.go and not misses and \
+            rendezvous.host in nodes:
+        slurm = check_slurm(cluster.name, cluster.hosts, cluster.slurm, rendezvous.host,
+                            nodes[rendezvous.host].transport, cancel)
     return ReachCheck(cluster.name, rendezvous, tuple(rows[h] for h in cluster.hosts),
                       decision, note, time.monotonic() - started, tuple(points),
-                      tuple(misses))
+                      tuple(misses), slurm)
 
 
 def _connect(target: Target, ssh: SshOptions, opened: list[Transport]) -> Transport:

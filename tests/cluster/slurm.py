@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.probe.sshd import free_port
 
 NODES = ("n1", "n2")
-BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo")
+BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "scontrol")
 START_S = 60.0
 
 

@@ -5,7 +5,9 @@ finding its place from SLURMD_NODENAME and its ranks meeting through gloo on the
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,17 +102,57 @@ def test_the_steps_go_through_srun_one_task_a_node(
         assert "launch task" in log.lower(), log[-2000:]
 
 
-def test_a_node_slurm_does_not_know_fails_the_step_with_sruns_words(
+def test_the_check_asks_slurm_first_and_says_what_it_cannot_take(
         tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node name Slurm does not know: no-go before any step, in sinfo's terms.
     inventory = write_inventory(tmp_path, free_ports(2), {"nodes": {"n2": "n9"}})
     done = run(tmp_path, inventory, slurm, monkeypatch)
     assert done.returncode == 3, done.stdout + done.stderr
     assert_80_columns(done.stdout)
     said = " ".join(done.stdout.split())
-    # fleet's words name the nodes asked for, srun's say what was wrong with them.
-    assert "no report through srun --nodelist=n1,n9" in said
-    assert "srun: error: Unable to allocate resources: Invalid node name specified" in said
-    assert "Traceback" not in done.stdout + done.stderr
+    assert ("no-go, nothing was started: Slurm knows no node n9 (sinfo on n1): give "
+            "clusters.pod.slurm.nodes each host's Slurm node name (n2: n9 now)") in said
+    assert "stored" not in said  # nothing ran, nothing is stored
+    # A drained node: said with how to bring it back.
+    env = {**os.environ, **slurm.env}
+    subprocess.run(["scontrol", "update", "nodename=n2", "state=drain", "reason=fleet-test"],
+                   env=env, check=True, capture_output=True)
+    try:
+        again = tmp_path / "again"
+        again.mkdir()
+        done = run(again, write_inventory(again, free_ports(2), {}), slurm, monkeypatch)
+        assert done.returncode == 3, done.stdout + done.stderr
+        said = " ".join(done.stdout.split())
+        assert "Slurm's nodes are not ready for a step: n2 (n2) is drained" in said
+        assert "scontrol update nodename=... state=resume" in said
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], env=env,
+                       check=True, capture_output=True)
+
+
+def test_a_node_srun_cannot_place_fails_the_step_with_sruns_words(
+        tmp_path: Path, slurm: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past the check (Slurm changed since): the step fails, srun's words in its error.
+    import threading
+
+    from fleet.cluster.slurm import run_step_slurm
+    from fleet.cluster.step import StepNode, StepSpec
+    from fleet.inventory.model import SlurmSpec
+    from fleet.payload import build_payload
+    from fleet.transport.local import LocalTransport
+
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    inventory = load_inventory(write_inventory(tmp_path, 29550, {}))
+    nodes = {t.name: StepNode(t, LocalTransport(t.key), None) for t in inventory.targets}
+    spec = StepSpec("pod", "s-1", "pair", 1, ("n1", "n2"), "127.0.0.1", free_ports(2), 1,
+                    30.0, launcher="slurm")
+    run_ = run_step_slurm(spec, nodes, build_payload(), SlurmSpec(nodes={"n2": "n9"}),
+                          threading.Event())
+    assert run_.error is not None
+    assert run_.error.startswith("n1, n2: no report through srun --nodelist=n1,n9 (it exited "
+                                 "with status 1: srun: error: Unable to allocate resources: "
+                                 "Invalid node name specified"), run_.error
+    assert run_.reports == {}
 
 
 @pytest.mark.parametrize(("settings", "said"), [
