@@ -182,8 +182,9 @@ class SlurmSpec(BaseModel):
     srun_options: list[SrunOption] = Field(
         default_factory=list, max_length=16,
         description="More srun options, each `--name` or `--name=value` (--account=ml, "
-                    "--qos=high, --mpi=none): not the ones fleet sets (--nodes, "
-                    "--nodelist, --ntasks-per-node, --label, --kill-on-bad-exit).")
+                    "--qos=high, --exclusive; --gpus-per-node=8 where Slurm hands out the "
+                    "GPUs as gres): not the ones fleet sets (--nodes, --nodelist, "
+                    "--ntasks-per-node, --label, --kill-on-bad-exit).")
 
 
 class ClusterSpec(BaseModel):
