@@ -146,9 +146,23 @@ def suite(attention: str, graph: bool) -> Decoder:
     return Decoder(SHAPE, torch.device("cuda"), torch.bfloat16, attention, graph=graph)
 
 
-def compiled_suite() -> dict[str, Any]:
-    """The suite's step through inductor (default mode), then captured in a CUDA graph and
-    replayed as the suite replays its eager step."""
+def soaked(step: Callable[[], Any], seconds: float) -> dict[str, Any]:
+    """`step` replayed back to back for `seconds`, timed in windows of ITERATIONS steps:
+    the figure of the last three windows (the card settled), the first window's beside it
+    and each window's tokens/s, so that a drift under continuous load shows."""
+    windows: list[float] = []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds or len(windows) < 4:
+        windows.append(timed_ms(step, ITERATIONS, warmup=0))
+    last = sorted(windows[-3:])[1]
+    return {**figures(last), "soak_s": round(time.perf_counter() - started, 1),
+            "first_window": figures(windows[0]),
+            "windows_tokens_per_s": [round(SHAPE.batch / ms * 1e3, 1) for ms in windows]}
+
+
+def compiled_graph() -> tuple[Any, float]:
+    """The suite's step through inductor (default mode), captured in a CUDA graph: the
+    graph and the seconds the first compiled calls took."""
     decoder = suite("cudnn", graph=False)
     model, x, rope, caches, slot = (decoder.model, decoder.x, decoder.rope, decoder.caches,
                                     decoder.slot)
@@ -171,6 +185,13 @@ def compiled_suite() -> dict[str, Any]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fast()
+    return graph, compile_s
+
+
+def compiled_suite() -> dict[str, Any]:
+    """The suite's step through inductor, replayed as the suite replays its eager step."""
+    graph, compile_s = compiled_graph()
+    with torch.no_grad():
         ms = timed_ms(graph.replay, ITERATIONS)
         kernels = profiled(graph.replay, 20)
     return {**figures(ms), "compile_s": round(compile_s, 1), "kernels": kernels}
@@ -225,6 +246,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gptfast", help="gpt-fast's model.py")
     parser.add_argument("--point", choices=sorted(DECODE_POINTS), default="latency")
+    parser.add_argument("--soak-s", type=float, default=0.0,
+                        help="instead: the suite's cuDNN graph and its compiled graph each "
+                             "replayed back to back this long, in timed windows (the "
+                             "reference for the suite's soaked decode figures)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     global SHAPE, BYTES, ITERATIONS
@@ -234,7 +259,18 @@ def main() -> int:
     found: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                              "shape": SHAPE.as_dict(), "bytes_a_step": BYTES}
     steps: list[tuple[str, Callable[[], Any]]] = [("copy_gbs", lambda: round(copy_gbs(), 1))]
-    for attention in ("cudnn", "flash", "efficient"):
+    if args.soak_s > 0:
+        def eager_soak() -> dict[str, Any]:
+            with torch.no_grad():
+                return soaked(suite("cudnn", graph=True).step, args.soak_s)
+
+        def compiled_soak() -> dict[str, Any]:
+            graph, compile_s = compiled_graph()
+            with torch.no_grad():
+                return {**soaked(graph.replay, args.soak_s), "compile_s": round(compile_s, 1)}
+
+        steps += [("soaked_suite_cudnn", eager_soak), ("soaked_compiled_suite", compiled_soak)]
+    for attention in ("cudnn", "flash", "efficient") if args.soak_s <= 0 else ():
         def one(attention: str = attention) -> dict[str, Any]:
             replayed = suite(attention, graph=True)
             with torch.no_grad():
@@ -245,10 +281,11 @@ def main() -> int:
                 result["eager"] = profiled(eager.step, 20)
             return result
         steps.append((f"suite_{attention}", one))
-    if args.point == "latency":
+    if args.point == "latency" and args.soak_s <= 0:
         steps.append(("gemv", gemv_figures))
-    steps.append(("compiled_suite", compiled_suite))
-    if args.gptfast and args.point == "latency":
+    if args.soak_s <= 0:
+        steps.append(("compiled_suite", compiled_suite))
+    if args.gptfast and args.point == "latency" and args.soak_s <= 0:
         steps += [("gptfast_eager", lambda: gptfast(args.gptfast, False)),
                   ("gptfast_compiled", lambda: gptfast(args.gptfast, True))]
     for name, step in steps:

@@ -127,7 +127,9 @@ def _put(nodes: Mapping[str, StepNode], spec: StepSpec, payload: Payload,
         status = launched.process.exit_status(EXIT_WAIT_S)
         if status not in (0, None):
             raise ClusterError(f"{host}: the agent did not start: it {describe_exit(status)}"
-                               f" ({last_lines(launched.process.stderr_tail())})")
+                               f" ({last_lines(launched.process.stderr_tail())}); "
+                               f"`fleet probe` of {host} says why (its Python, its "
+                               "cache_dir), then run the cluster again")
 
     with ThreadPoolExecutor(min(len(spec.hosts), PUT_PARALLEL), "fleet-srun-put") as pool:
         for done in [pool.submit(put, host) for host in spec.hosts]:
