@@ -207,9 +207,10 @@ def main() -> None:
     parser.add_argument("--record", type=Path,
                         help="a record of real cluster steps: their start, and their "
                              "collectives at --busbw, replace --start-s and --collectives-s")
-    parser.add_argument("--busbw", type=float, default=46.0,
-                        help="GB/s a rank the fabric gives, for --record (default: NDR "
-                             "400G, 46-48 GB/s a NIC as nccl-tests' maintainers report it)")
+    parser.add_argument("--busbw", type=float, default=360.0,
+                        help="busbw in GB/s the fabric gives a pair, for --record (default: "
+                             "the pairs' 90% of two 8-GPU nodes' 8 x 400G NDR, as "
+                             "fleet/cluster/fabric_time.py prices a pair)")
     parser.add_argument("--ranks", type=int, default=16,
                         help="ranks of a pair step, for --record (default: two 8-GPU nodes)")
     args = parser.parse_args()
@@ -222,8 +223,9 @@ def main() -> None:
                  "per-node cost assumed")
         print()
 
-    print(f"a step: {durations.start_s:g} s start + {durations.collectives_s:g} s "
-          f"collectives + {durations.per_node_s:g} s a node; seed {args.seed}")
+    print(f"a step: {durations.start_s:g} s start + {durations.pair_collectives_s():.2f} s "
+          f"a pair's collectives (the whole cluster's: fleet/cluster/fabric_time.py) + "
+          f"{durations.per_node_s:g} s a node; seed {args.seed}")
     print(f"({where})")
     print()
     print(f"{'nodes':>6} {'mode':<10} {'rounds':>6} {'pair tests':>10} {'distinct':>9} "

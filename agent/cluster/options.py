@@ -205,6 +205,15 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     # A test's copy of a host's sysfs, whose RDMA counters the step reads (hidden: a
     # host's own is /).
     parser.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)
+    parser.add_argument("--nic-test", action="store_true",
+                        help="after a pair's collectives (--nodes 2, not --whole), measure "
+                             "each active RDMA port against the other node's, one at a "
+                             "time, in natural order (mlx5_0 against its mlx5_0 where both "
+                             "have the same), with perftest's ib_write_bw on --port (node 0 "
+                             "serves, node 1 connects; GPUDirect where the binary has "
+                             "--use_cuda): the event's `nics` names a slow or failing NIC "
+                             "that the all-reduce only averages in (Debian/Ubuntu: apt-get "
+                             "install perftest on both nodes)")
     parser.add_argument("--step", metavar="ID", default="",
                         help="the controller's name for the step, echoed in the event")
     parser.add_argument("--stop-on-eof", action="store_true",
@@ -232,5 +241,5 @@ def config(args: argparse.Namespace) -> Config:
                   backend=args.backend, algo=args.algo, interface=args.interface,
                   sizes=args.sizes, timeout_s=args.timeout_s, step_id=args.step,
                   ops=args.ops or (OPS if args.whole else PAIR_OPS), whole=args.whole,
-                  sysfs_root=args.sysfs_root,
+                  sysfs_root=args.sysfs_root, nic_test=args.nic_test,
                   stop_on_eof=args.stop_on_eof, warmup=WARMUP, iterations=ITERATIONS)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agent import __version__
 from agent.cluster import nccl_log, rank
-from agent.network import counters
+from agent.network import counters, perftest
 from agent.node import collective
 
 SCHEMA = "fleet-cluster/1"
@@ -80,6 +80,10 @@ class Config:
     # Where the RDMA ports' counters are read (agent/network/counters.py): the host's
     # sysfs; a test's copy of one.
     sysfs_root: str = "/"
+    # After a pair's ranks: each active RDMA port against the other node's, with
+    # perftest's ib_write_bw (agent/network/perftest.py), for this long each.
+    nic_test: bool = False
+    nic_duration_s: float = perftest.DURATION_S
 
     @property
     def world(self) -> int:
@@ -436,6 +440,15 @@ def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
                 for r in ranks:
                     r.stop()
             logs = [r.log() for r in ranks]
+        # A pair's NICs, one by one, on the step's port, free now that its ranks have
+        # exited; still under the signal handlers, which stop them; before the counters'
+        # second read, so that the counters span their traffic too.
+        nics: Optional[Dict[str, Any]] = None
+        if cfg.nic_test and cfg.nodes == 2 and not cfg.whole and not outcome.errors:
+            nics = perftest.pair_test(cfg.node_rank, cfg.address, cfg.port, cfg.sysfs_root,
+                                      duration_s=cfg.nic_duration_s, progress=progress,
+                                      gpu_for=perftest.gpu_near(cfg.sysfs_root),
+                                      stop=stop.event)
     finally:
         undo()
     counted = counters.rises(before, counters.read_counters(cfg.sysfs_root))
@@ -464,6 +477,7 @@ def run(cfg: Config, emit: Emit, environ: Optional[Dict[str, str]] = None,
         "wall_s": round(time.monotonic() - started, 3),
         "errors": outcome.errors,
         "counters": counted,
+        "nics": nics,
     }
     return body, (EXIT_FAILED if outcome.errors else EXIT_OK)
 

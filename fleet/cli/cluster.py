@@ -298,13 +298,19 @@ def faulty(run: BetweenRun) -> bool:
                    "of the orchestration; its figures are not the fabric's).")
 @click.option("--no-suspects", is_flag=True,
               help="Stop after the pair rounds, without testing suspects again.")
+@click.option("--nic-test", is_flag=True,
+              help="After each pair's collectives, test its RDMA ports one against the "
+                   "other's of the same rank with perftest's ib_write_bw (GPUDirect where "
+                   "the node's build has it), naming a port under 90% of its rate. About "
+                   "10 s a port; needs `perftest` on the nodes (apt-get install perftest).")
 @_ssh_options
 @reports_errors
 def run_command(inventory_file: Path, name: str | None, db: str | None,
                 ranks_per_node: int | None, sizes: str | None, seed: int | None,
-                step_timeout: float, cpu: bool, no_suspects: bool, connect_timeout: float,
-                connect_retries: int, accept_new_host_keys: bool) -> None:
-    """Measure a cluster between its nodes: all-reduce and all-gather through NCCL.
+                step_timeout: float, cpu: bool, no_suspects: bool, nic_test: bool,
+                connect_timeout: float, connect_retries: int,
+                accept_new_host_keys: bool) -> None:
+    """Measure a cluster between its nodes: its collectives through NCCL, whole and in pairs.
 
     Every node first reaches the rendezvous (as `fleet cluster check`); then the whole
     cluster runs at once (NCCL chooses its algorithm, as a job's would), then pairs of
@@ -313,6 +319,8 @@ def run_command(inventory_file: Path, name: str | None, db: str | None,
     what its fabric should give: the lesser node's Active fabric ports x rate, passing at
     90% (NVIDIA's multinode test), with the cause named where the fingerprint or NCCL's
     log shows it (socket fallback, GPUDirect RDMA off, a port below rate, a far NIC).
+    The whole cluster is disputed under 75% of its fabric from 4 GiB (published healthy
+    clusters read 80-98% under NCCL's defaults) and said between 75% and 90%.
 
     Run `fleet probe` first: the nodes' stored documents give their GPU count and their
     network fingerprint, which the pairs are judged by. The ranks run with fleet's
@@ -330,12 +338,13 @@ def run_command(inventory_file: Path, name: str | None, db: str | None,
     Example:
       fleet probe inventory.yaml
       fleet cluster run inventory.yaml --cluster a100-pod
+      fleet cluster run inventory.yaml --cluster a100-pod --nic-test
     """
     inventory = load_inventory(inventory_file)
     clusters = clusters_to_check(inventory, name)
     options = BetweenOptions(step_timeout_s=step_timeout, ranks_per_node=ranks_per_node,
                              sizes=sizes, seed=seed, suspects=not no_suspects,
-                             backend="gloo" if cpu else "auto")
+                             backend="gloo" if cpu else "auto", nic_test=nic_test)
     connecting = Connecting(connect_timeout, connect_retries, accept_new_host_keys, cpu)
     console = Console()
     cancel = threading.Event()

@@ -68,6 +68,9 @@ class BetweenOptions:
     suspects: bool = True
     # A step below the cluster's own past runs measured again (fleet/cluster/measure.py).
     again: bool = True
+    # Each pair's RDMA ports tested one against the other with ib_write_bw after its
+    # collectives (agent/network/perftest.py): minutes more a round, so asked for.
+    nic_test: bool = False
 
 
 @dataclass
@@ -106,7 +109,8 @@ def _spec(cluster: Cluster, run_id: str, step_id: str, kind: StepKind, round_: i
                     ranks_per_node=ranks, timeout_s=options.step_timeout_s, algo=algo,
                     interface=cluster.interface, sizes=options.sizes,
                     backend=options.backend, whole=kind == "cluster",
-                    launcher="slurm" if cluster.slurm is not None else "ssh")
+                    launcher="slurm" if cluster.slurm is not None else "ssh",
+                    nic_test=options.nic_test and kind != "cluster")
 
 
 def _pair_specs(cluster: Cluster, run_id: str, step: Step, points: Mapping[str, MeetingPoint],

@@ -1,9 +1,9 @@
 """The order a cluster's nodes are tested in, as the large fleets test theirs.
 
-After each node's own suite: one step over the whole cluster (an all-reduce and an
-all-gather, the figure a renter's job sees), then pairs of nodes in rounds. In a round
-each node is in at most one pair, so a round's pairs run at once, each pair's first node
-hosting its rendezvous on the cluster's one port.
+After each node's own suite: one step over the whole cluster (all-reduce, all-gather,
+reduce-scatter and all-to-all, the figures a renter's job sees), then pairs of nodes in
+rounds. In a round each node is in at most one pair, so a round's pairs run at once, each
+pair's first node hosting its rendezvous on the cluster's one port.
 
 - A few nodes: every pair (Meta's gcm runs nccl-tests between every pair of nodes), as
   rounds of disjoint pairs by the circle method: n-1 rounds cover the n(n-1)/2 pairs of
@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from agent.cluster.rank import DEFAULT_SIZES, OPS, PAIR_OPS, WHOLE_SIZES
 from fleet.analysis.cluster.standings import (
     DEFAULT_THRESHOLD,
     PairResult,
     checked_nodes,
     sort_out,
 )
+from fleet.cluster.fabric_time import FabricModel
 from fleet.errors import ClusterError
 
 DEFAULT_ROUNDS = 15  # Imbue's host validation runs 15 rounds of halves against halves
@@ -48,29 +50,45 @@ Mode = Literal["every-pair", "halves"]
 @dataclass(frozen=True)
 class Durations:
     """Seconds a step takes, for estimates (`python bench/cluster_schedule.py --record`
-    derives them from real steps).
+    derives the start from real steps; `python bench/cluster_fabric_model.py` checks the
+    fabric's side against published runs).
 
     start_s: the ranks' processes start, import torch and join the rendezvous, before
     any collective, and stop after. Default 7.7: measured, the median of four real steps
     on a lent 2x H100 split into two nodes (NCCL over sockets, one GPU a node; bench/
     records/2026-11-28-cluster-schedule-measured): 7.4-7.9 s of their 24.6-25.0 s.
-    collectives_s: an all-reduce and an all-gather at 16 MiB, 256 MiB and 1 GiB, 5
-    warm-up and 20 timed iterations each, once started. Default 2.1: those iterations
-    at 46 GB/s a rank over two 8-GPU nodes (NDR 400G, 46-48 GB/s a NIC as nccl-tests'
-    maintainers report it), by nccl-tests' definitions; at the split H100's 3 GB/s
-    over sockets they took 17.2 s.
-    per_node_s: what each node adds to a step's start (NCCL's bootstrap and the ring's
-    latency grow with the ranks). Default 0.05: an assumption, about 51 s at 1,024
-    nodes; no multi-node GPU cluster was lent to measure it.
+    collectives_s: a pair's collectives once started (all-reduce and all-gather at
+    16 MiB, 256 MiB and 1 GiB, 25 calls a size); None: `fabric`'s, 0.27 s over two
+    8-GPU nodes at the pairs' 90% of 8 x 400G. At the split H100's 3 GB/s over sockets
+    they took 17.2 s.
+    per_node_s: what each node adds to a step's start (NCCL's bootstrap grows with the
+    ranks). Default 0.05: an assumption, about 51 s at 1,024 nodes; no multi-node GPU
+    cluster was lent to measure it.
+    fabric: the collectives' time on the fabric (fleet/cluster/fabric_time.py), for the
+    whole cluster's sweep (all four collectives on to 16 GiB: about 18-19 s from 2 to
+    1,024 nodes of 8 GPUs, most of it the all-to-all's assumed 12%) and a pair's.
+    ranks_per_node: the GPUs a node, 8.
     """
 
     start_s: float = 7.7
-    collectives_s: float = 2.1
+    collectives_s: float | None = None
     per_node_s: float = 0.05
+    fabric: FabricModel = field(default_factory=FabricModel)
+    ranks_per_node: int = 8
 
-    def step_s(self, nodes: int) -> float:
-        """One step over `nodes` nodes (2 for a pair)."""
-        return self.start_s + self.collectives_s + self.per_node_s * nodes
+    def pair_collectives_s(self) -> float:
+        if self.collectives_s is not None:
+            return self.collectives_s
+        return self.fabric.sweep_s(PAIR_OPS, DEFAULT_SIZES["nccl"], 2 * self.ranks_per_node,
+                                   whole=False)
+
+    def step_s(self, nodes: int, whole: bool = False) -> float:
+        """One step over `nodes` nodes (2 for a pair); `whole`: the whole cluster's
+        sweep, all four collectives on to 16 GiB."""
+        collectives = (self.fabric.sweep_s(OPS, WHOLE_SIZES["nccl"],
+                                           nodes * self.ranks_per_node)
+                       if whole else self.pair_collectives_s())
+        return self.start_s + collectives + self.per_node_s * nodes
 
 
 @dataclass(frozen=True)
@@ -196,7 +214,7 @@ def plan(nodes: Sequence[str], *, seed: int, rounds: int = DEFAULT_ROUNDS,
     durations = durations or Durations()
     chosen: Mode = mode or ("every-pair" if every_pair_fits(len(given), rounds) else "halves")
     whole = Step(kind="cluster", round=1, nodes=given, pairs=(), idle=(),
-                 estimate_s=durations.step_s(len(given)))
+                 estimate_s=durations.step_s(len(given), whole=True))
     drawn = (every_pair_rounds(given) if chosen == "every-pair"
              else halves_rounds(given, rounds, seed))
     return Schedule(nodes=given, mode=chosen, seed=seed,

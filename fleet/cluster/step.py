@@ -23,11 +23,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.network import perftest
 from fleet.errors import FleetError
 from fleet.inventory import Target
 from fleet.model.cluster import ClusterReport
 from fleet.model.step import (
     Launcher,
+    NicFigure,
+    NodeNics,
     NodeTransport,
     PortCounters,
     StepFigure,
@@ -54,6 +57,11 @@ GRACE_S = 60.0
 # the agent (agent/cluster/rank.py SIZE_BUDGET_S): a degraded fabric's sweep may take this
 # much more than a pair's before the controller calls it hung.
 WHOLE_EXTRA_S = 240.0
+# What a pair's per-NIC test may add: eight ports (an 8-GPU node's rails), each at its
+# worst, the other side waited for and then its run to its limit (agent/network/
+# perftest.py bounds each); a node of more ports that all wait that long is stopped as
+# the step's timeout.
+NIC_EXTRA_S = 8 * (perftest.WAIT_S + perftest.DURATION_S + perftest.MARGIN_S)
 AGREE = 1e-6  # relative: the same floats, printed by two nodes' json
 
 Observer = Callable[[str, str], None]  # (host, message)
@@ -89,11 +97,14 @@ class StepSpec:
     whole: bool = False
     # Through the cluster's Slurm (fleet/cluster/slurm.py), or fleet's SSH connections.
     launcher: Launcher = "ssh"
+    # A pair's per-NIC RDMA test after its collectives (the agent's --nic-test).
+    nic_test: bool = False
 
     @property
     def budget_s(self) -> float:
         """How long the controller waits for the step's reports before stopping it."""
-        return self.timeout_s + GRACE_S + (WHOLE_EXTRA_S if self.whole else 0.0)
+        return (self.timeout_s + GRACE_S + (WHOLE_EXTRA_S if self.whole else 0.0)
+                + (NIC_EXTRA_S if self.nic_test else 0.0))
 
 
 @dataclass
@@ -127,10 +138,16 @@ class StepRun:
                          tuple(c.reset))
             for host in spec.hosts
             if (r := self.reports.get(host)) is not None and (c := r.counters) is not None)
+        nics = tuple(
+            NodeNics(host, n.role, n.skipped, tuple(
+                NicFigure(i, t.device, t.port, t.rate_gbps, t.gbps, t.gdr, t.error)
+                for i, t in enumerate(n.tests)))
+            for host in spec.hosts
+            if (r := self.reports.get(host)) is not None and (n := r.nics) is not None)
         backend = first.backend if first is not None else spec.backend
         return StepResult(spec.cluster, spec.step_id, spec.kind, spec.round, spec.hosts,
                           spec.ranks_per_node, backend, spec.algo, figures, transports,
-                          self.error, counted, spec.launcher)
+                          self.error, counted, spec.launcher, nics)
 
     def settings(self) -> dict[str, dict[str, str]]:
         """Each node's NCCL_* and GLOO_* settings, as its agent ran the ranks."""
@@ -156,6 +173,8 @@ def agent_args(spec: StepSpec, node_rank: int | None,
         args += ["--sizes", spec.sizes]
     if spec.whole:
         args += ["--whole"]
+    if spec.nic_test:
+        args += ["--nic-test"]
     return args
 
 

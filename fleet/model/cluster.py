@@ -118,6 +118,33 @@ class StepCounters(Strict):
             default_factory=list, max_length=64)
 
 
+NicText = Annotated[str, StringConstraints(max_length=300)]
+Gbps = Annotated[float, Field(ge=0, le=100_000)]
+
+
+class NicTest(Strict):
+    """One RDMA port's ib_write_bw against the other node's port of the same rank
+    (agent/network/perftest.py): the average in Gb/s, or why there is none."""
+
+    device: Annotated[str, StringConstraints(pattern=r"^[\w.-]{1,64}$")]
+    port: Annotated[int, Field(ge=0, le=255)]
+    rate_gbps: Gbps | None = None
+    gbps: Gbps | None = None
+    peak_gbps: Gbps | None = None
+    gdr: bool = False
+    seconds: Annotated[float, Field(ge=0, le=86_400)]
+    error: NicText | None = None
+
+
+class StepNics(Strict):
+    """The node's side of a pair's per-NIC RDMA test: node 0 serves, node 1 connects."""
+
+    tool: Literal["ib_write_bw"]
+    role: Literal["server", "client"]
+    skipped: NicText | None = None
+    tests: list[NicTest] = Field(default_factory=list, max_length=32)
+
+
 class ClusterReport(Strict):
     """One node's report of one step."""
 
@@ -138,6 +165,8 @@ class ClusterReport(Strict):
     errors: list[StepError] = Field(default_factory=list, max_length=64)
     # None from an agent before issue 57's counters.
     counters: StepCounters | None = None
+    # The per-NIC RDMA test of a pair step (`--nic-test`); None where it did not run.
+    nics: StepNics | None = None
 
     @property
     def failed(self) -> bool:

@@ -92,6 +92,32 @@ class PortCounters:
 
 
 @dataclass(frozen=True)
+class NicFigure:
+    """One RDMA port's ib_write_bw in a pair step (agent/network/perftest.py): its place
+    in the node's ports (`index`, paired with the other node's of the same index), the
+    port's rate and the average, Gb/s; `error` where there is no figure."""
+
+    index: int
+    device: str
+    port: int
+    rate_gbps: float | None
+    gbps: float | None
+    gdr: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeNics:
+    """One node's side of a pair step's per-NIC RDMA test: "server" (node 0) or
+    "client"; `skipped` why none ran (no ib_write_bw, no active RDMA port)."""
+
+    host: str
+    role: str
+    skipped: str | None = None
+    tests: tuple[NicFigure, ...] = ()
+
+
+@dataclass(frozen=True)
 class StepResult:
     """One step of a cluster's schedule (fleet/cluster/schedule.py) as it ran.
 
@@ -112,6 +138,8 @@ class StepResult:
         that sent none (no event, or an agent before them) has none.
     launcher: "ssh" (fleet's own connections, the agent started on each node) or
         "slurm" (srun on the cluster's Slurm, the node's own job environment).
+    nics: each node's side of the per-NIC RDMA test, in `hosts` order; () where it did
+        not run (not asked, the whole cluster's step, an agent before it).
     """
 
     cluster: str
@@ -127,3 +155,4 @@ class StepResult:
     error: str | None = None
     counters: tuple[PortCounters, ...] = ()
     launcher: Launcher = "ssh"
+    nics: tuple[NodeNics, ...] = ()

@@ -40,7 +40,7 @@ from fleet.analysis.cluster.stored import judge_run, trends_of
 from fleet.analysis.cluster.trend import Trends, trend_findings
 from fleet.analysis.dataset import Aliases, Scope
 from fleet.analysis.node.whose import Party
-from fleet.model.step import NodeTransport, StepResult
+from fleet.model.step import NodeNics, NodeTransport, StepResult
 from fleet.store.cluster import ClusterRun, read_cluster_runs
 
 KIND = "network"
@@ -227,11 +227,21 @@ class _Renaming:
                        interfaces=tuple(i.split(":", 1)[0] for i in t.interfaces),
                        set_by_environment=tuple(self.text(v) for v in t.set_by_environment))
 
+    def nics(self, n: NodeNics) -> NodeNics:
+        return replace(n, host=self.host(n.host),
+                       skipped=None if n.skipped is None else self.text(n.skipped),
+                       tests=tuple(replace(t, error=None if t.error is None
+                                           else self.text(t.error)) for t in n.tests))
+
     def step(self, r: StepResult) -> StepResult:
+        # Every part that carries a host's name: the findings drawn from it name hosts.
         return replace(r, cluster=self.cluster, step_id=self.steps[r.step_id],
                        hosts=tuple(self.host(h) for h in r.hosts),
                        transports=tuple(self.transport(t) for t in r.transports),
-                       error=None if r.error is None else WITHHELD_ERROR)
+                       error=None if r.error is None else WITHHELD_ERROR,
+                       counters=tuple(replace(c, host=self.host(c.host))
+                                      for c in r.counters),
+                       nics=tuple(self.nics(n) for n in r.nics))
 
     def run(self, run: ClusterRun) -> ClusterRun:
         return replace(

@@ -29,7 +29,14 @@ from sqlalchemy import Connection, Engine, func, insert, select
 
 from agent.source.settings import storable, withheld
 from fleet.errors import ClusterError, StoreError
-from fleet.model.step import NodeTransport, PortCounters, StepFigure, StepResult
+from fleet.model.step import (
+    NicFigure,
+    NodeNics,
+    NodeTransport,
+    PortCounters,
+    StepFigure,
+    StepResult,
+)
 from fleet.store.database import WRITES
 from fleet.store.models import ClusterFigure, ClusterStep, ClusterStepNode
 from fleet.store.query import in_chunks
@@ -158,10 +165,25 @@ def _step_row(run_id: str, position: int, step: StepResult, provider: str | None
             "launcher": step.launcher}
 
 
+def _nics_row(nics: NodeNics | None) -> dict[str, Any] | None:
+    if nics is None:
+        return None
+    return {"role": nics.role, "skipped": nics.skipped,
+            "tests": [[t.device, t.port, t.rate_gbps, t.gbps, t.gdr, t.error]
+                      for t in nics.tests]}
+
+
+def _nics_read(host: str, row: dict[str, Any]) -> NodeNics:
+    return NodeNics(host, str(row["role"]), row["skipped"], tuple(
+        NicFigure(i, str(d), int(p), rate, gbps, bool(gdr), error)
+        for i, (d, p, rate, gbps, gdr, error) in enumerate(row["tests"])))
+
+
 def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | None],
                settings: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
     transports = {t.host: t for t in step.transports}
     counted = {c.host: c for c in step.counters}
+    tested = {n.host: n for n in step.nics}
     rows = []
     for rank, host in enumerate(step.hosts):
         t = transports.get(host)
@@ -181,7 +203,8 @@ def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | Non
                     :MAX_ITEMS["set_by_environment"]]],
             "settings": None if ran is None else screen_settings(ran),
             "counters": None if c is None else {
-                "ports": c.ports, "rose": [list(r) for r in c.rose], "reset": list(c.reset)}})
+                "ports": c.ports, "rose": [list(r) for r in c.rose], "reset": list(c.reset)},
+            "nics": _nics_row(tested.get(host))})
     return rows
 
 
@@ -353,7 +376,9 @@ def read_cluster_runs(engine: Engine, cluster: str | None = None, latest: bool =
                     node.host, int(node.counters["ports"]),
                     tuple((str(p), str(c), int(r)) for p, c, r in node.counters["rose"]),
                     tuple(str(x) for x in node.counters["reset"]))
-                    for node in mine if node.counters is not None)))
+                    for node in mine if node.counters is not None),
+                nics=tuple(_nics_read(node.host, node.nics)
+                           for node in mine if node.nics is not None)))
         found.append(ClusterRun(name, run_id, started, tuple(results), documents, settings,
                                 provider))
     return found

@@ -900,6 +900,10 @@ class ClusterStepNode(Base):
     # counter, rise], ...], "reset": ["PORT COUNTER", ...]}; NULL where none were sent
     # (no event, an agent before them) (0026).
     counters: Mapped[dict[str, Any] | None]
+    # The node's side of a pair's per-NIC RDMA test: {"role": ..., "skipped": ...,
+    # "tests": [[device, port, rate_gbps, gbps, gdr, error], ...]}; NULL where it did not
+    # run (0027).
+    nics: Mapped[dict[str, Any] | None]
 
 
 # The collectives a cluster step measures (fleet/model/step.py's Op), as the check

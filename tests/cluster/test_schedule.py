@@ -7,11 +7,13 @@ from itertools import combinations
 
 import pytest
 
+from agent.cluster.rank import DEFAULT_SIZES, OPS, PAIR_OPS, WHOLE_SIZES
 from fleet.analysis.cluster.standings import (
     PairResult,
     sort_out,
     standings,
 )
+from fleet.cluster.fabric_time import FabricModel
 from fleet.cluster.schedule import (
     Durations,
     every_pair_fits,
@@ -109,23 +111,52 @@ def test_every_pair_while_it_takes_no_more_rounds_than_halves() -> None:
 
 
 def test_steps_and_estimates_by_hand() -> None:
-    durations = Durations(start_s=1.0, collectives_s=2.0, per_node_s=0.5)
+    # A fabric of 100 GB/s, no fixed cost, the all-to-all at the same pace.
+    fabric = FabricModel(fabric_gbs=100.0, whole_share=1.0, alltoall_share=1.0,
+                         latency_us=0.0, latency_doubling_us=0.0)
+    durations = Durations(start_s=1.0, collectives_s=2.0, per_node_s=0.5, fabric=fabric,
+                          ranks_per_node=1)
     schedule = plan(["a", "b", "c", "d"], seed=0, durations=durations)
     whole, *pairs = schedule.steps
     assert (whole.kind, whole.nodes, whole.pairs) == ("cluster", ("a", "b", "c", "d"), ())
-    assert whole.estimate_s == 1 + 2 + 4 * 0.5
+    # Over 4 ranks: an all-reduce moves 1.5 x its size, the other three 0.75 x; sizes
+    # 16 MiB to 16 GiB, 25 calls each.
+    swept = sum(WHOLE_SIZES["nccl"]) * (1.5 + 3 * 0.75) * 25 / 100e9
+    assert whole.estimate_s == pytest.approx(1 + swept + 4 * 0.5)
     assert [s.estimate_s for s in pairs] == [1 + 2 + 2 * 0.5] * 3
-    assert schedule.estimate_s == 5 + 3 * 4
+    assert schedule.estimate_s == pytest.approx(whole.estimate_s + 3 * 4)
     assert (schedule.rounds, schedule.pair_tests, schedule.distinct_pairs) == (3, 6, 6)
     odd = plan(["a", "b", "c"], seed=0, durations=durations)
     assert [s.idle for s in odd.steps[1:]] == [("a",), ("c",), ("b",)]
 
 
+def test_the_fabric_model_by_hand() -> None:
+    model = FabricModel()
+    # 25 us at 16 ranks, 9.5 us a doubling; 1 GiB all-reduce at 80% of 400 GB/s.
+    assert model.latency_s(16) == pytest.approx(25e-6)
+    assert model.latency_s(1024) == pytest.approx((25 + 6 * 9.5) * 1e-6)
+    assert model.call_s("all_reduce", 1 << 30, 16) == pytest.approx(
+        25e-6 + (1 << 30) * 2 * 15 / 16 / 320e9)
+    assert model.call_s("all_gather", 1 << 30, 16, whole=False) == pytest.approx(
+        25e-6 + (1 << 30) * 15 / 16 / 360e9)
+    # Over sockets at 3 GB/s the sweep stops where the agent's budget would: 1 GiB's 25
+    # calls take 17 s, 4 GiB's would take 67 s, over its 30.
+    slow = FabricModel(fabric_gbs=3.0, whole_share=1.0, latency_us=0.0)
+    one_gib = 25 * (1 << 30) * 2 * 15 / 16 / 3e9
+    swept = slow.sweep_s(["all_reduce"], WHOLE_SIZES["nccl"], 16)
+    assert swept == pytest.approx(one_gib * (1 + 1 / 4 + 1 / 64))
+
+
 def test_figures_at_eight_sixty_four_and_a_thousand_nodes() -> None:
-    # Written out: 7.7 + 2.1 + 0.05 n for the whole cluster, 9.9 s a round of pairs.
-    for count, rounds, tests, total in ((8, 7, 28, 10.2 + 7 * 9.9),
-                                        (64, 15, 480, 13.0 + 15 * 9.9),
-                                        (1024, 15, 7680, 61.0 + 15 * 9.9)):
+    # Written out: 7.7 + the whole sweep + 0.05 n for the whole cluster, 7.7 + 0.27 + 0.1
+    # s a round of pairs.
+    fabric = FabricModel()
+    collectives = fabric.sweep_s(PAIR_OPS, DEFAULT_SIZES["nccl"], 16, whole=False)
+    assert round(collectives, 2) == 0.27
+    pair = 7.7 + collectives + 0.1
+    for count, rounds, tests in ((8, 7, 28), (64, 15, 480), (1024, 15, 7680)):
+        whole = 7.7 + fabric.sweep_s(OPS, WHOLE_SIZES["nccl"], 8 * count) + 0.05 * count
+        total = whole + rounds * pair
         schedule = plan(names(count), seed=46)
         assert (schedule.rounds, schedule.pair_tests) == (rounds, tests)
         assert schedule.estimate_s == pytest.approx(total)

@@ -20,8 +20,8 @@ from tests.probe.conftest import Workspace, recording
 
 # The agent shipped to each host stays small enough to upload on every probe. The goal
 # was 300 KB (bench/RESULTS.md, "probe"); with the reruns, the host and storage suites
-# (issues 57-59) it is 306 KiB, over it and said so there: this bound keeps it from
-# growing unseen while it is brought back.
+# (issues 57-59) and the cluster's per-NIC test it is 319.8 KiB, over it and said so
+# there: this bound keeps it from growing unseen while it is brought back.
 SIZE_GOAL = 320 * 1024
 SYSTEM_PYTHON = "/usr/bin/python3"
 

@@ -335,3 +335,36 @@ def test_each_nodes_counters_are_read_back_and_go_down_with_0026(empty_url: str)
         assert all(t.version is None for r in run.results for t in r.transports)
     finally:
         engine.dispose()
+
+
+def test_each_nodes_nic_tests_are_read_back_and_go_down_with_0027(empty_url: str) -> None:
+    """0027 keeps each node's side of a pair's per-NIC RDMA test: read back as given, in
+    the node's order (a node that sent none has none); down to 0026 the column goes and
+    the steps stay."""
+    from fleet.model.step import NicFigure, NodeNics
+
+    engine = open_engine(resolve(empty_url))
+    try:
+        upgrade(engine)
+        steps = run_steps()
+        steps[1] = replace(steps[1], nics=(
+            NodeNics("a", "server", None, (
+                NicFigure(0, "mlx5_0", 1, 400.0, 391.2, True),
+                NicFigure(1, "mlx5_1", 1, 400.0, None, False,
+                          "no client connected within 30 s"))),
+            NodeNics("b", "client", "ib_write_bw is not installed (Debian/Ubuntu: "
+                                    "apt-get install perftest)")))
+        record(engine, steps=steps)
+        (run,) = read_cluster_runs(engine, cluster="pod")
+        assert run.results == tuple(steps)
+        assert run.results[0].nics == ()
+        assert downgrade(engine, "0026").revision == "0026"
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("cluster_step_node")}
+        assert "nics" not in columns and "counters" in columns
+        assert cluster_counts(engine) == (4, 9, 9)
+        upgrade(engine)
+        (run,) = read_cluster_runs(engine, cluster="pod")
+        assert all(r.nics == () for r in run.results)
+    finally:
+        engine.dispose()

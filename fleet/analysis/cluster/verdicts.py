@@ -12,7 +12,8 @@ Severity = Literal["fault", "info"]
 Rule = Literal["pair-short", "pair-above-fabric", "pair-no-fabric", "pair-unjudged",
                "socket-fallback", "slow-node", "suspect", "shared-fault", "step-failed",
                "node-steps-failed", "every-step-failed", "cluster-figure", "cluster-short",
-               "pair-regressed", "node-lost", "link-flap", "port-errors"]
+               "pair-regressed", "node-lost", "link-flap", "port-errors",
+               "cluster-below-rate", "nic-short", "nic-untested"]
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,7 @@ def test_two_nodes_report_the_same_checked_figures(ranks: int, sizes: str) -> No
         assert body["settings"]["GLOO_SOCKET_IFNAME"] == "lo"
         assert body["transport"]["network"] is None and body["transport"]["gdrdma"] is None
         assert 0 < body["wall_s"] < wall
+        assert body["nics"] is None  # no --nic-test
         _check_figures(body, world, [16 << 10, 64 << 10] if ranks == 2 else
                        [64 << 10, 256 << 10])
     # Each iteration's time is max-reduced over the world: both nodes hold the same.
@@ -151,13 +152,15 @@ def test_the_whole_clusters_step_runs_every_collective_checked() -> None:
     # every rank (a reduce-scatter's part holds the world's sum, an all-to-all's block i
     # what rank i sent this one) and timed by nccl-tests' definitions.
     port = _free_port()
-    extra = ("--whole", "--sizes", "16K,64K", "--timeout-s", "30", "--interface", "lo")
+    # --nic-test is a pair's: the whole cluster's step runs none.
+    extra = ("--whole", "--sizes", "16K,64K", "--timeout-s", "30", "--interface", "lo",
+             "--nic-test")
     nodes = [_node(port, 2, i, 2, *extra) for i in (0, 1)]
     results = [_finish(node, 90) for node in nodes]
     assert [code for code, _ in results] == [0, 0], results
     bodies = [body for _, body in results]
     for body in bodies:
-        assert body["errors"] == []
+        assert body["errors"] == [] and body["nics"] is None
         _check_figures(body, 4, [16 << 10, 64 << 10],
                        ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"))
     assert bodies[0]["figures"] == bodies[1]["figures"]
@@ -190,6 +193,43 @@ def test_a_port_that_flapped_or_erred_during_the_step_is_named(tmp_path: Path) -
     assert quiet == {"ports": 1, "rose": {}, "reset": []}
     assert erred == {"ports": 1, "rose": {"mlx5_0/1": {"link_downed": 1, "symbol_error": 27}},
                      "reset": ["mlx5_0/1 port_rcv_errors"]}
+
+
+def test_a_pairs_nics_are_measured_after_its_collectives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --nic-test: once the ranks are done, each node's active RDMA ports (here a sysfs
+    # tree of two) against the other's, on the step's port, with `ib_write_bw`: here the
+    # replay of perftest on the wire (tests/agent/perftest_replay.py) first on PATH.
+    from tests.agent import perftest_replay
+    from tests.agent.test_network_perftest import _host
+
+    perftest_replay.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("PERFTEST_REPLAY_LOG", str(log))
+    roots = [_host(tmp_path / f"node{i}", ["mlx5_1", "mlx5_0"]) for i in (0, 1)]
+    port = _free_port()
+    nodes = [_node(port, 2, i, 1, "--sizes", "16K", "--timeout-s", "30", "--interface", "lo",
+                   "--nic-test", "--sysfs-root", roots[i]) for i in (0, 1)]
+    outs = [node.communicate(timeout=90)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outs
+    for out, role, gbps in zip(outs, ("server", "client"), (0.807404, 98.02), strict=True):
+        progress, body = _events(out)
+        assert body["errors"] == [] and len(body["figures"]) == 2
+        assert body["nics"] == {"tool": "ib_write_bw", "role": role, "skipped": None, "tests": [
+            {"device": device, "port": 1, "rate_gbps": 400.0, "gbps": gbps,
+             "peak_gbps": None, "gdr": False, "seconds": test["seconds"], "error": None}
+            for device, test in zip(("mlx5_0", "mlx5_1"), body["nics"]["tests"],
+                                    strict=True)]}
+        said = [e["message"] for e in progress]
+        assert "testing mlx5_1 against the other node's 2nd port with ib_write_bw" in said
+        # The counters span the NIC tests: read after them (this tree has none).
+        assert body["counters"] == {"ports": 0, "rose": {}, "reset": []}
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    servers = [c for c in calls if c["role"] == "server"]
+    assert [c["argv"][:6] for c in servers] == [["-d", d, "-i", "1", "-p", str(port)]
+                                               for d in ("mlx5_0", "mlx5_1")]
+    assert servers[0]["argv"][8:12] == ["-D", "5", "-s", "8388608"]
 
 
 def test_a_size_predicted_past_its_budget_stops_that_collective_said() -> None:
