@@ -52,6 +52,7 @@ class ProbeArgs:
     as_json: bool
     report_path: str | None
     no_between: bool
+    nic_test: bool
     harness: HarnessArgs
 
 
@@ -95,8 +96,12 @@ def after_probe_report(console: Console, store: Store, report: ProbeReport,
               help="Also write this run's procurement report (as `fleet report` does) to "
                    "PATH: .html, .md or .json.")
 @click.option("--no-between", is_flag=True,
-              help="Skip the steps between a cluster's nodes (all-reduce and all-gather "
-                   "across the cluster and its node pairs, as `fleet cluster run`).")
+              help="Skip the steps between a cluster's nodes (the collectives across the "
+                   "cluster and its node pairs, as `fleet cluster run`).")
+@click.option("--nic-test", is_flag=True,
+              help="Between a cluster's nodes, also test each pair's RDMA ports one "
+                   "against the other with perftest's ib_write_bw (as `fleet cluster run "
+                   "--nic-test`; about 10 s a port; needs perftest on the nodes).")
 @harness_options
 @reports_errors
 @gathered(ProbeArgs)
@@ -114,7 +119,8 @@ def probe_command(args: ProbeArgs) -> None:
     Hosts with `cluster: NAME` are then measured between each other, once their own
     suites are in: the whole cluster at once, then pairs of nodes, each pair judged
     against its fabric (`fleet cluster run`; --no-between skips it; not with
-    --fingerprint-only). Nodes whose own probe failed are left out of it.
+    --fingerprint-only; --nic-test adds each pair's RDMA ports one by one). Nodes whose
+    own probe failed are left out of it.
 
     Host keys are checked strictly: a new host is refused until you accept it with
     --accept-new-host-keys, and a changed key is always refused. Ctrl-C stops every
@@ -177,7 +183,8 @@ def _between(inventory: LoadedInventory, report: ProbeReport, args: ProbeArgs,
         try:
             outcomes = measure_clusters(
                 inventory, {o.target.key for o in report.hosts if o.ok}, store.engine,
-                report.payload, BetweenOptions(backend="gloo" if cpu else "auto"),
+                report.payload, BetweenOptions(backend="gloo" if cpu else "auto",
+                                               nic_test=args.nic_test),
                 Connecting(args.connect_timeout, args.connect_retries,
                            args.accept_new_host_keys, cpu), cancel, observe)
         except KeyboardInterrupt:

@@ -6,6 +6,8 @@ ones under the pairs' 90% are said as below their rate."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fleet.analysis.cluster.judgement import (
@@ -100,3 +102,19 @@ def test_rows_are_read_as_nccl_tests_prints_them() -> None:
             "      0    7414.5  144.82  285.11      0\n"
             "# Avg bus bandwidth    : 183.055\n")
     assert rows(text) == (Row(1 << 30, 7370.5, 145.68, 286.81),)
+
+
+def test_a_published_ring_forced_pair_passes_at_the_sizes_a_pair_runs() -> None:
+    # A pair runs the ring to 1 GiB (agent/cluster/rank.py DEFAULT_SIZES): two nodes of the
+    # #309 cluster, ring forced, read 384.5 GB/s there, 96% of their 8 x 400G.
+    from agent.cluster.rank import DEFAULT_SIZES
+
+    run = RUNS["h100-ib-2n-ring.txt"]
+    picked = [r for r in run.rows if r.size_bytes in DEFAULT_SIZES["nccl"]]
+    assert [r.size_bytes for r in picked] == list(DEFAULT_SIZES["nccl"])
+    pair = replace(whole(run, picked), step_id="r1-ab", kind="pair", round=1, algo="Ring")
+    judged = judge_cluster([pair], {h: fp("h100-8x-ib-ndr") for h in pair.hosts},
+                           {h: {} for h in pair.hosts})
+    (verdict,) = judged.pairs
+    assert verdict.passed is True and verdict.share == pytest.approx(384.49 / 400)
+    assert not [f for f in judged.findings if f.severity == "fault"]

@@ -267,10 +267,10 @@ def test_probe_measures_the_cluster_after_its_nodes(tmp_path: Path, client_key: 
                                                   "h2": ssh(servers[1])}, port)
     db = f"sqlite:///{tmp_path / 'fleet.db'}"
     # The matmul alone on the nodes (their suites have tests of their own): the cluster
-    # follows any benchmark.
+    # follows any benchmark; its pairs' RDMA ports asked for too (none here).
     done = fleet(tmp_path, "probe", str(path), "--cpu", "--size", "128", "--quick",
                  "--measure-s", "0.3", "--gemm-only", "--db", db, "--accept-new-host-keys",
-                 "--connect-retries", "0", timeout=600)
+                 "--connect-retries", "0", "--nic-test", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cluster pod: 2 nodes" in done.stdout
     assert set(table(done.stdout)) >= {"cluster", "pair-r1-0"}
@@ -279,6 +279,8 @@ def test_probe_measures_the_cluster_after_its_nodes(tmp_path: Path, client_key: 
         [run] = read_cluster_runs(engine, "pod")
         assert [r.kind for r in run.results] == ["cluster", "pair"]
         assert set(run.documents) == {"h1", "h2"} and all(run.documents.values())
+        assert [n.role for n in run.results[1].nics] == ["server", "client"]
+        assert run.results[0].nics == ()
     finally:
         engine.dispose()
     skipped = fleet(tmp_path, "probe", str(path), "--fingerprint-only", "--db", db,
