@@ -32,28 +32,31 @@ def size_words(size: int) -> str:
 def main() -> None:
     model = FabricModel()
     calls = WARMUP + ITERATIONS
-    print(f"model: {model}")
-    print("all_reduce, published against the model (time a call, ms)\n")
-    print(f"{'run':<27} {'nodes':>5} {'size':>7} {'published':>10} {'model':>8} "
-          f"{'model/pub':>9}")
+    said = [f"{k} {v:g}" for k, v in vars(model).items()]
+    print("model: " + ", ".join(said[:3]) + ",\n       " + ", ".join(said[3:]))
+    print("\nall_reduce, published against the model (ms a call)\n")
+    print(f"{'run':<24} {'nodes':>5} {'size':>7} {'published':>10} {'model':>8} "
+          f"{'ratio':>6}")
     for run in runs():
         shared = [r for r in run.rows if r.size_bytes in WHOLE_SIZES["nccl"]]
         for r in shared:
             mine = model.call_s("all_reduce", r.size_bytes, run.ranks) * 1e3
-            print(f"{run.name[:-4]:<27} {run.nodes:>5} {size_words(r.size_bytes):>7} "
-                  f"{r.time_us / 1e3:>10.2f} {mine:>8.2f} {mine / (r.time_us / 1e3):>9.2f}")
+            print(f"{run.name[:-4]:<24} {run.nodes:>5} {size_words(r.size_bytes):>7} "
+                  f"{r.time_us / 1e3:>10.2f} {mine:>8.2f} {mine / (r.time_us / 1e3):>6.2f}")
         published = sum(r.time_us / 1e6 for r in shared) * calls
         modelled = sum(model.call_s("all_reduce", r.size_bytes, run.ranks)
                        for r in shared) * calls
-        print(f"{'':<27} {'':>5} {'sweep':>7} {published:>9.2f}s {modelled:>7.2f}s "
-              f"{modelled / published:>9.2f}   ({calls} calls a size, "
+        print(f"{'':<24} {'':>5} {'sweep':>7} {published:>9.2f}s {modelled:>7.2f}s "
+              f"{modelled / published:>6.2f}")
+        print(f"{'':<10} ({calls} calls at each of "
               f"{', '.join(size_words(r.size_bytes) for r in shared)})")
-    print("\nThe whole cluster's step as the schedule prices it (start 7.7 s + 0.05 s a "
-          "node aside): all four collectives")
+    print("\nThe whole cluster's four collectives as the schedule prices them\n"
+          "(start 7.7 s and 0.05 s a node aside), seconds:")
+    print(f"{'nodes':>6} {'total':>6} " + " ".join(f"{op:>14}" for op in OPS))
     for nodes in (2, 8, 64, 128, 1024):
         per_op = {op: model.sweep_s([op], WHOLE_SIZES["nccl"], nodes * 8) for op in OPS}
-        print(f"  {nodes:>5} nodes: {sum(per_op.values()):5.1f} s  ("
-              + ", ".join(f"{op} {s:.1f}" for op, s in per_op.items()) + ")")
+        print(f"{nodes:>6} {sum(per_op.values()):>6.1f} "
+              + " ".join(f"{s:>14.1f}" for s in per_op.values()))
 
 
 if __name__ == "__main__":

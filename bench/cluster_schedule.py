@@ -209,7 +209,7 @@ def main() -> None:
                              "collectives at --busbw, replace --start-s and --collectives-s")
     parser.add_argument("--busbw", type=float, default=360.0,
                         help="busbw in GB/s the fabric gives a pair, for --record (default: "
-                             "the pairs' 90% of two 8-GPU nodes' 8 x 400G NDR, as "
+                             "the pairs' 90%% of two 8-GPU nodes' 8 x 400G NDR, as "
                              "fleet/cluster/fabric_time.py prices a pair)")
     parser.add_argument("--ranks", type=int, default=16,
                         help="ranks of a pair step, for --record (default: two 8-GPU nodes)")
@@ -224,8 +224,8 @@ def main() -> None:
         print()
 
     print(f"a step: {durations.start_s:g} s start + {durations.pair_collectives_s():.2f} s "
-          f"a pair's collectives (the whole cluster's: fleet/cluster/fabric_time.py) + "
-          f"{durations.per_node_s:g} s a node; seed {args.seed}")
+          f"a pair's collectives + {durations.per_node_s:g} s a node; seed {args.seed}")
+    print("(the whole cluster's collectives: fleet/cluster/fabric_time.py)")
     print(f"({where})")
     print()
     print(f"{'nodes':>6} {'mode':<10} {'rounds':>6} {'pair tests':>10} {'distinct':>9} "

@@ -21,6 +21,8 @@ outlives the call. Standard library only, Python 3.8.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import shutil
 import socket
@@ -47,11 +49,13 @@ WAIT_S = 60.0
 # the reports' exchange) is killed.
 MARGIN_S = 30.0
 RETRY_S = 0.5
-# The client's pause before its first run: node 0's ranks may not all have exited, and a
-# client that reached the step's store, still listening on the port, would fail on it
-# rather than be refused and retry.
-SETTLE_S = 2.0
+# The two sides first exchange their ports on the step's port (`_exchange`): a line
+# each, this tag first, so that a stray listener (the step's store, not yet gone) is
+# told apart and tried again.
+TAG = "fleet-nic/1 "
+LINE_S = 3.0
 POLL_S = 0.05
+KILL_WAIT_S = 10.0
 MAX_TESTS = 32
 MAX_TEXT = 300
 _READ_LIMIT = 1 << 20
@@ -86,22 +90,131 @@ def _active(state: Optional[str]) -> bool:
     return (state or "").split(":")[-1].strip().upper() == "ACTIVE"
 
 
-def devices(root: str = "/") -> List[Dict[str, Any]]:
-    """The node's RDMA ports to test, in natural order: each active InfiniBand or RoCE
-    port of a device on a bus (soft-RoCE and soft-iWARP, which the kernel emulates over
-    any Ethernet interface, measure nothing of the fabric): {"device", "port",
-    "link_layer", "rate_gbps"}; at most MAX_TESTS."""
+def ports(root: str = "/") -> List[Dict[str, Any]]:
+    """Every InfiniBand or RoCE port of a device on a bus (soft-RoCE and soft-iWARP,
+    which the kernel emulates over any Ethernet interface, measure nothing of the
+    fabric), in natural order: {"device", "port", "link_layer", "rate_gbps", "active"};
+    at most MAX_TESTS."""
     found = []
     for device in sysfs.read_rdma(root):
         if device["virtual"]:
             continue
         for port in device["ports"]:
-            if _active(port["state"]) and port["link_layer"] in _LINK_LAYERS:
+            if port["link_layer"] in _LINK_LAYERS:
                 found.append({"device": device["name"], "port": port["port"],
                               "link_layer": port["link_layer"],
-                              "rate_gbps": _rate(port["rate"])})
+                              "rate_gbps": _rate(port["rate"]),
+                              "active": _active(port["state"])})
     found.sort(key=lambda d: (_natural(d["device"]), d["port"]))
     return found[:MAX_TESTS]
+
+
+def devices(root: str = "/") -> List[Dict[str, Any]]:
+    """The node's RDMA ports to test: the Active ones of `ports`."""
+    return [p for p in ports(root) if p["active"]]
+
+
+def name(port: Dict[str, Any]) -> str:
+    """"mlx5_0/1": how a port is named to the other node and in the event."""
+    return f"{port['device']}/{port['port']}"
+
+
+def plan(first: List[Dict[str, Any]], second: List[Dict[str, Any]]
+         ) -> Tuple[List[Tuple[str, str]], Dict[str, str], Dict[str, str], str]:
+    """Which port of node 0 meets which of node 1, the same on both nodes: by name where
+    the nodes' ports share names (an 8-rail node's mlx5_3 is on the other's mlx5_3's
+    rail), else the i-th Active port with the i-th. (pairs of names, in node 0's order;
+    why each Active port of node 0 is not in a pair; the same of node 1; "name" or
+    "order")."""
+    names = [{name(p): p for p in side} for side in (first, second)]
+    active = [[n for n, p in side.items() if p["active"]] for side in names]
+    left: List[Dict[str, str]] = [{}, {}]
+    if set(names[0]) & set(names[1]):
+        pairs = [(n, n) for n in active[0] if n in active[1]]
+        for me, other in ((0, 1), (1, 0)):
+            for n in active[me]:
+                if n not in names[other]:
+                    left[me][n] = f"the other node has no {n}"
+                elif n not in active[other]:
+                    left[me][n] = f"the other node's {n} is not Active"
+        return pairs, left[0], left[1], "name"
+    # indexed, not zip(strict=...): the agent runs on Python 3.8
+    pairs = [(active[0][i], active[1][i]) for i in range(min(len(active[0]), len(active[1])))]
+    for me, other in ((0, 1), (1, 0)):
+        for n in active[me][len(active[other]):]:
+            left[me][n] = "the other node has fewer Active ports"
+    return pairs, left[0], left[1], "order"
+
+
+def _line(sock: socket.socket, wait_s: float) -> Optional[Dict[str, Any]]:
+    """One tagged line from `sock`, or None (another listener, garbage, silence)."""
+    sock.settimeout(wait_s)
+    data = b""
+    try:
+        while b"\n" not in data and len(data) < 65536:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return None
+    text = data.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if not text.startswith(TAG):
+        return None
+    try:
+        said = json.loads(text[len(TAG):])
+    except ValueError:
+        return None
+    return said if isinstance(said, dict) else None
+
+
+def _exchange(role: str, address: str, port: int, mine: Dict[str, Any], wait_s: float,
+              stop: threading.Event) -> Optional[Dict[str, Any]]:
+    """Each node's ports and whether it tests, swapped over the step's port (node 0
+    listens, node 1 connects, node 1 closes first so that the port is free for
+    perftest's server at once); the other node's, or None after `wait_s`."""
+    payload = (TAG + json.dumps(mine) + "\n").encode()
+    deadline = time.monotonic() + wait_s
+    if role == "client":
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                with socket.create_connection((address, port), timeout=LINE_S) as sock:
+                    sock.sendall(payload)
+                    said = _line(sock, LINE_S)
+                if said is not None:
+                    return said
+            except OSError:
+                pass
+            stop.wait(RETRY_S)
+        return None
+    listener: Optional[socket.socket] = None
+    while listener is None and time.monotonic() < deadline and not stop.is_set():
+        try:
+            listener = _listener(port)
+        except OSError:  # the step's store, not yet gone
+            stop.wait(RETRY_S)
+    if listener is None:
+        return None
+    with listener:
+        listener.settimeout(RETRY_S)
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return None
+            with conn:
+                said = _line(conn, LINE_S)
+                if said is None:
+                    continue
+                try:
+                    conn.sendall(payload)
+                    _line(conn, LINE_S)  # until node 1 has closed
+                except OSError:
+                    pass
+                return said
+    return None
 
 
 def gpu_near(root: str = "/") -> GpuFor:
@@ -239,7 +352,10 @@ class _Proc:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
+        # A perftest stuck in the kernel on a broken device ignores SIGKILL until the
+        # driver lets go: the step's report must not wait on it.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=KILL_WAIT_S)
 
     def _read(self, index: int) -> str:
         handle = self.files[index]
@@ -335,11 +451,6 @@ def _stand_in_client(address: str, port: int, wait_s: float,
             stop.wait(RETRY_S)
 
 
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 def _argv(path: str, nic: Dict[str, Any], port: int, duration_s: float,
           gpu: Optional[int], address: Optional[str]) -> List[str]:
     argv = [path, "-d", nic["device"], "-i", str(nic["port"]), "-p", str(port), "-F",
@@ -371,8 +482,7 @@ def _serve(argv: List[str], port: int, wait_s: float, run_s: float,
             if connected is None and now - proc.started > wait_s:
                 proc.kill()
                 return None, proc.out(), proc.err(), (
-                    f"no client connected within {wait_s:g} s: the other node has fewer "
-                    "active RDMA ports?")
+                    f"no client connected within {wait_s:g} s")
             if now - (connected or proc.started + wait_s) > run_s:
                 proc.kill()
                 return None, proc.out(), proc.err(), (
@@ -403,43 +513,69 @@ def _connect(argv: List[str], address: str, port: int, wait_s: float, run_s: flo
             return code, out, err, killed
         if time.monotonic() + RETRY_S > deadline or stop.is_set():
             return code, out, err, (
-                f"no server listened on {address}:{port} within {wait_s:g} s: the other "
-                "node has fewer active RDMA ports?")
+                f"no server listened on {address}:{port} within {wait_s:g} s")
         stop.wait(RETRY_S)
+
+
+def _test(nic: Dict[str, Any], peer: Optional[str], gbps: Optional[float] = None,
+          peak: Optional[float] = None, gdr: bool = False, seconds: float = 0.0,
+          error: Optional[str] = None) -> Dict[str, Any]:
+    return {"device": nic["device"][:MAX_TEXT], "port": nic["port"],
+            "peer": peer, "rate_gbps": nic["rate_gbps"], "gbps": gbps, "peak_gbps": peak,
+            "gdr": gdr, "seconds": round(seconds, 3),
+            "error": None if error is None else _bound(error)}
 
 
 def pair_test(node_rank: int, address: str, port: int, root: str = "/",
               duration_s: float = DURATION_S, timeout_s: float = WAIT_S,
               gpu_for: Optional[GpuFor] = None, progress: Optional[Progress] = None,
-              margin_s: float = MARGIN_S, settle_s: float = SETTLE_S,
+              margin_s: float = MARGIN_S,
               stop: Optional[threading.Event] = None) -> Dict[str, Any]:
     """This node's side of the pair's NIC tests, the `cluster` event's `nics`: node 0
     serves on `port` (the step's own, free once its ranks have exited), node 1 connects
-    to `address`. `timeout_s`: how long one side waits for the other, per port;
-    `gpu_for(device)`: the GPU whose memory the NIC should read and write (GPUDirect),
-    or None for host memory; `stop` set ends the run under way (killed) and the rest.
-    {"tool", "role", "skipped", "tests": [{"device", "port",
-    "rate_gbps", "gbps", "peak_gbps", "gdr", "seconds", "error"}]}."""
+    to `address`. First the nodes swap their ports and whether they can test
+    (`_exchange`), so that a node that cannot is known at once, and both meet port to
+    port as `plan` pairs them; then each pair in turn. `timeout_s`: how long one side
+    waits for the other; `gpu_for(device)`: the GPU whose memory the NIC should read
+    and write (GPUDirect), or None for host memory; `stop` set ends the run under way
+    (killed) and the rest. {"tool", "role", "skipped", "paired_by", "tests": [{"device",
+    "port", "peer", "rate_gbps", "gbps", "peak_gbps", "gdr", "seconds", "error"}]}."""
     role = "server" if node_rank == 0 else "client"
-    result: Dict[str, Any] = {"tool": TOOL, "role": role, "skipped": None, "tests": []}
+    result: Dict[str, Any] = {"tool": TOOL, "role": role, "skipped": None,
+                              "paired_by": None, "tests": []}
     tool = available()
+    mine = ports(root)
     if tool["path"] is None:
         result["skipped"] = NOT_INSTALLED
-        return result
-    nics = devices(root)
-    if not nics:
+    elif not any(p["active"] for p in mine):
         result["skipped"] = NO_PORT
-        return result
     stop = stop or threading.Event()
-    if role == "client":
-        stop.wait(settle_s)
-    for i, nic in enumerate(nics):
+    said = _exchange(role, address, port, {"skipped": result["skipped"], "ports": [
+        {k: p[k] for k in ("device", "port", "rate_gbps", "active")} for p in mine]},
+        timeout_s, stop)
+    if result["skipped"] is not None:
+        return result
+    if said is None:
+        result["skipped"] = (f"the other node did not answer on port {port} within "
+                             f"{timeout_s:g} s")
+        return result
+    if said.get("skipped"):
+        result["skipped"] = _bound(f"the other node: {said['skipped']}")
+        return result
+    theirs = [p for p in said.get("ports") or [] if isinstance(p, dict)
+              and isinstance(p.get("device"), str) and isinstance(p.get("port"), int)]
+    first, second = (mine, theirs) if role == "server" else (theirs, mine)
+    pairs, left_first, left_second, result["paired_by"] = plan(first, second)
+    by_name = {name(p): p for p in mine}
+    left = left_first if role == "server" else left_second
+    for a, b in pairs:
         if stop.is_set():
             break
+        mine_name, peer = (a, b) if role == "server" else (b, a)
+        nic = by_name[mine_name]
         gpu = gpu_for(nic["device"]) if gpu_for is not None and tool["cuda"] else None
         if progress is not None:
-            progress(f"testing {nic['device']} against the other node's {_ordinal(i + 1)} "
-                     f"port with {TOOL}"
+            progress(f"testing {mine_name} against the other node's {peer} with {TOOL}"
                      + (f", GPUDirect from GPU {gpu}" if gpu is not None else ""))
         argv = _argv(tool["path"], nic, port, duration_s, gpu,
                      None if role == "server" else address)
@@ -452,17 +588,16 @@ def pair_test(node_rank: int, address: str, port: int, root: str = "/",
         figure = parse(out) if code == 0 else None
         error = None
         if figure is None:
-            error = _bound(killed) if killed else reason(err + "\n" + out, code)
+            error = killed if killed else reason(err + "\n" + out, code)
             if any(words in err + out for words in _BEFORE_PEER):
                 if role == "server":
                     _stand_in_server(port, timeout_s, stop)
                 else:
                     _stand_in_client(address, port, timeout_s, stop)
-        result["tests"].append({
-            "device": nic["device"][:MAX_TEXT], "port": nic["port"],
-            "rate_gbps": nic["rate_gbps"],
-            "gbps": figure["average_gbps"] if figure else None,
-            "peak_gbps": figure["peak_gbps"] if figure else None,
-            "gdr": gpu is not None, "seconds": round(time.monotonic() - started, 3),
-            "error": error})
+        result["tests"].append(_test(
+            nic, peer, figure["average_gbps"] if figure else None,
+            figure["peak_gbps"] if figure else None, gpu is not None,
+            time.monotonic() - started, error))
+    for n, why in left.items():
+        result["tests"].append(_test(by_name[n], None, error=why))
     return result

@@ -18,9 +18,10 @@ bus bandwidth, by nccl-tests' definitions (busbw = size / time x the op's factor
 - all-to-all: 12% of the ports' rate, an assumption: the only published multi-node
   all-to-all found read 48 GB/s over 32 GB300 nodes of 8 x 400G across two racks (OCI's
   GB300 quick start), against 667 within one NVLink rack.
-- latency(n): 25 us at 16 ranks, 9.5 us more at each doubling: the published 8-byte
-  all-reduce took 25.0 us over 16 H100 ranks and 34.8 over 32 (#309), 63 over 256 A100
-  ranks (NCCL #652). The bench shows where this misses: 128 nodes with the ring and LL128
+- latency(n): 25 us at 16 ranks, 9.5 us more at each doubling: the published 16-byte
+  all-reduce took 25.0 us over 16 H100 ranks and 34.8 over 32 (#309; their 8-byte rows,
+  each run's first call, 68.5 and 83.4), 63 over 256 A100 ranks (8-128 bytes, NCCL
+  #652). The bench shows where this misses: 128 nodes with the ring and LL128
   took 19.4 ms at 1 GiB where the bytes take 6.7 (#322), a fixed cost of milliseconds
   that no small-message row shows.
 - The agent's own sweep (agent/cluster/rank.py): 5 warm-up and 20 timed iterations a

@@ -140,7 +140,7 @@ class StepRun:
             if (r := self.reports.get(host)) is not None and (c := r.counters) is not None)
         nics = tuple(
             NodeNics(host, n.role, n.skipped, tuple(
-                NicFigure(i, t.device, t.port, t.rate_gbps, t.gbps, t.gdr, t.error)
+                NicFigure(i, t.device, t.port, t.rate_gbps, t.gbps, t.gdr, t.error, t.peer)
                 for i, t in enumerate(n.tests)))
             for host in spec.hosts
             if (r := self.reports.get(host)) is not None and (n := r.nics) is not None)

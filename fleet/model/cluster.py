@@ -119,30 +119,43 @@ class StepCounters(Strict):
 
 
 NicText = Annotated[str, StringConstraints(max_length=300)]
-Gbps = Annotated[float, Field(ge=0, le=100_000)]
+# Strict: a JSON true is no bandwidth.
+Gbps = Annotated[float, Field(ge=0, le=100_000, strict=True)]
 
 
 class NicTest(Strict):
-    """One RDMA port's ib_write_bw against the other node's port of the same rank
-    (agent/network/perftest.py): the average in Gb/s, or why there is none."""
+    """One RDMA port's ib_write_bw against the other node's `peer` port
+    (agent/network/perftest.py): the average in Gb/s, or why there is none (no peer:
+    the other node has no such port, or it is not Active)."""
 
     device: Annotated[str, StringConstraints(pattern=r"^[\w.-]{1,64}$")]
-    port: Annotated[int, Field(ge=0, le=255)]
+    port: Annotated[int, Field(ge=0, le=255, strict=True)]
+    peer: Port | None = None
     rate_gbps: Gbps | None = None
     gbps: Gbps | None = None
     peak_gbps: Gbps | None = None
     gdr: bool = False
-    seconds: Annotated[float, Field(ge=0, le=86_400)]
+    seconds: Annotated[float, Field(ge=0, le=86_400, strict=True)]
     error: NicText | None = None
 
 
 class StepNics(Strict):
-    """The node's side of a pair's per-NIC RDMA test: node 0 serves, node 1 connects."""
+    """The node's side of a pair's per-NIC RDMA test: node 0 serves, node 1 connects;
+    the ports paired by name, or by order where the nodes' names differ."""
 
     tool: Literal["ib_write_bw"]
     role: Literal["server", "client"]
     skipped: NicText | None = None
+    paired_by: Literal["name", "order"] | None = None
     tests: list[NicTest] = Field(default_factory=list, max_length=32)
+
+    @model_validator(mode="after")
+    def _skipped_tests_nothing(self) -> StepNics:
+        if self.skipped is not None and self.tests:
+            raise ValueError("a side that skipped the test has no tests")
+        if self.skipped is None and self.tests and self.paired_by is None:
+            raise ValueError("tests need paired_by: name or order")
+        return self
 
 
 class ClusterReport(Strict):

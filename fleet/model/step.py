@@ -94,8 +94,9 @@ class PortCounters:
 @dataclass(frozen=True)
 class NicFigure:
     """One RDMA port's ib_write_bw in a pair step (agent/network/perftest.py): its place
-    in the node's ports (`index`, paired with the other node's of the same index), the
-    port's rate and the average, Gb/s; `error` where there is no figure."""
+    in the node's report (`index`), the other node's port it met (`peer`, "mlx5_0/1";
+    None where it met none), the port's rate and the average, Gb/s; `error` where there
+    is no figure."""
 
     index: int
     device: str
@@ -104,6 +105,11 @@ class NicFigure:
     gbps: float | None
     gdr: bool = False
     error: str | None = None
+    peer: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
 
 
 @dataclass(frozen=True)

@@ -202,6 +202,22 @@ def _whole(run: ClusterRun, findings: Sequence[ClusterFinding]) -> str:
     return "no figure: the whole-cluster step gave none"
 
 
+# What a NIC test says that names no host and no address (agent/network/perftest.py's
+# fixed words, its ports named by device): kept in an anonymized report; anything else
+# (perftest's own lines carry hostnames, addresses, GIDs) is withheld.
+_NIC_SAID = re.compile(
+    r"^(the other node: )?(ib_write_bw is not installed \(Debian/Ubuntu: apt-get install "
+    r"perftest\)|no active RDMA port|no RDMA device detected \(perftest: Did not detect "
+    r"devices; is the driver up\?\)|the other node has no [\w.-]+/\d+|the other node's "
+    r"[\w.-]+/\d+ is not Active|the other node has fewer Active ports|the other node did "
+    r"not answer on port \d+ within [\d.]+ s)$")
+WITHHELD_NIC = "withheld in an anonymized report: perftest's words name hosts and addresses"
+
+
+def _nic_words(value: str) -> str:
+    return value if _NIC_SAID.match(value) else WITHHELD_NIC
+
+
 @dataclass(frozen=True)
 class _Renaming:
     """How one run reads in an anonymized report."""
@@ -229,9 +245,9 @@ class _Renaming:
 
     def nics(self, n: NodeNics) -> NodeNics:
         return replace(n, host=self.host(n.host),
-                       skipped=None if n.skipped is None else self.text(n.skipped),
+                       skipped=None if n.skipped is None else _nic_words(n.skipped),
                        tests=tuple(replace(t, error=None if t.error is None
-                                           else self.text(t.error)) for t in n.tests))
+                                           else _nic_words(t.error)) for t in n.tests))
 
     def step(self, r: StepResult) -> StepResult:
         # Every part that carries a host's name: the findings drawn from it name hosts.

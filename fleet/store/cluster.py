@@ -169,14 +169,14 @@ def _nics_row(nics: NodeNics | None) -> dict[str, Any] | None:
     if nics is None:
         return None
     return {"role": nics.role, "skipped": nics.skipped,
-            "tests": [[t.device, t.port, t.rate_gbps, t.gbps, t.gdr, t.error]
+            "tests": [[t.device, t.port, t.rate_gbps, t.gbps, t.gdr, t.error, t.peer]
                       for t in nics.tests]}
 
 
 def _nics_read(host: str, row: dict[str, Any]) -> NodeNics:
     return NodeNics(host, str(row["role"]), row["skipped"], tuple(
-        NicFigure(i, str(d), int(p), rate, gbps, bool(gdr), error)
-        for i, (d, p, rate, gbps, gdr, error) in enumerate(row["tests"])))
+        NicFigure(i, str(d), int(p), rate, gbps, bool(gdr), error, peer)
+        for i, (d, p, rate, gbps, gdr, error, peer) in enumerate(row["tests"])))
 
 
 def _node_rows(step_pk: int, step: StepResult, documents: Mapping[str, int | None],

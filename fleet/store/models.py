@@ -901,7 +901,7 @@ class ClusterStepNode(Base):
     # (no event, an agent before them) (0026).
     counters: Mapped[dict[str, Any] | None]
     # The node's side of a pair's per-NIC RDMA test: {"role": ..., "skipped": ...,
-    # "tests": [[device, port, rate_gbps, gbps, gdr, error], ...]}; NULL where it did not
+    # "tests": [[device, port, rate_gbps, gbps, gdr, error, peer], ...]}; NULL where it did not
     # run (0027).
     nics: Mapped[dict[str, Any] | None]
 

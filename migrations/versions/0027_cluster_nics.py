@@ -4,7 +4,7 @@ With `fleet cluster run --nic-test`, after a pair's collectives each RDMA port o
 first node is tested against the second node's port of the same rank with perftest's
 ib_write_bw (agent/network/perftest.py); a port under 90% of its rate is named. JSON:
 {"role": "server" | "client", "skipped": why none ran or null, "tests": [[device, port,
-rate_gbps, gbps, gdr, error], ...]}. Steps stored before, and steps run without the test,
+rate_gbps, gbps, gdr, error, peer], ...]}. Steps stored before, and steps run without the test,
 have none (NULL).
 
 Revision ID: 0027

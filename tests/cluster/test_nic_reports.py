@@ -27,10 +27,11 @@ def with_nics(host: str, nics: dict[str, Any] | None) -> list[str]:
 
 
 def side(role: str, figures: list[float | None], **extra: Any) -> dict[str, Any]:
-    return {"tool": "ib_write_bw", "role": role, "skipped": None, "tests": [
-        {"device": f"mlx5_{i}", "port": 1, "rate_gbps": 400.0, "gbps": g, "peak_gbps": None,
-         "gdr": True, "seconds": 5.4, "error": None if g is not None else "no figure"}
-        for i, g in enumerate(figures)], **extra}
+    return {"tool": "ib_write_bw", "role": role, "skipped": None, "paired_by": "name",
+            "tests": [{"device": f"mlx5_{i}", "port": 1, "peer": f"mlx5_{i}/1",
+                       "rate_gbps": 400.0, "gbps": g, "peak_gbps": None, "gdr": True,
+                       "seconds": 5.4, "error": None if g is not None else "no figure"}
+                      for i, g in enumerate(figures)], **extra}
 
 
 def test_each_nodes_side_is_kept_in_its_order() -> None:
@@ -41,11 +42,12 @@ def test_each_nodes_side_is_kept_in_its_order() -> None:
     run.reports["b"] = read_report(with_nics("b", side("client", [390.8, 12.5])), "b")
     result = run.result()
     assert result.nics == (
-        NodeNics("a", "server", None, (NicFigure(0, "mlx5_0", 1, 400.0, 391.2, True),
-                                       NicFigure(1, "mlx5_1", 1, 400.0, None, True,
-                                                 "no figure"))),
-        NodeNics("b", "client", None, (NicFigure(0, "mlx5_0", 1, 400.0, 390.8, True),
-                                       NicFigure(1, "mlx5_1", 1, 400.0, 12.5, True))))
+        NodeNics("a", "server", None, (
+            NicFigure(0, "mlx5_0", 1, 400.0, 391.2, True, None, "mlx5_0/1"),
+            NicFigure(1, "mlx5_1", 1, 400.0, None, True, "no figure", "mlx5_1/1"))),
+        NodeNics("b", "client", None, (
+            NicFigure(0, "mlx5_0", 1, 400.0, 390.8, True, None, "mlx5_0/1"),
+            NicFigure(1, "mlx5_1", 1, 400.0, 12.5, True, None, "mlx5_1/1"))))
     # The agent is asked for it on a pair, with more time for its ports.
     assert "--nic-test" in agent_args(spec, 0, None)
     plain = StepSpec("pod", "p1", "pair", 1, ("a", "b"), "127.0.0.1", 29551, 1, 60.0)
@@ -60,6 +62,11 @@ def test_each_nodes_side_is_kept_in_its_order() -> None:
      "nics.tests.0.device"),
     ({**side("server", [391.0]), "skipped": "x" * 301}, "nics.skipped"),
     (side("server", [-1.0]), "nics.tests.0.gbps"),
+    ({**side("server", [391.0]), "tests": [{**side("server", [1.0])["tests"][0],
+                                            "gbps": True}]}, "nics.tests.0.gbps"),
+    ({**side("server", [391.0]), "skipped": "no active RDMA port"}, "nics"),
+    ({**side("server", [391.0]), "tests": [{**side("server", [1.0])["tests"][0],
+                                            "peer": "10.0.0.2:29550"}]}, "nics.tests.0.peer"),
     ({**side("server", [391.0] * 33)}, "nics.tests"),
 ])
 def test_a_report_out_of_bounds_fails_the_node(nics: dict[str, Any], where: str) -> None:

@@ -83,7 +83,7 @@ def test_the_newest_run_is_shown_with_its_pairs_nodes_and_findings(engine: Engin
     assert (view.cluster, view.provider, view.run_id, view.steps, view.failed) == (
         "pod", "lent", "run-1", 4, 1)
     # A sweep that stopped at 1 GiB is shown with its share, not judged.
-    unjudged = "not judged: its sweep stopped at 1 GiB, and healthy clusters reach their rate "
+    unjudged = "not judged: its largest size was 1 GiB, and healthy clusters reach their rate "
     assert view.whole.startswith(f"all_reduce busbw 330 GB/s at 1 GiB (82%, {unjudged}"
                                  f"from 4 GiB); all_gather busbw 340 GB/s at 1 GiB (85%, "
                                  f"{unjudged}from 4 GiB) over 3 nodes x 8 ranks")
@@ -275,20 +275,25 @@ def test_counters_and_nic_tests_are_shown_under_the_aliases_too(engine: Engine) 
 
     from fleet.model.step import NicFigure, NodeNics, PortCounters
 
-    def side(host: str, role: str, short: float) -> NodeNics:
+    def side(host: str, role: str, short: float, error: str | None = None) -> NodeNics:
+        # mlx5_4 measured nothing: perftest's words, which name a host.
         return NodeNics(host, role, None, tuple(
-            NicFigure(i, f"mlx5_{i}", 1, 400.0, short if i == 3 else 391.0, False)
-            for i in range(4)))
+            NicFigure(i, f"mlx5_{i}", 1, 400.0,
+                      None if i == 4 else short if i == 3 else 391.0, True,
+                      error if i == 4 else None, f"mlx5_{i}/1") for i in range(5)))
 
     pair = with_(_step("r2-ae", "pair", ("a", EVIL), 370.0, 2),
                  counters=(PortCounters("a", 8),
                            PortCounters(EVIL, 8, (("mlx5_3/1", "link_downed", 2),))),
-                 nics=(side("a", "server", 150.0), side(EVIL, "client", 151.0)))
+                 nics=(side("a", "server", 150.0),
+                       side(EVIL, "client", 151.0, "couldn't connect to gpu-secret.example."
+                                                   "com:29550: no ib_write_bw server")))
     _store(engine, steps=[_step("whole", "cluster", ("a", "b", EVIL), 330.0), pair])
     plain = build_report(engine, ReportOptions(), "test")
     [view] = plain.cluster.clusters
     rules = {f.rule: f for f in view.findings}
     assert EVIL in rules["link-flap"].title and EVIL in rules["nic-short"].title
+    assert "gpu-secret.example.com" in rules["nic-untested"].evidence
     report = build_report(engine, ReportOptions(anonymize=True), "test")
     [view] = report.cluster.clusters
     rules = {f.rule: f for f in view.findings}
@@ -296,5 +301,7 @@ def test_counters_and_nic_tests_are_shown_under_the_aliases_too(engine: Engine) 
                         rules["link-flap"].title), rules["link-flap"].title
     assert re.fullmatch(r"[A-Z]+-\d's mlx5_3/1 or [A-Z]+-\d's mlx5_3/1: ib_write_bw 150 "
                         r"Gb/s, 38% of its 400 Gb/s", rules["nic-short"].title)
+    assert "perftest's words name hosts and addresses" in rules["nic-untested"].evidence
     text = render(report, "html") + render(report, "md") + render(report, "json")
     assert "console.log" not in text and "mlx5_3/1" in text
+    assert "gpu-secret" not in text

@@ -349,9 +349,9 @@ def test_each_nodes_nic_tests_are_read_back_and_go_down_with_0027(empty_url: str
         steps = run_steps()
         steps[1] = replace(steps[1], nics=(
             NodeNics("a", "server", None, (
-                NicFigure(0, "mlx5_0", 1, 400.0, 391.2, True),
+                NicFigure(0, "mlx5_0", 1, 400.0, 391.2, True, None, "mlx5_0/1"),
                 NicFigure(1, "mlx5_1", 1, 400.0, None, False,
-                          "no client connected within 30 s"))),
+                          "the other node's mlx5_1/1 is not Active"))),
             NodeNics("b", "client", "ib_write_bw is not installed (Debian/Ubuntu: "
                                     "apt-get install perftest)")))
         record(engine, steps=steps)

@@ -216,13 +216,15 @@ def test_a_pairs_nics_are_measured_after_its_collectives(
     for out, role, gbps in zip(outs, ("server", "client"), (0.807404, 98.02), strict=True):
         progress, body = _events(out)
         assert body["errors"] == [] and len(body["figures"]) == 2
-        assert body["nics"] == {"tool": "ib_write_bw", "role": role, "skipped": None, "tests": [
-            {"device": device, "port": 1, "rate_gbps": 400.0, "gbps": gbps,
-             "peak_gbps": None, "gdr": False, "seconds": test["seconds"], "error": None}
-            for device, test in zip(("mlx5_0", "mlx5_1"), body["nics"]["tests"],
-                                    strict=True)]}
+        assert body["nics"] == {
+            "tool": "ib_write_bw", "role": role, "skipped": None, "paired_by": "name",
+            "tests": [{"device": device, "port": 1, "peer": f"{device}/1", "rate_gbps": 400.0,
+                       "gbps": gbps, "peak_gbps": None, "gdr": False,
+                       "seconds": test["seconds"], "error": None}
+                      for device, test in zip(("mlx5_0", "mlx5_1"), body["nics"]["tests"],
+                                              strict=True)]}
         said = [e["message"] for e in progress]
-        assert "testing mlx5_1 against the other node's 2nd port with ib_write_bw" in said
+        assert "testing mlx5_1/1 against the other node's mlx5_1/1 with ib_write_bw" in said
         # The counters span the NIC tests: read after them (this tree has none).
         assert body["counters"] == {"ports": 0, "rose": {}, "reset": []}
     calls = [json.loads(line) for line in log.read_text().splitlines()]
