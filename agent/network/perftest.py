@@ -562,7 +562,10 @@ def pair_test(node_rank: int, address: str, port: int, root: str = "/",
     if said.get("skipped"):
         result["skipped"] = _bound(f"the other node: {said['skipped']}")
         return result
-    theirs = [p for p in said.get("ports") or [] if isinstance(p, dict)
+    # The other node's words, as any host's, bounded and typed before they are used.
+    theirs = [{"device": p["device"][:64], "port": p["port"],
+               "active": p.get("active") is True}
+              for p in (said.get("ports") or [])[:MAX_TESTS] if isinstance(p, dict)
               and isinstance(p.get("device"), str) and isinstance(p.get("port"), int)]
     first, second = (mine, theirs) if role == "server" else (theirs, mine)
     pairs, left_first, left_second, result["paired_by"] = plan(first, second)
