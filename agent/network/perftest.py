@@ -196,13 +196,9 @@ def _exchange(role: str, address: str, port: int, mine: Dict[str, Any], wait_s: 
     if listener is None:
         return None
     with listener:
-        listener.settimeout(RETRY_S)
-        while time.monotonic() < deadline and not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
+        while True:
+            conn = _accept(listener, deadline, stop)
+            if conn is None:
                 return None
             with conn:
                 said = _line(conn, LINE_S)
@@ -214,6 +210,20 @@ def _exchange(role: str, address: str, port: int, mine: Dict[str, Any], wait_s: 
                 except OSError:
                     pass
                 return said
+
+
+def _accept(sock: socket.socket, deadline: float, stop: threading.Event
+            ) -> Optional[socket.socket]:
+    """The next connection to listening `sock`, or None at `deadline`, on `stop` or on
+    an error."""
+    sock.settimeout(RETRY_S)
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            return sock.accept()[0]
+        except socket.timeout:
+            continue
+        except OSError:
+            return None
     return None
 
 
@@ -425,17 +435,9 @@ def _stand_in_server(port: int, wait_s: float, stop: threading.Event) -> None:
     except OSError:
         return
     with sock:
-        sock.settimeout(RETRY_S)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
+        conn = _accept(sock, time.monotonic() + wait_s, stop)
+        if conn is not None:
             conn.close()
-            return
 
 
 def _stand_in_client(address: str, port: int, wait_s: float,
@@ -557,7 +559,8 @@ def pair_test(node_rank: int, address: str, port: int, root: str = "/",
         return result
     if said is None:
         result["skipped"] = (f"the other node did not answer on port {port} within "
-                             f"{timeout_s:g} s")
+                             f"{timeout_s:g} s: its step may have failed (the step's "
+                             "error says), or the port is blocked between the nodes")
         return result
     if said.get("skipped"):
         result["skipped"] = _bound(f"the other node: {said['skipped']}")

@@ -210,7 +210,8 @@ _NIC_SAID = re.compile(
     r"perftest\)|no active RDMA port|no RDMA device detected \(perftest: Did not detect "
     r"devices; is the driver up\?\)|the other node has no [\w.-]+/\d+|the other node's "
     r"[\w.-]+/\d+ is not Active|the other node has fewer Active ports|the other node did "
-    r"not answer on port \d+ within [\d.]+ s)$")
+    r"not answer on port \d+ within [\d.]+ s: its step may have failed \(the step's error "
+    r"says\), or the port is blocked between the nodes)$")
 WITHHELD_NIC = "withheld in an anonymized report: perftest's words name hosts and addresses"
 
 

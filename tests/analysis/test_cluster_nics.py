@@ -48,6 +48,9 @@ def test_a_short_port_pair_names_both_ends_from_one_test() -> None:
                        "400 Gb/s")
     assert "which of the two ports cannot be told from one test" in f.evidence
     assert "GPUDirect" in f.evidence and f.steps == ("a-b",)
+    # One measurement, blind to the renter's own traffic: measured again before disputed.
+    assert "traffic of the renter's own on these ports is not seen" in f.evidence
+    assert f.action.startswith("Measure the pair again with the nodes idle")
 
 
 def test_from_host_memory_a_short_port_is_not_settled() -> None:

@@ -21,7 +21,7 @@ from tests.probe.conftest import Workspace, recording
 # The agent shipped to each host stays small enough to upload on every probe. The goal
 # was 300 KB (bench/RESULTS.md, "probe"); with the reruns, the host and storage suites
 # (issues 57-59) it was 313 KiB under a bound of 320, and the cluster's per-NIC test
-# (agent/network/perftest.py, 8.5 KiB compressed) took it to 321.5 KiB: over the goal and
+# (agent/network/perftest.py, 8.5 KiB compressed) took it to 321.6 KiB: over the goal and
 # said so there. This bound, raised by that much and no more, keeps it from growing
 # unseen while it is brought back.
 SIZE_GOAL = 322 * 1024

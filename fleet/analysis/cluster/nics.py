@@ -148,15 +148,19 @@ def _short(cluster: str, at: str, pairs: Sequence[PortPair], alone: bool) -> Clu
         f"{_name(p.first)} to {_name(p.second)}: {p.gbps:,.1f} Gb/s against "
         f"{p.rate_gbps:,.0f} Gb/s (the lesser port's rate)" for p in pairs if p.gbps)
     said += (f"; passing at {PASS_SHARE:.0%}; "
-             + ("GPUDirect" if gdr else "host memory, not pinned to the NIC's NUMA node"))
+             + ("GPUDirect" if gdr else "host memory, not pinned to the NIC's NUMA node")
+             + "; measured once, during fleet's steps: traffic of the renter's own on these "
+               "ports is not seen")
     said += (f"; {at} was short beside every port it met"
              if alone else "; which of the two ports cannot be told from one test: "
                            "another pair with either tells")
-    action = ("Ask the provider to check this port's cable, transceiver and switch port, "
-              "and the NIC's PCIe link: the pair's collectives run over it at this pace."
-              if gdr else
-              "Measure the port again with GPUDirect (a perftest built with CUDA) or pinned "
-              "to the NIC's NUMA node (numactl --cpunodebind); short again, ask the "
+    action = ("Measure the pair again with the nodes idle (fleet cluster run --nic-test); "
+              "short again, ask the provider to check this port's cable, transceiver and "
+              "switch port, and the NIC's PCIe link: the pair's collectives run over it at "
+              "this pace." if gdr else
+              "Measure the port again with the nodes idle and GPUDirect (a perftest built "
+              "with CUDA) or pinned to the NIC's NUMA node (numactl --cpunodebind); short "
+              "again, ask the "
               "provider for its cable, transceiver, switch port and PCIe link.")
     hosts = tuple(dict.fromkeys(h for p in pairs for h in (p.first[0], p.second[0])))
     return ClusterFinding(
